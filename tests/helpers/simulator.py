@@ -1,0 +1,201 @@
+"""Run the Fed Ledger simulator as a subprocess for a test.
+
+with Simulator({"tasks": [task(12, ["alice/adapter"])]}, tmp_path) as sim:
+    requests.post(f"{sim.api_url}/tasks/request-validation-assignment/12")
+    assert sim.submissions() == []
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from typing import IO, Any
+
+import requests
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 20.0
+LOOKUP_PATH = "/tasks/request-validation-assignment/"
+_LISTENING = re.compile(r"listening on (?P<api>(?P<root>http://[^/\s]+)/api/v1)\s*$")
+
+
+def task(
+    id: int | str,
+    submissions: list[str | dict[str, Any]],
+    *,
+    task_type: str = "training",
+    **data: Any,
+) -> dict[str, Any]:
+    """One task entry of a data file; a str submission is a bare hg_repo_id."""
+    entries = [{"data": {"hg_repo_id": s}} if isinstance(s, str) else s for s in submissions]
+    return {"id": id, "task_type": task_type, "data": data, "submissions": entries}
+
+
+class Simulator:
+    def __init__(
+        self,
+        data: dict[str, Any],
+        tmp_path: pathlib.Path,
+        *,
+        rate_limit_seconds: float = 0,
+        assignment_ttl_seconds: float = 3600,
+        api_key: str | None = None,
+        faults: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.data = data
+        self.tmp_path = tmp_path
+        self.rate_limit_seconds = rate_limit_seconds
+        self.assignment_ttl_seconds = assignment_ttl_seconds
+        self.api_key = api_key
+        self.faults = faults
+        self.log_path = tmp_path / "simulator.log"
+        self.api_url = ""
+        self.root_url = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+        self._stdout_lines: list[str] = []
+        self._first_line: queue.Queue[str] = queue.Queue()
+        self._reader: threading.Thread | None = None
+
+    # -- lifecycle
+
+    def __enter__(self) -> Simulator:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(
+            self._command(),
+            cwd=REPO_ROOT,
+            env=self._env(),
+            stdout=subprocess.PIPE,
+            stderr=self._open_log(),
+        )
+        self._reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._reader.start()
+        try:
+            line = self._first_line.get(timeout=STARTUP_TIMEOUT_S)
+        except queue.Empty:
+            line = ""
+        match = _LISTENING.search(line)
+        if match is None:
+            self.stop()
+            raise RuntimeError(
+                f"simulator did not start (first stdout line {line!r}); log:\n{self.log_text()}"
+            )
+        self.api_url, self.root_url = match["api"], match["root"]
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after 10 s; the exit code (None if never started)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        return proc.returncode
+
+    @property
+    def stdout_text(self) -> str:
+        """Everything the simulator printed on stdout so far."""
+        return "".join(self._stdout_lines)
+
+    def log_text(self) -> str:
+        """The simulator's stderr log."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    # -- control endpoints
+
+    def state(self) -> dict[str, Any]:
+        return self._control("GET", "/_sim/state")
+
+    def add_faults(self, *rules: dict[str, Any]) -> None:
+        self._control("POST", "/_sim/faults", list(rules))
+
+    def clear_faults(self) -> None:
+        self._control("DELETE", "/_sim/faults")
+
+    def add_submission(
+        self,
+        task_id: int | str,
+        data: dict[str, Any],
+        assignment_data: dict[str, Any] | None = None,
+    ) -> int:
+        body = {"task_id": task_id, "data": data, "assignment_data": assignment_data or {}}
+        return self._control("POST", "/_sim/submissions", body)["id"]
+
+    def submissions(self) -> list[dict[str, Any]]:
+        return self.state()["submissions"]
+
+    def lookups(self, task_id: int | str | None = None) -> list[dict[str, Any]]:
+        """Request-log entries of assignment lookups, optionally of one task."""
+        found = []
+        for entry in self.state()["requests"]:
+            _, sep, rest = entry["path"].partition(LOOKUP_PATH)
+            if sep and (task_id is None or rest == str(task_id)):
+                found.append(entry)
+        return found
+
+    # -- internals
+
+    def _command(self) -> list[str]:
+        data_path = self.tmp_path / "sim-data.json"
+        data_path.write_text(json.dumps(self.data))
+        command = [sys.executable, "-m", "validator.simulator", "--data", str(data_path)]
+        command += ["--host", "127.0.0.1", "--port", "0"]
+        command += ["--rate-limit-seconds", str(self.rate_limit_seconds)]
+        command += ["--assignment-ttl-seconds", str(self.assignment_ttl_seconds)]
+        if self.faults:
+            faults_path = self.tmp_path / "sim-faults.json"
+            faults_path.write_text(json.dumps(self.faults))
+            command += ["--faults", str(faults_path)]
+        return command
+
+    def _env(self) -> dict[str, str]:
+        # The key goes through the environment so that it is not on a
+        # command line other processes can read.
+        env = {k: v for k, v in os.environ.items() if k != "SIM_API_KEY"}
+        if self.api_key is not None:
+            env["SIM_API_KEY"] = self.api_key
+        return env
+
+    def _open_log(self) -> IO[bytes]:
+        self._log_file = open(self.log_path, "wb")  # closed in stop()
+        return self._log_file
+
+    def _read_stdout(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        first = True
+        for raw in self._proc.stdout:
+            line = raw.decode(errors="replace")
+            self._stdout_lines.append(line)
+            if first:
+                self._first_line.put(line)
+                first = False
+        if first:  # exited without a line: unblock start() at once
+            self._first_line.put("")
+
+    def _control(self, method: str, path: str, body: Any = None) -> Any:
+        response = requests.request(method, self.root_url + path, json=body, timeout=10)
+        response.raise_for_status()
+        return response.json()

@@ -1,0 +1,91 @@
+"""Runs the real `python -m validator` CLI as a subprocess, as the launcher would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURE_MODULES = REPO_ROOT / "tests" / "fixtures"
+API_KEY = "sk-flock-TEST-9f8e7d6c5b4a"
+HF_TOKEN = "hf_TESTtoken1234567890abcdef"
+
+
+def validator_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """Environment with the fixture modules importable, a private state and config dir, and
+    quick API retries so that fault tests stay short."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FLOCK_API_KEY", "HF_TOKEN")}
+    env.update(
+        PYTHONPATH=str(FIXTURE_MODULES),
+        PYTHONUNBUFFERED="1",
+        VALIDATOR_STATE_DIR=str(tmp_path / "state"),
+        VALIDATOR_CONFIG_DIR=str(tmp_path / "configs"),
+        VALIDATOR_API_RETRIES="1",
+        VALIDATOR_API_BACKOFF="0.05",
+        FLOCK_API_KEY=API_KEY,
+        HF_TOKEN=HF_TOKEN,
+    )
+    env.update(extra)
+    return env
+
+
+def write_config(tmp_path: Path, module: str, config: dict, task_id: str | None = None) -> Path:
+    folder = tmp_path / "configs" if task_id is None else tmp_path / "configs" / "tasks"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{task_id if task_id is not None else module}.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def loop_args(module: str, api_url: str, task_ids: str, *extra: str) -> list[str]:
+    return [
+        module,
+        "--task_ids",
+        task_ids,
+        "--api-url",
+        api_url,
+        "--time-sleep",
+        "0.3",
+        "--assignment-lookup-interval",
+        "0.2",
+        *extra,
+    ]
+
+
+def run_validator(
+    args: list[str], env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "validator", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_validator(args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    log = open(log_path, "w")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen(
+        [sys.executable, "-m", "validator", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

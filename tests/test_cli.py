@@ -1,0 +1,121 @@
+"""The command line, run as a subprocess: usage errors, unknown modules, `--check`."""
+
+import json
+
+import pytest
+
+from tests.helpers.validator_cli import (
+    API_KEY,
+    HF_TOKEN,
+    run_validator,
+    validator_env,
+    write_config,
+)
+
+
+@pytest.fixture
+def env(tmp_path):
+    return validator_env(tmp_path)
+
+
+def write_input(tmp_path, **fields):
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps(fields))
+    return str(path)
+
+
+def test_unknown_module_is_one_line_listing_the_modules(env):
+    result = run_validator(["nosuch", "--task_ids", "1"], env)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "unknown module 'nosuch'" in lines[0]
+    assert "fixture" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task_ids", "1", "--time-sleep", "soon"], "Invalid value for '--time-sleep'"),
+        (["--task_ids", "1", "--assignment-lookup-interval", "0"], "is not in the range"),
+        (["--task_ids", "1,,2"], "has an empty task id"),
+        (["--task_ids", "1", "--max-assignments", "0"], "Invalid value for '--max-assignments'"),
+        ([], "missing --task_ids"),
+    ],
+)
+def test_bad_options_are_usage_errors(env, args, message):
+    result = run_validator(["fixture", *args], env)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_missing_key_is_a_usage_error(tmp_path):
+    env = validator_env(tmp_path)
+    del env["FLOCK_API_KEY"]
+    result = run_validator(["fixture", "--task_ids", "1"], env)
+    assert result.returncode == 2
+    assert "missing --flock-api-key / FLOCK_API_KEY" in result.stderr
+
+
+def test_check_prints_metrics_as_last_stdout_line(tmp_path, env):
+    write_config(tmp_path, "fixture", {"scale": 2.0})
+    result = run_validator(
+        ["fixture", "--check", write_input(tmp_path, hg_repo_id="ok/abcd", context_length=9)], env
+    )
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(result.stdout.strip().splitlines()[-1])
+    assert metrics == {"loss": 7 * 2.0 / 100, "repo_length": 7, "context_length": 9}
+
+
+def test_check_reports_a_submission_that_would_fail(tmp_path, env):
+    result = run_validator(
+        ["fixture", "--check", write_input(tmp_path, hg_repo_id="broken/x")], env
+    )
+    assert result.returncode == 1
+    assert "would be marked failed: ValueError: cannot load broken/x" in result.stderr
+    assert result.stdout == ""
+
+
+def test_check_with_input_missing_a_field_is_a_usage_error(tmp_path, env):
+    result = run_validator(["fixture", "--check", write_input(tmp_path, revision="main")], env)
+    assert result.returncode == 2
+    assert "hg_repo_id" in result.stderr
+
+
+def test_check_with_operator_problem_exits_3(tmp_path, env):
+    result = run_validator(
+        ["fixture", "--check", write_input(tmp_path, hg_repo_id="operator/x")], env
+    )
+    assert result.returncode == 3
+    assert "operator action needed: disk full" in result.stderr
+
+
+def test_check_with_invalid_config_exits_2_naming_file_and_key(tmp_path, env):
+    path = write_config(tmp_path, "fixture", {"scale": "big"})
+    result = run_validator(["fixture", "--check", write_input(tmp_path, hg_repo_id="ok/x")], env)
+    assert result.returncode == 2
+    assert f"{path}: key 'scale'" in result.stderr
+
+
+def test_check_needs_no_key_or_token(tmp_path):
+    env = validator_env(tmp_path)
+    del env["FLOCK_API_KEY"], env["HF_TOKEN"]
+    result = run_validator(["fixture", "--check", write_input(tmp_path, hg_repo_id="ok/x")], env)
+    assert result.returncode == 0, result.stderr
+
+
+def test_missing_check_file_is_a_usage_error(tmp_path, env):
+    result = run_validator(["fixture", "--check", str(tmp_path / "absent.json")], env)
+    assert result.returncode == 2
+    assert "absent.json: cannot be read" in result.stderr
+
+
+def test_secrets_never_reach_the_output_of_a_failing_check(tmp_path, env):
+    result = run_validator(
+        ["fixture", "--debug", "--check", write_input(tmp_path, hg_repo_id=f"broken/{API_KEY}")],
+        env,
+    )
+    assert result.returncode == 1
+    assert "broken/***" in result.stderr
+    for secret in (API_KEY, HF_TOKEN):
+        assert secret not in result.stderr + result.stdout

@@ -1,0 +1,89 @@
+import multiprocessing
+
+import pytest
+
+from validator.exceptions import ConfigError
+from validator.journal import UNDECIDED, UNSUBMITTED, Journal, State
+
+
+@pytest.fixture
+def journal(tmp_path):
+    journal = Journal(tmp_path / "state")
+    yield journal
+    journal.close()
+
+
+def test_assignment_moves_through_states_with_an_event_trail(journal):
+    journal.receive("5", "lora", "12", {"hg_repo_id": "a/b"})
+    journal.begin_scoring("5")
+    journal.scored("5", {"loss": 1.5, "bppl": float("inf")})
+    entry = journal.get("5")
+    assert entry.state is State.SCORED
+    assert entry.metrics == {"loss": 1.5, "bppl": float("inf")}
+    assert entry.attempts == 1
+    journal.submitted("5")
+    entry = journal.get("5")
+    assert (entry.state, entry.outcome) == (State.SUBMITTED, "completed")
+    assert [state for state, _ in journal.events("5")] == [
+        "received",
+        "scoring",
+        "scored",
+        "submitted",
+    ]
+
+
+def test_failed_outcome_is_recorded_on_submit(journal):
+    journal.receive("6", "lora", "12", {})
+    journal.failed("6", "ValueError: bad adapter")
+    assert journal.get("6").error == "ValueError: bad adapter"
+    journal.submitted("6")
+    assert journal.get("6").outcome == "failed"
+
+
+def test_receive_keeps_an_existing_entry(journal):
+    journal.receive("5", "lora", "12", {"x": 1})
+    journal.begin_scoring("5")
+    entry = journal.receive("5", "lora", "12", {"x": 2})
+    assert entry.state is State.SCORING
+    assert entry.input == {"x": 1}
+
+
+def test_postpone_does_not_count_as_an_attempt(journal):
+    journal.receive("5", "lora", "12", {})
+    journal.begin_scoring("5")
+    journal.postpone("5", "disk full", 123.0)
+    entry = journal.get("5")
+    assert (entry.state, entry.attempts, entry.not_before) == (State.RECEIVED, 0, 123.0)
+
+
+def test_pending_is_per_module_and_state_and_survives_reopen(tmp_path):
+    journal = Journal(tmp_path)
+    journal.receive("1", "lora", "12", {})
+    journal.receive("2", "rl", "13", {})
+    journal.receive("3", "lora", "12", {})
+    journal.begin_scoring("3")
+    journal.scored("3", {"loss": 2.0})
+    journal.close()
+    reopened = Journal(tmp_path)
+    assert [e.id for e in reopened.pending("lora", UNDECIDED)] == ["1"]
+    assert [e.id for e in reopened.pending("lora", UNSUBMITTED)] == ["3"]
+    assert [e.id for e in reopened.pending("rl", UNDECIDED)] == ["2"]
+    reopened.close()
+
+
+def _try_open(path, queue):
+    try:
+        Journal(path)
+        queue.put("opened")
+    except ConfigError as exc:
+        queue.put(str(exc))
+
+
+def test_second_process_on_the_same_state_dir_is_refused(journal, tmp_path):
+    queue = multiprocessing.get_context("spawn").Queue()
+    process = multiprocessing.get_context("spawn").Process(
+        target=_try_open, args=(tmp_path / "state", queue)
+    )
+    process.start()
+    process.join(30)
+    assert "in use by another validator process" in queue.get(timeout=5)

@@ -1,0 +1,3 @@
+from validator.entrypoint import main
+
+main()

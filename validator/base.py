@@ -1,0 +1,51 @@
+"""The module plugin API (SPEC §4).
+
+A module lives in `modules/<name>/`, and its `__init__.py` exposes a subclass of
+`BaseValidationModule` as `MODULE`. The orchestrator builds one instance per distinct resolved
+config and calls `validate()` once per assignment, then `cleanup()`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class BaseConfig(BaseModel):
+    """Operator settings of a module, read from `configs/`. Unknown keys are errors, so a typo in
+    a config file is reported instead of silently ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BaseInputData(BaseModel):
+    """One assignment's input: `{**task_submission.data, **data}`. The API may add fields a
+    module does not use, so extra fields are ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class BaseMetrics(BaseModel):
+    """What is submitted as the assignment's `data` when it is completed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BaseValidationModule(ABC):
+    config_schema: ClassVar[type[BaseConfig]] = BaseConfig
+    input_data_schema: ClassVar[type[BaseInputData]] = BaseInputData
+    metrics_schema: ClassVar[type[BaseMetrics]] = BaseMetrics
+    task_type: ClassVar[str] = ""
+
+    def __init__(self, config: BaseConfig) -> None:
+        self.config = config
+
+    @abstractmethod
+    def validate(self, data: BaseInputData) -> BaseMetrics:
+        """Score one submission. Raise `RecoverableException` for operator-side problems,
+        `TransientError` for network faults; any other exception fails the assignment."""
+
+    def cleanup(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Called after every assignment, scored or not: remove downloaded submission files."""

@@ -1,0 +1,221 @@
+"""`python -m validator <module> ...`: the command line of the inner orchestrator (SPEC §2)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from validator.check import run_check
+from validator.exceptions import ConfigError, RecoverableException, TransientError
+from validator.exit_codes import ExitCode
+from validator.fedledger import DEFAULT_API_URL, FedLedgerClient
+from validator.journal import Journal
+from validator.logs import setup_logging
+from validator.outcomes import Verdict, classify
+from validator.registry import REPO_ROOT, load_module_class
+from validator.runner import Interrupted, LoopSettings, Runner
+from validator.scoring import ModulePool
+
+log = logging.getLogger("validator")
+POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
+
+
+def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | None):
+    if value is None:
+        return None
+    ids = [part.strip() for part in value.split(",")]
+    if not all(ids):
+        raise click.BadParameter(f"{value!r} has an empty task id; give e.g. 12,34")
+    return list(dict.fromkeys(ids))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("module")
+@click.option(
+    "--task_ids",
+    "--task-ids",
+    "task_ids",
+    callback=parse_task_ids,
+    help="Comma-separated task ids to validate, e.g. 12,34.",
+)
+@click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
+@click.option("--hf-token", envvar="HF_TOKEN", help="HuggingFace token (gated base models).")
+@click.option(
+    "--time-sleep",
+    envvar="TIME_SLEEP",
+    type=POSITIVE_SECONDS,
+    default=180.0,
+    show_default=True,
+    help="Seconds to wait after an unexpected API answer.",
+)
+@click.option(
+    "--assignment-lookup-interval",
+    envvar="ASSIGNMENT_LOOKUP_INTERVAL",
+    type=POSITIVE_SECONDS,
+    default=180.0,
+    show_default=True,
+    help="Minimum seconds between two lookups of one task.",
+)
+@click.option("--debug", is_flag=True, help="Verbose logs (secrets are still never shown).")
+@click.option(
+    "--api-url",
+    envvar="FLOCK_API_URL",
+    default=DEFAULT_API_URL,
+    show_default=True,
+    help="Fed Ledger base URL.",
+)
+@click.option(
+    "--max-assignments",
+    type=click.IntRange(min=1),
+    help="Exit 0 after this many assignments were finished.",
+)
+@click.option(
+    "--check",
+    "check_input",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Score one input JSON locally and print the metrics; nothing is submitted.",
+)
+@click.option(
+    "--state-dir",
+    envvar="VALIDATOR_STATE_DIR",
+    type=click.Path(path_type=Path),
+    default=Path("state"),
+    show_default=True,
+    help="Where the journal lives.",
+)
+@click.option(
+    "--config-dir",
+    envvar="VALIDATOR_CONFIG_DIR",
+    type=click.Path(path_type=Path),
+    default=REPO_ROOT / "configs",
+    help="Module and task configs [default: ./configs].",
+)
+@click.option(
+    "--api-retries",
+    envvar="VALIDATOR_API_RETRIES",
+    type=click.IntRange(min=0),
+    default=4,
+    hidden=True,
+)
+@click.option(
+    "--api-backoff",
+    envvar="VALIDATOR_API_BACKOFF",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    hidden=True,
+)
+def main(
+    module: str,
+    task_ids: list[str] | None,
+    flock_api_key: str | None,
+    hf_token: str | None,
+    time_sleep: float,
+    assignment_lookup_interval: float,
+    debug: bool,
+    api_url: str,
+    max_assignments: int | None,
+    check_input: Path | None,
+    state_dir: Path,
+    config_dir: Path,
+    api_retries: int,
+    api_backoff: float,
+) -> None:
+    """Validate FLock assignments of MODULE's tasks (e.g. `lora`)."""
+    if check_input is None:
+        for value, name in (
+            (task_ids, "--task_ids"),
+            (flock_api_key, "--flock-api-key / FLOCK_API_KEY"),
+            (hf_token, "--hf-token / HF_TOKEN"),
+        ):
+            if not value:
+                raise click.UsageError(f"missing {name} (only --check runs without it)")
+    setup_logging(debug, [flock_api_key, hf_token])
+    if hf_token:
+        os.environ["HF_TOKEN"] = hf_token  # huggingface_hub reads it from there
+    try:
+        pool = ModulePool(load_module_class(module), module, config_dir)
+        if check_input is not None:
+            code = run_check(pool, check_input)
+        else:
+            assert task_ids is not None and flock_api_key is not None
+            for task_id in task_ids:  # fail on a bad config before touching the API
+                pool.config_for(task_id)
+            settings = LoopSettings(
+                task_ids, time_sleep, assignment_lookup_interval, max_assignments
+            )
+            client = FedLedgerClient(
+                flock_api_key, api_url, retries=api_retries, backoff=api_backoff
+            )
+            code = _run_loop(settings, client, Journal(state_dir), pool)
+    except ConfigError as exc:
+        code = _fail(ExitCode.USAGE, f"error: {exc}")
+    except RecoverableException as exc:
+        code = _fail(ExitCode.OPERATOR, f"operator action needed: {exc}")
+    except Interrupted:
+        code = _fail(ExitCode.INTERRUPTED, "interrupted")
+    except Exception as exc:
+        code = _crash(exc)
+    sys.exit(int(code))
+
+
+def _run_loop(
+    settings: LoopSettings, client: FedLedgerClient, journal: Journal, pool: ModulePool
+) -> ExitCode:
+    stop = threading.Event()
+    _install_signal_handlers(stop)
+    _check_tasks(client, settings.task_ids, pool.module_cls.task_type)
+    try:
+        return Runner(settings, client, journal, pool, stop).run()
+    finally:
+        journal.close()
+        client.close()
+
+
+def _install_signal_handlers(stop: threading.Event) -> None:
+    def handle(signum: int, _frame) -> None:
+        if stop.is_set():
+            raise Interrupted()
+        log.info(
+            "%s received: stopping after the current step (again to stop now)",
+            signal.Signals(signum).name,
+        )
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def _check_tasks(client: FedLedgerClient, task_ids: list[str], task_type: str) -> None:
+    """Warn early about task ids the API does not list or that belong to another module."""
+    try:
+        tasks = {task.id: task for task in client.list_tasks()}
+    except TransientError as exc:
+        log.warning("could not list tasks (%s); going on", exc)
+        return
+    for task_id in task_ids:
+        task = tasks.get(task_id)
+        if task is None:
+            log.warning("task %s is not in the Fed Ledger's task list", task_id)
+        elif task_type and task.task_type and task.task_type != task_type:
+            log.warning(
+                "task %s has type %r, this module validates %r", task_id, task.task_type, task_type
+            )
+
+
+def _fail(code: ExitCode, message: str) -> ExitCode:
+    log.error("%s", message)
+    return code
+
+
+def _crash(exc: Exception) -> ExitCode:
+    if classify(exc) is Verdict.DEVICE:
+        log.error("device fault, restart needed: %s: %s", type(exc).__name__, exc)
+        return ExitCode.RESTART
+    log.exception("validator crashed: %s", exc)
+    return ExitCode.BUG

@@ -1,0 +1,204 @@
+"""Typed client of the FLock Fed Ledger API (SPEC §3).
+
+Every call has a timeout; connection errors and 5xx answers are retried with exponential backoff
+by urllib3; bodies that are empty or not JSON are tolerated. The API key travels only in the
+request header and is never logged, and redirects are not followed so it cannot leak to
+another host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import quote
+
+import requests
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from requests.adapters import HTTPAdapter
+from urllib3.util import Retry
+
+from validator.exceptions import RecoverableException, TransientError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_URL = "https://fed-ledger-prod.flock.io/api/v1"
+NO_SUBMISSIONS = "No task submissions available to validate"
+RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"
+NOT_VALIDATING = "Validation assignment is not in validating status"
+RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+
+
+def normalise_id(value: Any) -> str:
+    """Ids come back as integers while the CLI gives strings."""
+    return str(value).strip()
+
+
+class Task(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    task_type: str | None = None
+
+    _normalise = field_validator("id", mode="before")(normalise_id)
+
+
+class TaskSubmission(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Assignment(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    task_submission: TaskSubmission = Field(default_factory=TaskSubmission)
+
+    _normalise = field_validator("id", mode="before")(normalise_id)
+
+    def module_input(self) -> dict[str, Any]:
+        """The module input: the assignment's data wins over the submission's on a clash."""
+        return {**self.task_submission.data, **self.data}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A lookup that yielded no assignment."""
+
+    kind: Literal["no_submissions", "rate_limited", "unexpected"]
+    status: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    kind: Literal["accepted", "not_validating", "rejected"]
+    status: int
+    detail: str = ""
+
+
+class ApiUnavailable(TransientError):
+    """The API could not be reached, or answered 5xx, after all retries."""
+
+
+class FedLedgerClient:
+    def __init__(
+        self,
+        api_key: str,
+        api_url: str = DEFAULT_API_URL,
+        *,
+        timeout: tuple[float, float] = (10.0, 60.0),
+        retries: int = 4,
+        backoff: float = 1.0,
+    ) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.timeout = timeout
+        self._session = requests.Session()
+        self._session.headers.update({"flock-api-key": api_key, "Content-Type": "application/json"})
+        retry = Retry(
+            total=retries,
+            connect=retries,
+            read=retries,
+            status=retries,
+            other=retries,
+            allowed_methods=None,  # POSTs here are safe to repeat: lookups and idempotent updates
+            status_forcelist=RETRIED_STATUSES,
+            backoff_factor=backoff,
+            backoff_max=60,
+            raise_on_status=False,
+        )
+        adapter = HTTPAdapter(max_retries=retry)
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None = None):
+        url = f"{self.api_url}{path}"
+        # json.dumps' default allows Infinity/NaN, like the reference client (requests' json=).
+        payload = None if body is None else json.dumps(body)
+        try:
+            response = self._session.request(
+                method, url, data=payload, timeout=self.timeout, allow_redirects=False
+            )
+        except requests.RequestException as exc:
+            raise ApiUnavailable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        log.debug("%s %s -> %s", method, path, response.status_code)
+        return response
+
+    def list_tasks(self) -> list[Task]:
+        response = self._send("GET", "/tasks/list")
+        body = _json_or_none(response)
+        self._raise_for_auth(response, body)
+        if response.status_code != 200 or not isinstance(body, list):
+            raise ApiUnavailable(
+                f"GET /tasks/list: HTTP {response.status_code}: {_detail(response, body)}"
+            )
+        return [Task.model_validate(item) for item in body if isinstance(item, dict)]
+
+    def request_assignment(self, task_id: str) -> Assignment | Refusal:
+        path = f"/tasks/request-validation-assignment/{quote(normalise_id(task_id), safe='')}"
+        response = self._send("POST", path)
+        body = _json_or_none(response)
+        self._raise_for_auth(response, body)
+        detail = _detail(response, body)
+        if response.status_code == 200:
+            try:
+                return Assignment.model_validate(body)
+            except ValidationError as exc:
+                short = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+                return Refusal("unexpected", 200, f"malformed assignment: {short}")
+        if detail == NO_SUBMISSIONS:
+            return Refusal("no_submissions", response.status_code, detail)
+        if detail == RATE_LIMITED:
+            return Refusal("rate_limited", response.status_code, detail)
+        return Refusal("unexpected", response.status_code, detail)
+
+    def submit(
+        self, assignment_id: str, status: Literal["completed", "failed"], metrics: dict | None
+    ) -> SubmitResult:
+        path = f"/tasks/update-validation-assignment/{quote(normalise_id(assignment_id), safe='')}"
+        body: dict[str, Any] = {"status": status}
+        if status == "completed":
+            body["data"] = metrics or {}
+        response = self._send("POST", path, body)
+        parsed = _json_or_none(response)
+        self._raise_for_auth(response, parsed)
+        detail = _detail(response, parsed)
+        if response.status_code >= 500:
+            raise ApiUnavailable(f"POST {path}: HTTP {response.status_code}: {detail}")
+        if 200 <= response.status_code < 300:
+            return SubmitResult("accepted", response.status_code, detail)
+        if detail == NOT_VALIDATING:
+            return SubmitResult("not_validating", response.status_code, detail)
+        return SubmitResult("rejected", response.status_code, detail)
+
+    @staticmethod
+    def _raise_for_auth(response: requests.Response, body: Any) -> None:
+        if response.status_code in (401, 403):
+            raise RecoverableException(
+                f"the Fed Ledger refused the API key (HTTP {response.status_code}: "
+                f"{_detail(response, body)}); check --flock-api-key / FLOCK_API_KEY"
+            )
+
+
+def _json_or_none(response: requests.Response) -> Any:
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _detail(response: requests.Response, body: Any) -> str:
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return body["detail"]
+    if not response.content:
+        return "(empty body)"
+    text = response.text.strip().replace("\n", " ")
+    return text[:200] if body is None else json.dumps(body)[:200]

@@ -1,0 +1,60 @@
+"""Finds modules: `modules.<name>` packages that expose `MODULE`.
+
+`modules` is a namespace package (no `__init__.py`), so a second `modules/` folder on the
+Python path, e.g. one of tests or of a third party, adds modules without touching this repo.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+from validator.base import BaseValidationModule
+from validator.exceptions import ConfigError, RecoverableException, UnknownModuleError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ensure_repo_on_path() -> None:
+    # `python -m validator` from another directory must still find the repo's modules/.
+    if str(REPO_ROOT) not in sys.path and not any(
+        Path(p or ".").resolve() == REPO_ROOT for p in sys.path
+    ):
+        sys.path.append(str(REPO_ROOT))
+
+
+def available_modules() -> list[str]:
+    _ensure_repo_on_path()
+    try:
+        package = importlib.import_module("modules")
+    except ImportError:
+        return []
+    return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
+
+
+def load_module_class(name: str) -> type[BaseValidationModule]:
+    """Import `modules.<name>` and return its `MODULE` class.
+
+    Raises `UnknownModuleError` (listing what exists) when there is no such module, and
+    `ConfigError` when the package exists but does not expose a proper `MODULE`.
+    """
+    known = available_modules()
+    if not name.isidentifier() or name not in known:
+        listing = ", ".join(known) if known else "none found"
+        raise UnknownModuleError(f"unknown module {name!r}; available modules: {listing}")
+    try:
+        package = importlib.import_module(f"modules.{name}")
+    except ModuleNotFoundError as exc:
+        # A dependency of the module is missing: wrong image or environment, not a bad name.
+        raise RecoverableException(
+            f"module {name!r} cannot be imported: {exc}; run it in its own image "
+            f"(python run.py {name} ...) or install modules/{name}/environment.yml"
+        ) from exc
+    cls = getattr(package, "MODULE", None)
+    if not (isinstance(cls, type) and issubclass(cls, BaseValidationModule)):
+        raise ConfigError(
+            f"modules/{name}/__init__.py must set MODULE to a BaseValidationModule subclass"
+        )
+    return cls

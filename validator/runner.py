@@ -1,0 +1,287 @@
+"""The assignment loop: round-robin lookups over tasks, scoring, and submission via the journal.
+
+Every assignment is journaled before it is scored, so a crash, a kill or an API outage loses
+nothing: undecided work is rescored and unsubmitted results are submitted by the next loop pass
+or the next process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from validator.exceptions import ConfigError, RecoverableException
+from validator.exit_codes import ExitCode
+from validator.fedledger import ApiUnavailable, Assignment, FedLedgerClient
+from validator.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, State
+from validator.outcomes import Verdict, classify
+from validator.scoring import ModulePool, score
+
+log = logging.getLogger(__name__)
+
+# Give up rescoring an assignment whose scoring killed the process this many times.
+MAX_SCORING_ATTEMPTS = 3
+# Stop retrying an assignment that keeps hitting transient faults after this long.
+PENDING_TTL_SECONDS = 24 * 3600
+
+
+class Interrupted(BaseException):
+    """A second stop signal: leave now, even in the middle of scoring."""
+
+
+class Stop(Exception):
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    task_ids: list[str]
+    time_sleep: float
+    lookup_interval: float
+    max_assignments: int | None = None
+
+
+class Runner:
+    def __init__(
+        self,
+        settings: LoopSettings,
+        client: FedLedgerClient,
+        journal: Journal,
+        pool: ModulePool,
+        stop: threading.Event,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.journal = journal
+        self.pool = pool
+        self.module = pool.module_name
+        self.stop = stop
+        self.order = deque(settings.task_ids)
+        self.next_lookup = dict.fromkeys(settings.task_ids, 0.0)
+        self.finished = 0
+
+    def run(self) -> ExitCode:
+        try:
+            self._report_backlog()
+            while not self.stop.is_set():
+                if self._limit_reached():
+                    log.info("finished %d assignments; exiting", self.finished)
+                    return ExitCode.OK
+                if self._submit_due() or self._score_due():
+                    continue
+                task_id = self._due_task()
+                if task_id is None:
+                    self._wait_until(self._next_wake())
+                else:
+                    self._lookup(task_id)
+            log.info("stopped by signal")
+            return ExitCode.OK
+        except Stop as stop:
+            log.error("%s", stop)
+            return stop.code
+
+    def _limit_reached(self) -> bool:
+        limit = self.settings.max_assignments
+        return limit is not None and self.finished >= limit
+
+    def _report_backlog(self) -> None:
+        undecided = self.journal.pending(self.module, UNDECIDED)
+        unsubmitted = self.journal.pending(self.module, UNSUBMITTED)
+        if undecided or unsubmitted:
+            log.info(
+                "journal %s: %d assignments to (re)score, %d results to submit",
+                self.journal.path,
+                len(undecided),
+                len(unsubmitted),
+            )
+
+    # --- lookups -----------------------------------------------------------------------
+
+    def _due_task(self) -> str | None:
+        now = time.time()
+        for _ in range(len(self.order)):
+            task_id = self.order[0]
+            self.order.rotate(-1)
+            if self.next_lookup[task_id] <= now:
+                return task_id
+        return None
+
+    def _next_wake(self) -> float:
+        pending = self.journal.pending(self.module, UNDECIDED + UNSUBMITTED)
+        return min([*self.next_lookup.values(), *(e.not_before for e in pending)])
+
+    def _wait_until(self, when: float) -> None:
+        delay = when - time.time()
+        if delay > 0:
+            self.stop.wait(delay)
+
+    def _lookup(self, task_id: str) -> None:
+        self.next_lookup[task_id] = time.time() + self.settings.lookup_interval
+        try:
+            result = self.client.request_assignment(task_id)
+        except ApiUnavailable as exc:
+            self._pause(f"task {task_id}: Fed Ledger unavailable ({exc})")
+            return
+        except RecoverableException as exc:
+            raise Stop(ExitCode.OPERATOR, str(exc)) from exc
+        if isinstance(result, Assignment):
+            self._take(task_id, result)
+        elif result.kind == "unexpected":
+            self._pause(f"task {task_id}: unexpected answer HTTP {result.status}: {result.detail}")
+        else:
+            log.info(
+                "task %s: %s; next lookup in %gs",
+                task_id,
+                result.detail,
+                self.settings.lookup_interval,
+            )
+
+    def _pause(self, why: str) -> None:
+        log.warning("%s; sleeping %gs", why, self.settings.time_sleep)
+        self.stop.wait(self.settings.time_sleep)
+
+    def _take(self, task_id: str, assignment: Assignment) -> None:
+        entry = self.journal.receive(assignment.id, self.module, task_id, assignment.module_input())
+        log.info("task %s: received assignment %s", task_id, assignment.id)
+        if entry.state in UNDECIDED:
+            self._score(entry)
+        elif entry.state in UNSUBMITTED:
+            self._submit(entry)
+        else:
+            log.warning(
+                "assignment %s was handed out again but is already %s; ignoring",
+                entry.id,
+                entry.state.value,
+            )
+
+    # --- scoring -----------------------------------------------------------------------
+
+    def _score_due(self) -> bool:
+        now = time.time()
+        due = [e for e in self.journal.pending(self.module, UNDECIDED) if e.not_before <= now]
+        for entry in due:
+            if self.stop.is_set():
+                break
+            self._score(entry)
+        return bool(due)
+
+    def _score(self, entry: Entry) -> None:
+        if entry.attempts >= MAX_SCORING_ATTEMPTS:
+            reason = f"scoring ended the process {entry.attempts} times (crash or device fault)"
+            self._decide_failed(entry, reason)
+            return
+        entry = self.journal.begin_scoring(entry.id)
+        log.info("assignment %s: scoring (attempt %d)", entry.id, entry.attempts)
+        try:
+            metrics = score(self.pool.module_for(entry.task_id), entry.input)
+        except Interrupted:
+            self.journal.postpone(entry.id, "interrupted by a signal", 0)
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is classified below
+            self._on_error(entry, exc)
+            return
+        log.info("assignment %s: scored %s", entry.id, json.dumps(metrics))
+        self.journal.scored(entry.id, metrics)
+        self._submit(self._reload(entry))
+
+    def _on_error(self, entry: Entry, exc: Exception) -> None:
+        verdict = classify(exc)
+        if verdict is Verdict.FAILED:
+            log.warning(
+                "assignment %s: submission cannot be validated: %s: %s",
+                entry.id,
+                type(exc).__name__,
+                exc,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
+            self._decide_failed(entry, f"{type(exc).__name__}: {exc}")
+        elif verdict is Verdict.TRANSIENT:
+            self._postpone_transient(entry, exc)
+        elif verdict is Verdict.DEVICE:
+            # Left in `scoring`: the restarted process rescores it and counts the attempt.
+            raise Stop(
+                ExitCode.RESTART,
+                f"assignment {entry.id}: device fault, restart needed: {type(exc).__name__}: {exc}",
+            ) from exc
+        else:
+            self.journal.postpone(entry.id, str(exc), 0)
+            code = ExitCode.USAGE if isinstance(exc, ConfigError) else ExitCode.OPERATOR
+            raise Stop(code, f"assignment {entry.id} kept for a retry after you fix this: {exc}")
+
+    def _postpone_transient(self, entry: Entry, exc: Exception) -> None:
+        age = time.time() - entry.received_at
+        if age > PENDING_TTL_SECONDS:
+            self.journal.dropped(entry.id, f"transient faults for {age / 3600:.0f} h: {exc}")
+            self.finished += 1
+            log.error(
+                "assignment %s: dropped after %.0f h of transient faults", entry.id, age / 3600
+            )
+            return
+        retry_at = time.time() + self.settings.time_sleep
+        self.journal.postpone(entry.id, f"transient: {exc}", retry_at)
+        log.warning(
+            "assignment %s: transient fault (%s); retrying in %gs",
+            entry.id,
+            exc,
+            self.settings.time_sleep,
+        )
+
+    def _decide_failed(self, entry: Entry, reason: str) -> None:
+        self.journal.failed(entry.id, reason)
+        self._submit(self._reload(entry))
+
+    def _reload(self, entry: Entry) -> Entry:
+        fresh = self.journal.get(entry.id)
+        assert fresh is not None
+        return fresh
+
+    # --- submission --------------------------------------------------------------------
+
+    def _submit_due(self) -> bool:
+        now = time.time()
+        due = [e for e in self.journal.pending(self.module, UNSUBMITTED) if e.not_before <= now]
+        for entry in due:
+            self._submit(entry)
+        return bool(due)
+
+    def _submit(self, entry: Entry) -> None:
+        status = "completed" if entry.state is State.SCORED else "failed"
+        try:
+            result = self.client.submit(entry.id, status, entry.metrics)
+        except ApiUnavailable as exc:
+            retry_at = time.time() + self.settings.time_sleep
+            self.journal.defer_submit(entry.id, f"submit: {exc}", retry_at)
+            log.warning(
+                "assignment %s: submit failed (%s); kept in the journal, retrying in %gs",
+                entry.id,
+                exc,
+                self.settings.time_sleep,
+            )
+            return
+        except RecoverableException as exc:
+            raise Stop(ExitCode.OPERATOR, str(exc)) from exc
+        self.finished += 1
+        if result.kind == "accepted":
+            self.journal.submitted(entry.id)
+            log.info("assignment %s: submitted as %s", entry.id, status)
+        elif result.kind == "not_validating":
+            self.journal.dropped(entry.id, result.detail)
+            log.warning(
+                "assignment %s: too late, the API says %r; result dropped", entry.id, result.detail
+            )
+        else:
+            self.journal.dropped(entry.id, f"HTTP {result.status}: {result.detail}")
+            log.error(
+                "assignment %s: the API rejected the %s result (HTTP %s: %s); it stays in "
+                "the journal",
+                entry.id,
+                status,
+                result.status,
+                result.detail,
+            )

@@ -1,0 +1,77 @@
+"""Module instances per resolved config, and scoring one input with a module."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from validator.base import BaseConfig, BaseMetrics, BaseValidationModule
+from validator.config import resolve_config
+from validator.exceptions import RecoverableException
+
+log = logging.getLogger(__name__)
+
+
+class InvalidInput(Exception):
+    """The assignment's input does not fit the module's input schema: the submission's fault."""
+
+
+class ModulePool:
+    """One module instance per distinct resolved config, shared by the tasks that have it, so
+    that expensive state (a base model kept in GPU memory) is loaded once."""
+
+    def __init__(
+        self, module_cls: type[BaseValidationModule], module_name: str, config_dir: Path
+    ) -> None:
+        self.module_cls = module_cls
+        self.module_name = module_name
+        self.config_dir = config_dir
+        self._instances: dict[str, BaseValidationModule] = {}
+
+    def config_for(self, task_id: str | None) -> BaseConfig:
+        return resolve_config(
+            self.module_cls.config_schema, self.config_dir, self.module_name, task_id
+        )
+
+    def module_for(self, task_id: str | None) -> BaseValidationModule:
+        config = self.config_for(task_id)
+        key = config.model_dump_json()
+        if key not in self._instances:
+            log.info("starting module %s with config %s", self.module_name, key)
+            self._instances[key] = self.module_cls(config)
+        return self._instances[key]
+
+
+def score(module: BaseValidationModule, raw_input: dict[str, Any]) -> dict[str, Any]:
+    """Validate one submission; returns the metrics to submit. `cleanup()` always runs."""
+    try:
+        data = module.input_data_schema.model_validate(raw_input)
+    except ValidationError as exc:
+        raise InvalidInput(f"assignment input does not fit {type(module).__name__}: {exc}") from exc
+    try:
+        metrics = module.validate(data)
+    finally:
+        module.cleanup()
+    return _metrics_dict(module, metrics)
+
+
+def _metrics_dict(module: BaseValidationModule, metrics: Any) -> dict[str, Any]:
+    schema = module.metrics_schema
+    if isinstance(metrics, dict):
+        try:
+            metrics = schema.model_validate(metrics)
+        except ValidationError as exc:
+            raise RecoverableException(
+                f"{type(module).__name__}.validate() returned metrics that do not fit "
+                f"{schema.__name__}: {exc}"
+            ) from exc
+    if not isinstance(metrics, BaseMetrics):
+        raise RecoverableException(
+            f"{type(module).__name__}.validate() returned {type(metrics).__name__}, "
+            f"expected {schema.__name__}"
+        )
+    # Python mode keeps inf/NaN as floats; json.dumps then writes Infinity like the reference.
+    return metrics.model_dump()
