@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint format simulator
+.PHONY: install test lint format simulator demo
 
 install: $(VENV)/.installed
 
@@ -26,3 +26,7 @@ format: install
 # A Fed Ledger simulator on 127.0.0.1:8765 serving DATA (a JSON file of tasks and submissions).
 simulator: install
 	$(PY) -m validator.simulator --data $(DATA) --port 8765
+
+# Offline end-to-end run of the validator loop against the Fed Ledger simulator.
+demo: install
+	$(PY) scripts/demo.py

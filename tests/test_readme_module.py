@@ -1,0 +1,45 @@
+"""A module written from the README alone works, without touching validator/."""
+
+import json
+import re
+
+import pytest
+
+from tests.helpers.simulator import Simulator, task
+from tests.helpers.validator_cli import REPO_ROOT, loop_args, run_validator, validator_env
+
+FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```\w*\n(?P<body>.*?)```", re.S)
+
+
+@pytest.fixture
+def readme_module(tmp_path) -> dict[str, str]:
+    """Writes every file the README shows under tmp_path, as a module author would."""
+    files = {
+        m["path"]: m["body"] for m in FILE_BLOCK.finditer((REPO_ROOT / "README.md").read_text())
+    }
+    assert "modules/hello/__init__.py" in files and "configs/hello.json" in files, files.keys()
+    for path, body in files.items():
+        target = tmp_path / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(body)
+    assert not (tmp_path / "modules" / "__init__.py").exists()
+    return validator_env(tmp_path, PYTHONPATH=str(tmp_path))
+
+
+def test_readme_module_checks_an_input(tmp_path, readme_module):
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps({"hg_repo_id": "alice/x", "context_length": 7}))
+    result = run_validator(["hello", "--check", str(path)], readme_module)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {"score": 2.0 * 7 / 7}
+
+
+def test_readme_module_validates_assignments(tmp_path, readme_module):
+    tasks = [task(5, ["alice/adapter", "no-slash"], context_length=26)]
+    with Simulator({"tasks": tasks}, tmp_path) as sim:
+        result = run_validator(
+            loop_args("hello", sim.api_url, "5", "--max-assignments", "2"), readme_module
+        )
+        assert result.returncode == 0, result.stderr
+        results = sorted((s["status"], s["data"]) for s in sim.submissions())
+    assert results == [("completed", {"score": 2.0 * 26 / 13}), ("failed", None)]
