@@ -41,6 +41,7 @@ def test_unknown_module_is_one_line_listing_the_modules(env):
         (["--task_ids", "1,,2"], "has an empty task id"),
         (["--task_ids", "1", "--max-assignments", "0"], "Invalid value for '--max-assignments'"),
         ([], "missing --task_ids"),
+        (["--task_ids", "1", "--config-dir", "/no/such/dir"], "'/no/such/dir' does not exist"),
     ],
 )
 def test_bad_options_are_usage_errors(env, args, message):

@@ -92,7 +92,7 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
 @click.option(
     "--config-dir",
     envvar="VALIDATOR_CONFIG_DIR",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
     default=REPO_ROOT / "configs",
     help="Module and task configs [default: ./configs].",
 )

@@ -162,9 +162,12 @@ class Runner:
 
     # --- scoring -----------------------------------------------------------------------
 
-    def _score_due(self) -> bool:
+    def _due(self, states: tuple[State, ...]) -> list[Entry]:
         now = time.time()
-        due = [e for e in self.journal.pending(self.module, UNDECIDED) if e.not_before <= now]
+        return [e for e in self.journal.pending(self.module, states) if e.not_before <= now]
+
+    def _score_due(self) -> bool:
+        due = self._due(UNDECIDED)
         for entry in due:
             if self.stop.is_set():
                 break
@@ -244,8 +247,7 @@ class Runner:
     # --- submission --------------------------------------------------------------------
 
     def _submit_due(self) -> bool:
-        now = time.time()
-        due = [e for e in self.journal.pending(self.module, UNSUBMITTED) if e.not_before <= now]
+        due = self._due(UNSUBMITTED)
         for entry in due:
             self._submit(entry)
         return bool(due)

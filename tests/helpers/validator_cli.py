@@ -18,6 +18,7 @@ HF_TOKEN = "hf_TESTtoken1234567890abcdef"
 def validator_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """Environment with the fixture modules importable, a private state and config dir, and
     quick API retries so that fault tests stay short."""
+    (tmp_path / "configs").mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("FLOCK_API_KEY", "HF_TOKEN")}
     env.update(
         PYTHONPATH=str(FIXTURE_MODULES),
