@@ -1,32 +1,65 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+MODULE ?= lora
+MODULES := $(patsubst modules/%/environment.yml,%,$(wildcard modules/*/environment.yml))
 
-.PHONY: install test lint format simulator demo
+.PHONY: install test lint format demo images up simulator wheels base-image docker-engine bench-launcher
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-test: install
+# The test suite. The Docker tests need a running engine (`make docker-engine` starts one on a
+# Debian machine without); FLOCK_SKIP_DOCKER_TESTS=1 opts out of them explicitly.
+test: install wheels
+	@if [ "$$FLOCK_SKIP_DOCKER_TESTS" != 1 ]; then bash scripts/local-base-image.sh; fi
 	$(PY) -m pytest -q
 
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/hadolint docker/Dockerfile
 
 format: install
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
+# Offline end-to-end run of the validator loop against the Fed Ledger simulator.
+demo: install
+	$(PY) scripts/demo.py
+
+# The image of every module in modules/ (the production base unless VALIDATOR_BASE_IMAGE says
+# otherwise).
+images: install
+	@if [ -z "$(MODULES)" ]; then echo "no modules with an environment.yml in modules/"; fi
+	@for module in $(MODULES); do $(PY) run.py $$module --build-only || exit 1; done
+
+# Run one module's validator in the background with Docker Compose: make up MODULE=lora
+up:
+	docker compose up -d validator-$(MODULE)
+
 # A Fed Ledger simulator on 127.0.0.1:8765 serving DATA (a JSON file of tasks and submissions).
 simulator: install
 	$(PY) -m validator.simulator --data $(DATA) --port 8765
 
-# Offline end-to-end run of the validator loop against the Fed Ledger simulator.
-demo: install
-	$(PY) scripts/demo.py
+# Wheels of the orchestrator's requirements, for image builds that cannot reach PyPI (CI).
+wheels: install
+	$(PY) -m pip download --quiet --only-binary=:all: -d docker/wheels -r requirements.txt
+
+base-image:
+	bash scripts/local-base-image.sh
+
+# A Docker engine, Compose v2 and the local stand-in base image, on a Debian machine that has
+# none running (CI, a development sandbox). Needs root.
+docker-engine: install wheels
+	bash scripts/docker-engine.sh
+	bash scripts/local-base-image.sh
+
+# Time from `python run.py` to the validator's first API call, image already built.
+bench-launcher: install wheels base-image
+	$(PY) bench/launcher_startup.py

@@ -1,0 +1,91 @@
+"""compose.yaml against a real engine with Compose v2."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+
+import pytest
+
+from tests.helpers.docker_env import launcher_env, make_module_repo, require_engine
+from tests.helpers.simulator import Simulator, task
+from tests.helpers.validator_cli import REPO_ROOT
+
+# What a module author adds to run a new module with compose: a service extending lora's.
+FIXTURE_SERVICE = """
+services:
+  validator-fixture:
+    extends: {file: compose.yaml, service: validator-lora}
+    build:
+      args:
+        MODULE: fixture
+    command: ["fixture", "--task_ids", "${TASK_IDS}", "--max-assignments", "2",
+              "--assignment-lookup-interval", "0.2"]
+    restart: "no"
+    deploy: !reset {}  # no GPUs here
+    volumes: !override
+      - ./configs:/app/configs:ro
+      - fixture-state:/data/state
+volumes:
+  fixture-state:
+    name: ${STATE_VOLUME}
+"""
+
+
+@pytest.fixture(scope="module")
+def engine():
+    client = require_engine()
+    version = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
+    if version.returncode != 0:
+        pytest.fail("Compose v2 is missing: run scripts/docker-engine.sh", pytrace=False)
+    return client
+
+
+def compose(cwd, *args, env, timeout=300):
+    return subprocess.run(
+        ["docker", "compose", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_compose_config_is_valid_and_requires_the_secrets(engine):
+    env = launcher_env(TASK_IDS="12,34")
+    result = compose(REPO_ROOT, "config", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "MODULE: lora" in result.stdout
+    assert "BASE_IMAGE: local/base:bookworm" in result.stdout  # overridable from the environment
+    for variable in ("FLOCK_API_KEY", "HF_TOKEN", "TASK_IDS"):
+        missing = {**env, variable: ""}
+        result = compose(REPO_ROOT, "config", "-q", env=missing)
+        assert result.returncode != 0
+        assert f"set {variable}" in result.stderr
+
+
+def test_compose_cpu_override_drops_the_gpu_reservation(engine):
+    env = launcher_env(TASK_IDS="1")
+    result = compose(REPO_ROOT, "-f", "compose.yaml", "-f", "compose.cpu.yaml", "config", env=env)
+    assert result.returncode == 0, result.stderr
+    service = result.stdout.split("validator-lora:")[1].split("\nvolumes:")[0]
+    assert "driver: nvidia" not in service
+    assert "driver: nvidia" in compose(REPO_ROOT, "config", env=env).stdout
+
+
+def test_compose_up_completes_assignments(engine, tmp_path):
+    repo = make_module_repo(tmp_path / "repo")
+    (repo / "compose.fixture.yaml").write_text(FIXTURE_SERVICE)
+    project, volume = f"fvtest{uuid.uuid4().hex[:8]}", f"fv-test-compose-{uuid.uuid4().hex[:8]}"
+    files = ["-p", project, "-f", "compose.yaml", "-f", "compose.fixture.yaml"]
+    with Simulator({"tasks": [task(1, ["ok/a", "broken/b"])]}, tmp_path) as sim:
+        env = launcher_env(TASK_IDS="1", FLOCK_API_URL=sim.api_url, STATE_VOLUME=volume)
+        try:
+            result = compose(repo, *files, "up", "--build", "validator-fixture", env=env)
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert sorted(s["status"] for s in sim.submissions()) == ["completed", "failed"]
+        finally:
+            compose(repo, *files, "down", env=env)
+            engine.volumes.get(volume).remove(force=True)
+    assert "finished 2 assignments" in result.stdout + result.stderr

@@ -1,0 +1,241 @@
+"""run.py and the module image against a real Docker engine and the Fed Ledger simulator."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import pytest
+
+from tests.helpers.docker_env import (
+    launcher_env,
+    make_module_repo,
+    require_engine,
+    run_py_command,
+    unique_volumes,
+)
+from tests.helpers.simulator import Simulator, task
+from tests.helpers.validator_cli import API_KEY, HF_TOKEN, wait_for
+
+LABEL = "org.flock-validator.module=fixture"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return require_engine()
+
+
+@pytest.fixture(scope="module")
+def repo(engine, tmp_path_factory):
+    # Start from no fixture image, so that the first run really builds (from cached layers).
+    for image in engine.images.list(name="flock-validator-fixture"):
+        engine.images.remove(image.id, force=True)
+    return make_module_repo(tmp_path_factory.mktemp("repo"))
+
+
+@pytest.fixture
+def volumes(engine):
+    names = unique_volumes()
+    yield names
+    for name in names[1::2]:
+        try:
+            engine.volumes.get(name).remove(force=True)
+        except Exception:  # noqa: BLE001 - a volume never created is fine
+            pass
+
+
+def run_py(repo, *args, env=None, timeout=300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        run_py_command(repo, *args),
+        env=env or launcher_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def loop_args(sim, task_ids, *extra):
+    return [
+        "fixture",
+        "--gpus",
+        "none",
+        "--task_ids",
+        task_ids,
+        "--api-url",
+        sim.api_url,
+        "--assignment-lookup-interval",
+        "0.2",
+        "--time-sleep",
+        "0.3",
+        *extra,
+    ]
+
+
+def fixture_containers(engine):
+    return engine.containers.list(all=True, filters={"label": LABEL})
+
+
+def check_input(tmp_path, **fields):
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps(fields))
+    return str(path)
+
+
+def test_check_builds_the_image_then_reuses_it(engine, repo, tmp_path):
+    first = run_py(
+        repo, "fixture", "--gpus", "none", "--check", check_input(tmp_path, hg_repo_id="ok/abc")
+    )
+    assert first.returncode == 0, first.stderr
+    assert "building image" in first.stderr
+    assert json.loads(first.stdout.strip().splitlines()[-1])["repo_length"] == 6
+    second = run_py(
+        repo, "fixture", "--gpus", "none", "--check", check_input(tmp_path, hg_repo_id="ok/abcd")
+    )
+    assert second.returncode == 0, second.stderr
+    assert "(already built)" in second.stderr
+    assert "building image" not in second.stderr
+    assert second.stdout.strip() == json.dumps(
+        {"loss": 0.07, "repo_length": 7, "context_length": 0}
+    )
+
+
+def test_image_is_labelled_non_root_and_free_of_secrets(engine, repo, tmp_path):
+    result = run_py(
+        repo, "fixture", "--gpus", "none", "--check", check_input(tmp_path, hg_repo_id="ok/a")
+    )
+    assert result.returncode == 0, result.stderr
+    tag = result.stderr.split("starting fixture in ")[1].split()[0]
+    image = engine.images.get(tag)
+    labels = image.labels
+    assert labels["org.flock-validator.module"] == "fixture"
+    assert tag.endswith(":" + labels["org.flock-validator.source-hash"][:12])
+    assert image.attrs["Config"]["User"] == "10001"
+    uid = engine.containers.run(tag, entrypoint=["id", "-u"], remove=True, network_mode="host")
+    assert uid.strip() == b"10001"
+    baked = json.dumps(image.attrs) + json.dumps(image.history())
+    for secret in (API_KEY, HF_TOKEN):
+        assert secret not in baked
+        assert secret not in result.stdout + result.stderr
+
+
+def test_code_change_rebuilds_without_reinstalling_the_environment(engine, repo, tmp_path):
+    warm = run_py(
+        repo, "fixture", "--gpus", "none", "--check", check_input(tmp_path, hg_repo_id="ok/a")
+    )
+    assert warm.returncode == 0, warm.stderr
+    marker = repo / "validator" / "__init__.py"
+    original = marker.read_text()
+    marker.write_text(original + "# changed by a test\n")
+    try:
+        result = run_py(
+            repo, "fixture", "--gpus", "none", "--check", check_input(tmp_path, hg_repo_id="ok/a")
+        )
+    finally:
+        marker.write_text(original)
+    assert result.returncode == 0, result.stderr
+    assert "building image" in result.stderr
+    install_step = result.stderr.split("RUN sh /opt/flock/install-env.sh")[1].split("Step ")[0]
+    assert "Using cache" in install_step
+
+
+def test_run_py_validates_assignments_and_exits_after_max(engine, repo, tmp_path, volumes):
+    tasks = [task(1, ["ok/a", "broken/b"], context_length=64), task(2, ["ok/cc"])]
+    with Simulator({"tasks": tasks}, tmp_path) as sim:
+        result = run_py(repo, *loop_args(sim, "1,2", "--max-assignments", "3", *volumes))
+        assert result.returncode == 0, result.stderr
+        statuses = sorted(s["status"] for s in sim.submissions())
+        assert statuses == ["completed", "completed", "failed"]
+    assert "the validator finished (exit 0)" in result.stderr
+    assert fixture_containers(engine) == []
+    for secret in (API_KEY, HF_TOKEN):
+        assert secret not in result.stdout + result.stderr
+
+
+def test_ctrl_c_stops_the_container_and_leaves_none(engine, repo, tmp_path, volumes):
+    with Simulator({"tasks": [task(1, [])]}, tmp_path) as sim:
+        process = subprocess.Popen(
+            run_py_command(repo, *loop_args(sim, "1", *volumes)),
+            env=launcher_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: len(sim.lookups()) >= 2, 120, "the container's lookups")
+        assert len(fixture_containers(engine)) == 1
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert "stopping the validator" in stderr
+    assert "stopped by signal" in stderr
+    assert fixture_containers(engine) == []
+
+
+def test_exit_100_is_restarted_until_the_assignment_fails(engine, repo, tmp_path, volumes):
+    with Simulator({"tasks": [task(1, ["cuda/x"])]}, tmp_path) as sim:
+        result = run_py(
+            repo,
+            *loop_args(sim, "1", "--max-assignments", "1", "--restart-delay", "0.2", *volumes),
+        )
+        assert result.returncode == 0, result.stderr
+        assert [s["status"] for s in sim.submissions()] == ["failed"]
+    assert result.stderr.count("asked for a restart (exit 100)") == 3
+
+
+def test_exit_3_is_not_restarted(engine, repo, tmp_path, volumes):
+    with Simulator({"tasks": [task(1, ["operator/x"])]}, tmp_path) as sim:
+        result = run_py(repo, *loop_args(sim, "1", "--restart-delay", "0.2", *volumes))
+        assert sim.submissions() == []
+    assert result.returncode == 3
+    assert "needs operator action (exit 3)" in result.stderr
+    assert "restart" not in result.stderr.replace("--restart-delay", "")
+    assert result.stderr.count("[run.py] starting fixture") == 1
+
+
+def test_journal_lives_in_the_state_volume_across_runs(engine, repo, tmp_path, volumes):
+    down = {"endpoint": "update", "kind": "status", "status": 503, "count": None}
+    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, faults=[down]) as sim:
+        process = subprocess.Popen(
+            run_py_command(repo, *loop_args(sim, "1", "--max-assignments", "1", *volumes)),
+            env=launcher_env(VALIDATOR_API_RETRIES="0"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: any(r["fault"] for r in sim.state()["requests"]), 120, "a failed submit")
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+        assert sim.submissions() == []
+        sim.clear_faults()
+        result = run_py(repo, *loop_args(sim, "1", "--max-assignments", "1", *volumes))
+        assert result.returncode == 0, result.stderr
+        assert [s["status"] for s in sim.submissions()] == ["completed"]
+    assert "1 results to submit" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env_change", "code", "message"),
+    [
+        (
+            ["nosuch", "--task_ids", "1"],
+            {},
+            2,
+            "unknown module 'nosuch'; available modules: fixture",
+        ),
+        (["fixture", "--task_ids", "1"], {"FLOCK_API_KEY": ""}, 2, "missing --flock-api-key"),
+        (["fixture", "--task_ids", "1", "--gpus", "first"], {}, 2, "--gpus 'first'"),
+        (["fixture", "--task_ids", "1", "--gpus", "all"], {}, 3, "run without GPUs: --gpus none"),
+        (
+            ["fixture", "--task_ids", "1", "--gpus", "none"],
+            {"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+            3,
+            "cannot reach the Docker engine",
+        ),
+    ],
+)
+def test_operator_mistakes_get_clear_errors(engine, repo, args, env_change, code, message):
+    result = run_py(repo, *args, env=launcher_env(**env_change))
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert fixture_containers(engine) == []
