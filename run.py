@@ -226,10 +226,17 @@ def main(ctx: click.Context, **options) -> None:
     """Run the validator for MODULE in its container. Other options go to the validator:
     --time-sleep, --assignment-lookup-interval, --debug, --api-url, --max-assignments."""
     try:
-        sys.exit(launch(LaunchOptions(passthrough=ctx.args, **options)))
+        code = launch(LaunchOptions(passthrough=ctx.args, **options))
     except LaunchError as exc:
         say(f"error: {exc}")
-        sys.exit(exc.exit_code)
+        code = exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C before the container runs, e.g. during a build
+        say("interrupted")
+        code = 130
+    except DockerException as exc:
+        say(f"error: lost the Docker engine: {exc}")
+        code = 3
+    sys.exit(code)
 
 
 @dataclass(frozen=True)

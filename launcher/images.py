@@ -61,13 +61,10 @@ def source_hash(spec: BuildSpec) -> str:
     return digest.hexdigest()
 
 
-def image_tag(spec: BuildSpec) -> str:
-    return f"flock-validator-{spec.module.lower()}:{source_hash(spec)[:12]}"
-
-
 def ensure_image(client: docker.DockerClient, spec: BuildSpec, rebuild: bool = False) -> str:
     """The tag of an image for `spec`, building it when it is missing or `rebuild` is set."""
-    tag = image_tag(spec)
+    digest = source_hash(spec)
+    tag = f"flock-validator-{spec.module.lower()}:{digest[:12]}"
     if not rebuild:
         try:
             client.images.get(tag)
@@ -80,37 +77,34 @@ def ensure_image(client: docker.DockerClient, spec: BuildSpec, rebuild: bool = F
         file=sys.stderr,
         flush=True,
     )
-    _build(client, spec, tag)
+    _build(client, spec, tag, digest)
     return tag
 
 
-def _build(client: docker.DockerClient, spec: BuildSpec, tag: str) -> None:
-    args = {**spec.build_args(), "SOURCE_HASH": source_hash(spec)}
+def _build(client: docker.DockerClient, spec: BuildSpec, tag: str, digest: str) -> None:
+    step = ""
     try:
         for chunk in client.api.build(
             path=str(spec.repo_root),
             dockerfile=DOCKERFILE,
             tag=tag,
-            buildargs=args,
+            buildargs={**spec.build_args(), "SOURCE_HASH": digest},
             rm=True,
             forcerm=True,
             decode=True,
         ):
             if "stream" in chunk:
+                if chunk["stream"].startswith("Step "):
+                    step = chunk["stream"]
                 sys.stderr.write(chunk["stream"])
                 sys.stderr.flush()
             elif "error" in chunk:
                 raise BuildError(chunk["error"], build_log=[])
     except (BuildError, APIError) as exc:
-        raise LaunchError(
-            f"building {tag} failed: {exc}"
-            + (
-                f"\n  the base image {spec.base_image} must be pullable or present locally"
-                if "pull access denied" in str(exc) or "not found" in str(exc)
-                else ""
-            ),
-            exit_code=1,
-        ) from exc
+        hint = ""
+        if " : FROM " in step:
+            hint = f" (cannot get the base image {spec.base_image}; VALIDATOR_BASE_IMAGE sets it)"
+        raise LaunchError(f"building {tag} failed: {exc}{hint}", exit_code=1) from exc
 
 
 def ensure_given_image(client: docker.DockerClient, image: str) -> str:
