@@ -23,6 +23,7 @@ from docker.errors import APIError, DockerException, NotFound
 from launcher.containers import ContainerSpec, device_requests
 from launcher.errors import LaunchError, UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
+from validator.options import missing_required
 
 REPO_ROOT = Path(__file__).resolve().parent
 RESTART_EXIT = 100
@@ -272,13 +273,9 @@ class LaunchOptions:
         anyway, before minutes of image building."""
         if self.check_file is not None:
             return list(self.passthrough)
-        for value, name in (
-            (self.task_ids, "--task_ids"),
-            (self.flock_api_key, "--flock-api-key / FLOCK_API_KEY"),
-            (self.hf_token, "--hf-token / HF_TOKEN"),
-        ):
-            if not value:
-                raise UsageError(f"missing {name} (only --check runs without it)")
+        missing = missing_required(self.task_ids, self.flock_api_key, self.hf_token)
+        if missing:
+            raise UsageError(missing)
         return ["--task_ids", str(self.task_ids), *self.passthrough]
 
 

@@ -17,6 +17,7 @@ from validator.exit_codes import ExitCode
 from validator.fedledger import DEFAULT_API_URL, FedLedgerClient
 from validator.journal import Journal
 from validator.logs import setup_logging
+from validator.options import missing_required
 from validator.outcomes import Verdict, classify
 from validator.registry import REPO_ROOT, load_module_class
 from validator.runner import Interrupted, LoopSettings, Runner
@@ -128,13 +129,9 @@ def main(
 ) -> None:
     """Validate FLock assignments of MODULE's tasks (e.g. `lora`)."""
     if check_input is None:
-        for value, name in (
-            (task_ids, "--task_ids"),
-            (flock_api_key, "--flock-api-key / FLOCK_API_KEY"),
-            (hf_token, "--hf-token / HF_TOKEN"),
-        ):
-            if not value:
-                raise click.UsageError(f"missing {name} (only --check runs without it)")
+        missing = missing_required(task_ids, flock_api_key, hf_token)
+        if missing:
+            raise click.UsageError(missing)
     setup_logging(debug, [flock_api_key, hf_token])
     if hf_token:
         os.environ["HF_TOKEN"] = hf_token  # huggingface_hub reads it from there
