@@ -129,13 +129,18 @@ def _quietly(action, **kwargs) -> None:
 
 
 def _explain(exc: APIError) -> LaunchError:
-    text = str(exc)
-    if "could not select device driver" in text or "nvidia" in text.lower():
+    text = str(exc.explanation or exc)
+    if "could not select device driver" in text:
         return LaunchError(
             "GPUs were requested but this Docker engine cannot provide them (no NVIDIA "
             "Container Toolkit?). Install it, or run without GPUs: --gpus none"
         )
-    return LaunchError(f"Docker refused to run the validator: {exc.explanation or text}")
+    if "nvidia-container-cli" in text:
+        return LaunchError(
+            f"the NVIDIA container runtime could not give the container its GPUs ({text}); "
+            "check the driver with nvidia-smi and the --gpus ids, or run with --gpus none"
+        )
+    return LaunchError(f"Docker refused to run the validator: {text}")
 
 
 def _report(code: int) -> int:

@@ -154,7 +154,7 @@ def main(
         code = _fail(ExitCode.USAGE, f"error: {exc}")
     except RecoverableException as exc:
         code = _fail(ExitCode.OPERATOR, f"operator action needed: {exc}")
-    except Interrupted:
+    except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: Ctrl-C during start-up
         code = _fail(ExitCode.INTERRUPTED, "interrupted")
     except Exception as exc:
         code = _crash(exc)
