@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 MODULE ?= lora
 MODULES := $(patsubst modules/%/environment.yml,%,$(wildcard modules/*/environment.yml))
 
-.PHONY: install test lint format demo images up simulator wheels base-image docker-engine bench-launcher
+.PHONY: install test lint format demo demo-loop images up simulator wheels base-image docker-engine bench-launcher
 
 install: $(VENV)/.installed
 
@@ -29,9 +29,17 @@ format: install
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-# Offline end-to-end run of the validator loop against the Fed Ledger simulator.
-demo: install
+# The lora validator end to end, offline, through its image built from the local stand-in base
+# (VALIDATOR_BASE_IMAGE=... make demo builds from another base). Needs a Docker engine.
+demo: install wheels base-image
+	VALIDATOR_BASE_IMAGE=$${VALIDATOR_BASE_IMAGE:-local/base:bookworm} \
+	VALIDATOR_ENV_INSTALLER=$${VALIDATOR_ENV_INSTALLER:-pip} \
+	VALIDATOR_PIP_OPTIONS="$${VALIDATOR_PIP_OPTIONS:---no-index --find-links /opt/flock/wheels}" \
 	$(PY) scripts/demo.py
+
+# The validator loop alone (no Docker, no torch) against the Fed Ledger simulator, in seconds.
+demo-loop: install
+	$(PY) scripts/demo_loop.py
 
 # The image of every module in modules/ (the production base unless VALIDATOR_BASE_IMAGE says
 # otherwise).
@@ -47,9 +55,11 @@ up:
 simulator: install
 	$(PY) -m validator.simulator --data $(DATA) --port 8765
 
-# Wheels of the orchestrator's requirements, for image builds that cannot reach PyPI (CI).
+# Wheels of the orchestrator's and the lora module's requirements, for image builds that cannot
+# reach PyPI (CI); torch comes as the CPU build where pip finds one locally.
 wheels: install
-	$(PY) -m pip download --quiet --only-binary=:all: -d docker/wheels -r requirements.txt
+	$(PY) -m pip download --quiet --only-binary=:all: -d docker/wheels \
+		-r requirements.txt -r requirements-lora.txt
 
 base-image:
 	bash scripts/local-base-image.sh

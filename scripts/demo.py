@@ -1,70 +1,162 @@
-"""`make demo`: the validator loop end to end, offline, in about ten seconds.
+"""`make demo`: the lora validator end to end, offline, through its Docker image.
 
-Starts the Fed Ledger simulator on 127.0.0.1 with two tasks, runs `python -m validator` with the
-test module `fixture` until five assignments are finished (one of them a submission that cannot
-be validated), then prints what the simulator received.
+Builds a tiny Qwen2-style base model, its tokenizer and four adapters here (three real, one
+pickle-only), serves them from a HuggingFace-style hub on 127.0.0.1, starts the Fed Ledger
+simulator with one task of those four submissions, runs `python run.py lora` until they are
+finished, and prints what the simulator received. Needs a Docker engine; the image is built
+from the base named by VALIDATOR_BASE_IMAGE (the Makefile sets the local stand-in).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
+import uuid
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tests.helpers.hf_hub import LocalHub  # noqa: E402
 from tests.helpers.simulator import Simulator, task  # noqa: E402
+from tests.lora.tiny_repos import KINDS, build_adapter, build_base, files_of  # noqa: E402
 
-TASKS = [
-    task(1, ["ok/alice-adapter", "broken/mallory-adapter", "ok/bob"], context_length=4096),
-    task(2, ["ok/carol-adapter", "ok/dave"], context_length=2048),
-]
+DATA = REPO_ROOT / "tests" / "fixtures" / "data"
+
+
+class QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the signature is fixed
+        pass
+
+
+def serve_files(folder: Path) -> tuple[ThreadingHTTPServer, str]:
+    handler = functools.partial(QuietFiles, directory=str(folder))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def main() -> int:
-    with (
-        tempfile.TemporaryDirectory(prefix="flock-demo-") as tmp,
-        Simulator({"tasks": TASKS}, Path(tmp), api_key="demo-key") as sim,
-    ):
-        print(f"Fed Ledger simulator: {sim.api_url}", flush=True)
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(REPO_ROOT / "tests" / "fixtures"),
-            "FLOCK_API_KEY": "demo-key",
-            "HF_TOKEN": "demo-token",
-            "VALIDATOR_STATE_DIR": str(Path(tmp) / "state"),
-        }
-        command = [
-            sys.executable,
-            "-m",
-            "validator",
-            "fixture",
-            "--task_ids",
-            "1,2",
-            "--api-url",
-            sim.api_url,
-            "--assignment-lookup-interval",
-            "0.5",
-            "--time-sleep",
-            "1",
-            "--max-assignments",
-            "5",
-        ]
-        print("$ python -m validator fixture --task_ids 1,2 --max-assignments 5 ...", flush=True)
-        code = subprocess.call(command, cwd=REPO_ROOT, env=env)
-        repos = {
-            a["id"]: a["task_submission"]["data"]["hg_repo_id"] for a in sim.state()["assignments"]
-        }
-        print(f"\nvalidator exit code {code}; the Fed Ledger received:")
-        for result in sim.submissions():
-            print(
-                f"  assignment {result['assignment_id']} ({repos[result['assignment_id']]}): "
-                f"{result['status']} {result['data'] or ''}"
+    base_name, template = KINDS["qwen"][2], KINDS["qwen"][3]
+    with tempfile.TemporaryDirectory(prefix="flock-demo-") as tmp_name:
+        tmp = Path(tmp_name)
+        print("building a tiny base model and adapters ...", flush=True)
+        base = build_base(tmp, "qwen")
+        with LocalHub(tmp / "hub") as hub:
+            hub.add_repo(base_name, files_of(base))
+            repos = []
+            for seed in (1, 2, 3):
+                repo = f"trainer{seed}/qwen-lora"
+                hub.add_repo(repo, files_of(build_adapter(base, tmp / repo, seed, base_name)))
+                repos.append(repo)
+            config = files_of(tmp / repos[0])["adapter_config.json"]
+            hub.add_repo(
+                "mallory/pickle-lora",
+                {"adapter_config.json": config, "adapter_model.bin": b"\x80\x04pickle"},
             )
+            repos.append("mallory/pickle-lora")
+            files, files_url = serve_files(DATA)
+            sim_data = {
+                "tasks": [
+                    task(
+                        1,
+                        repos,
+                        base_model=template,
+                        validation_set_url=f"{files_url}/chat_sample.jsonl",
+                        context_length=512,
+                        max_params=10**9,
+                    )
+                ]
+            }
+            with Simulator(sim_data, tmp) as sim:
+                code = run_validator(sim.api_url, hub.endpoint, len(repos))
+                print_results(sim, code)
+                scored = sim.submissions()[0]["data"]["loss"]
+            request = tmp / "check.json"
+            request.write_text(json.dumps({"hg_repo_id": repos[0], **sim_data["tasks"][0]["data"]}))
+            code = code or check_like_a_trainer(request, hub.endpoint, scored)
+            files.shutdown()
         return code
+
+
+def run_validator(api_url: str, hub_url: str, count: int) -> int:
+    volumes = f"flock-validator-demo-{uuid.uuid4().hex[:8]}"
+    command = [
+        sys.executable,
+        str(REPO_ROOT / "run.py"),
+        "lora",
+        "--gpus",
+        os.environ.get("GPUS", "none"),
+        "--task_ids",
+        "1",
+        "--api-url",
+        api_url,
+        "--max-assignments",
+        str(count),
+        "--assignment-lookup-interval",
+        "0.5",
+        "--time-sleep",
+        "2",
+        "--state-volume",
+        f"{volumes}-state",
+        "--hf-cache-volume",
+        f"{volumes}-hf",
+    ]
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub_url,
+        "FLOCK_API_KEY": "demo-key",
+        "HF_TOKEN": "demo-token",
+    }
+    print(f"$ python run.py lora --task_ids 1 --max-assignments {count} ...", flush=True)
+    try:
+        return subprocess.call(command, cwd=REPO_ROOT, env=env)
+    finally:
+        for name in (f"{volumes}-state", f"{volumes}-hf"):
+            subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True)
+
+
+def check_like_a_trainer(request: Path, hub_url: str, scored: float) -> int:
+    """What a trainer runs before submitting; it must agree with the validator's score."""
+    print(f"\n$ python run.py lora --check {request.name}  # {request.read_text()}", flush=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "run.py"),
+            "lora",
+            "--gpus",
+            "none",
+            "--check",
+            str(request),
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, "HF_ENDPOINT": hub_url},
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        print(result.stderr[-2000:])
+        return result.returncode
+    checked = json.loads(result.stdout.strip().splitlines()[-1])["loss"]
+    print(f"--check loss={checked:.6f}; the validator submitted loss={scored:.6f}")
+    return 0 if checked == scored else 1
+
+
+def print_results(sim: Simulator, code: int) -> None:
+    repos = {
+        a["id"]: a["task_submission"]["data"]["hg_repo_id"] for a in sim.state()["assignments"]
+    }
+    print(f"\nrun.py exit code {code}; the Fed Ledger received:")
+    for result in sim.submissions():
+        data = result["data"] or {}
+        scores = ", ".join(f"{k}={data[k]:.4f}" for k in ("loss", "eval_loss") if k in data)
+        print(f"  {repos[result['assignment_id']]:22} {result['status']:9} {scores}")
 
 
 if __name__ == "__main__":

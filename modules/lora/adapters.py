@@ -1,0 +1,154 @@
+"""Checking a submitted adapter's config, and applying the adapter to a warm base model.
+
+The reference merges the adapter into the base weights (`merge_and_unload`) and scores the
+merged model. We do the same, so the numbers match, but keep the base: the weights a merge
+touches are saved first and copied back afterwards, bit for bit, instead of reloading the base
+for every assignment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel
+from peft.tuners.lora import LoraLayer
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
+
+log = logging.getLogger(__name__)
+
+KNOWN_KEYS = frozenset(field.name for field in dataclasses.fields(LoraConfig))
+# A key we refuse whatever the peft version: it makes peft import modules by name.
+REFUSED_KEYS = ("megatron_config",)
+
+
+class _Shape(BaseModel):
+    """Types of the fields that decide the adapter's arithmetic; peft does not check them."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    r: StrictInt = Field(gt=0)
+    lora_alpha: StrictInt | StrictFloat
+    target_modules: str | list[str] | None = None
+    rank_pattern: dict[str, StrictInt] = Field(default_factory=dict)
+    alpha_pattern: dict[str, StrictInt | StrictFloat] = Field(default_factory=dict)
+
+
+class AdapterRejected(ValueError):
+    """The adapter cannot be scored; the assignment is marked failed."""
+
+
+@dataclass(frozen=True)
+class AdapterPlan:
+    base_model: str
+    config: LoraConfig
+    dropped_keys: tuple[str, ...]
+    # The adapter replaces whole modules or biases, so restoring weights is not enough.
+    needs_base_reload: bool
+
+
+def plan_adapter(raw: Any, supported_bases: Collection[str]) -> AdapterPlan:
+    """Validates adapter_config.json; raises AdapterRejected with the reason."""
+    if not isinstance(raw, dict):
+        raise AdapterRejected("adapter_config.json must hold a JSON object")
+    base = raw.get("base_model_name_or_path")
+    if not isinstance(base, str) or not base.strip():
+        raise AdapterRejected("adapter_config.json has no base_model_name_or_path")
+    if base not in supported_bases:
+        raise AdapterRejected(f"base model {base!r} is not in the supported base-model list")
+    peft_type = str(raw.get("peft_type") or "LORA").upper()
+    if peft_type != "LORA":
+        raise AdapterRejected(f"peft_type {peft_type!r} is not a LoRA adapter")
+    for key in REFUSED_KEYS:
+        if raw.get(key):
+            raise AdapterRejected(f"adapter_config.json sets {key}, which is not allowed")
+    try:
+        _Shape.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise AdapterRejected(f"malformed adapter_config.json: {problems}") from exc
+    values, dropped = _known_values(raw)
+    # Weights come from the file; a special initialisation (PiSSA, OLoRA, LoftQ...) would
+    # rewrite the base weights while the layers are created.
+    # auto_mapping names classes for AutoPeftModel to import; PeftModel, used here, needs none.
+    values.update(init_lora_weights=True, inference_mode=True, auto_mapping=None)
+    try:
+        config = LoraConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise AdapterRejected(f"malformed adapter_config.json: {exc}") from exc
+    needs_reload = bool(
+        config.modules_to_save
+        or config.bias != "none"
+        or config.layer_replication
+        or getattr(config, "lora_bias", False)
+    )
+    return AdapterPlan(base, config, tuple(dropped), needs_reload)
+
+
+def _known_values(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Adapters come from many peft versions. A key this peft does not know is dropped when it
+    is empty or false (it cannot change the computation) and refused otherwise."""
+    values, dropped = {}, []
+    for key, value in raw.items():
+        if key in KNOWN_KEYS:
+            values[key] = value
+        elif value in (None, False, 0, "", [], {}):
+            dropped.append(key)
+        else:
+            raise AdapterRejected(
+                f"adapter_config.json key {key!r} (= {value!r}) is not supported by this "
+                f"validator's peft; it could change the scores"
+            )
+    return values, dropped
+
+
+@contextmanager
+def merged_adapter(base: torch.nn.Module, adapter_dir: Path, plan: AdapterPlan) -> Iterator:
+    """The base with the adapter merged in, restored on exit.
+
+    Raises AdapterRejected when peft cannot apply the adapter; the base may then hold injected
+    layers, so the caller must drop it (`BaseCorrupted` is raised when restoring fails).
+    """
+    try:
+        peft_model = PeftModel.from_pretrained(base, str(adapter_dir), config=plan.config)
+    except Exception as exc:
+        raise BaseCorrupted(f"the adapter does not fit its base model: {exc}") from exc
+    saved = _save_targets(peft_model)
+    merged = peft_model.merge_and_unload()
+    try:
+        yield merged
+    finally:
+        _restore(merged, saved)
+
+
+class BaseCorrupted(AdapterRejected):
+    """Applying the adapter failed part way; the base model must be reloaded."""
+
+
+def _save_targets(peft_model: PeftModel) -> dict[str, dict[str, torch.Tensor]]:
+    saved = {}
+    for name, module in peft_model.base_model.model.named_modules():
+        if isinstance(module, LoraLayer):
+            layer = module.get_base_layer()
+            tensors = {"weight": layer.weight.detach().to("cpu", copy=True)}
+            if getattr(layer, "bias", None) is not None:
+                tensors["bias"] = layer.bias.detach().to("cpu", copy=True)
+            saved[name] = tensors
+    return saved
+
+
+@torch.no_grad()
+def _restore(model: torch.nn.Module, saved: dict[str, dict[str, torch.Tensor]]) -> None:
+    for name, tensors in saved.items():
+        layer = model.get_submodule(name)
+        for attribute, original in tensors.items():
+            getattr(layer, attribute).copy_(original)
+    # peft leaves its config on the unloaded model; the next adapter would be taken for a second.
+    if hasattr(model, "peft_config"):
+        del model.peft_config

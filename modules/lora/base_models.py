@@ -1,0 +1,98 @@
+"""Base models kept warm across assignments: loaded once per (repo, dtype, device)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedBase:
+    repo_id: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    parameter_count: int
+
+
+def pick_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def pick_dtype(device: str, fp16: bool) -> torch.dtype:
+    """SPEC §5.6: fp16 on GPU when the config says so, bf16 otherwise, fp32 on CPU."""
+    if device == "cpu":
+        return torch.float32
+    return torch.float16 if fp16 else torch.bfloat16
+
+
+def gpu_type(device: str) -> str:
+    return torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
+
+
+class BaseModelCache:
+    """At most `capacity` bases in memory; the least recently used one is dropped first."""
+
+    def __init__(
+        self,
+        fetch: Callable[[str], Path],
+        load_tokenizer: Callable[[Path, str], PreTrainedTokenizerBase],
+        device: str,
+        dtype: torch.dtype,
+        capacity: int = 1,
+    ) -> None:
+        self._fetch = fetch
+        self._load_tokenizer = load_tokenizer
+        self.device = device
+        self.dtype = dtype
+        self.capacity = capacity
+        self._loaded: OrderedDict[str, LoadedBase] = OrderedDict()
+        self.loads = 0  # how many times a base was read from disk (tests and logs)
+
+    def get(self, repo_id: str) -> LoadedBase:
+        if repo_id in self._loaded:
+            self._loaded.move_to_end(repo_id)
+            return self._loaded[repo_id]
+        while len(self._loaded) >= self.capacity:
+            self._drop(next(iter(self._loaded)))
+        base = self._load(repo_id)
+        self._loaded[repo_id] = base
+        return base
+
+    def invalidate(self, repo_id: str) -> None:
+        if repo_id in self._loaded:
+            log.info("dropping base model %s; it is reloaded when next needed", repo_id)
+            self._drop(repo_id)
+
+    def _drop(self, repo_id: str) -> None:
+        del self._loaded[repo_id]
+        gc.collect()
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+    def _load(self, repo_id: str) -> LoadedBase:
+        path = self._fetch(repo_id)
+        log.info("loading base model %s (%s on %s)", repo_id, self.dtype, self.device)
+        model = AutoModelForCausalLM.from_pretrained(
+            path,
+            torch_dtype=self.dtype,
+            trust_remote_code=False,
+            use_safetensors=True,
+            use_cache=False,
+        )
+        model.to(self.device).eval()
+        self.loads += 1
+        return LoadedBase(
+            repo_id=repo_id,
+            model=model,
+            tokenizer=self._load_tokenizer(path, repo_id),
+            parameter_count=sum(p.numel() for p in model.parameters()),
+        )

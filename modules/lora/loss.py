@@ -1,0 +1,343 @@
+"""Validation loss of a causal LM over encoded examples, and the metrics derived from it.
+
+Contract (SPEC §5.7-8): the reference runs HF `Trainer.evaluate` at batch size 1, so each
+example contributes the mean next-token cross-entropy over its own target positions, and
+`eval_loss` is the plain mean of those per-example means. We batch for speed, so nothing here
+may depend on how examples are grouped: each example's sum is accumulated on its own and only
+divided by its own target count.
+
+Speed: the reference materialises full-vocabulary logits for every position. We run the base
+transformer once per batch, keep only the hidden states whose next token is a target, and apply
+the lm_head to those rows, in chunks, so full-vocab logits exist only for scored rows.
+
+Post-lm_head transforms: the HF `*ForCausalLM.forward` of some architectures changes the logits
+after the lm_head (transformers 4.49). We replicate exactly those listed in
+`_POST_HEAD_TRANSFORMS`, in the model's dtype (as the reference does, before the loss upcasts to
+fp32), and refuse any other architecture rather than score it silently wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from modules.lora.records import EncodedExample
+
+log = logging.getLogger(__name__)
+
+# What the reference submits when the loss cannot be computed (and for oversized models).
+HIGH_LOSS = 999.0
+SUSPICIOUS_TOKEN_BYTE_RATIO = 0.1
+# Upper bound on full-vocab logit elements alive at once (rows x vocab); 2**27 fp32 is 512 MiB,
+# small next to the activations of a 16k-token batch yet large enough for efficient GEMMs.
+_LOGIT_ELEMENTS_PER_CHUNK = 1 << 27
+
+_Transform = Callable[[torch.Tensor, nn.Module], torch.Tensor]
+
+
+def _identity(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
+    return logits
+
+
+def _gemma2_softcap(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
+    cap = lm.config.final_logit_softcapping
+    if cap is None:
+        return logits
+    # Same three ops in the same order as Gemma2ForCausalLM.forward, so rounding matches.
+    return torch.tanh(logits / cap) * cap
+
+
+def _cohere_scale(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
+    return logits * lm.logit_scale
+
+
+def _granite_scale(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
+    return logits / lm.config.logits_scaling
+
+
+# model_type -> what its ForCausalLM.forward applies after the lm_head (checked against
+# transformers 4.49). MoE types are left out on purpose: the reference turns on
+# output_router_logits, which adds the router aux loss to its eval loss.
+_POST_HEAD_TRANSFORMS: dict[str, _Transform] = {
+    "llama": _identity,
+    "mistral": _identity,
+    "qwen2": _identity,
+    "phi3": _identity,
+    "gemma": _identity,
+    "gemma2": _gemma2_softcap,
+    "cohere": _cohere_scale,
+    "cohere2": _cohere_scale,
+    "granite": _granite_scale,
+}
+
+
+class UnsupportedArchitecture(ValueError):
+    """The model's logits cannot be reproduced by the target-rows-only path."""
+
+
+def example_losses(
+    model: nn.Module,
+    examples: list[EncodedExample],
+    *,
+    token_budget: int = 16384,
+    max_batch_size: int = 64,
+    pad_token_id: int = 0,
+) -> list[float]:
+    """Mean next-token cross-entropy of each example over its targets, in input order.
+
+    An example with no target after the shift (only position 0, or none) gets NaN, as the
+    reference's per-example mean does. `model` is an HF causal LM or a peft LoRA wrapper of one.
+    """
+    if token_budget < 1 or max_batch_size < 1:
+        raise ValueError("token_budget and max_batch_size must be at least 1")
+    for example in examples:
+        if len(example.input_ids) != len(example.target_mask):
+            raise ValueError("input_ids and target_mask differ in length")
+    lm = _causal_lm(model)
+    transform = _post_head_transform(lm)
+    # The reference Trainer evaluates in eval mode; LoRA dropout must be off.
+    model.eval()
+    losses = [math.nan] * len(examples)
+    scored = [i for i, e in enumerate(examples) if _prediction_count(e) > 0]
+    # Longest first so a batch's first example fixes its padded length.
+    order = sorted(scored, key=lambda i: (-len(examples[i].input_ids), i))
+    with torch.inference_mode():
+        for index, total in _scored_sums(
+            lm, transform, examples, order, token_budget, max_batch_size, pad_token_id
+        ):
+            losses[index] = total / _prediction_count(examples[index])
+    return losses
+
+
+def eval_loss(losses: list[float]) -> float:
+    """Mean of the per-example losses; NaN when empty or when any example is NaN."""
+    if not losses or any(math.isnan(x) for x in losses):
+        return math.nan
+    return math.fsum(losses) / len(losses)
+
+
+def score_metrics(eval_loss: float, total_target_tokens: int, total_bytes: int) -> dict:
+    """The submitted metrics (SPEC §5.8-9), computed in the reference's order of operations.
+
+    Invalid input (zero bytes, NaN or infinite loss) gives what the FLock-validator lora module
+    reports for an oversized model: loss = bpc = 999, bppl = 2**999, NaN totals.
+    """
+    if total_bytes == 0 or math.isnan(eval_loss) or math.isinf(eval_loss):
+        log.warning(
+            "cannot compute bpc (eval_loss=%s, bytes=%d); scoring %s",
+            eval_loss,
+            total_bytes,
+            HIGH_LOSS,
+        )
+        return high_loss_metrics(eval_loss)
+    nats = eval_loss * total_target_tokens
+    bits = nats / math.log(2)
+    bpc = bits / total_bytes
+    return {
+        "loss": bpc,
+        "bpc": bpc,
+        "bppl": _pow2(bpc),
+        "nll_token_nats_total": nats,
+        "nll_token_bits_total": bits,
+        "eval_loss": eval_loss,
+    }
+
+
+def high_loss_metrics(eval_loss: float = math.nan) -> dict:
+    """Metrics for a submission that gets the 999 penalty (oversized, or loss not computable)."""
+    return {
+        "loss": HIGH_LOSS,
+        "bpc": HIGH_LOSS,
+        "bppl": _pow2(HIGH_LOSS),
+        "nll_token_nats_total": math.nan,
+        "nll_token_bits_total": math.nan,
+        "eval_loss": eval_loss,
+    }
+
+
+def token_byte_ratio(total_target_tokens: int, total_bytes: int) -> float:
+    """T/B; infinite when there are no bytes (as the reference's get_token_byte_ratio)."""
+    if total_bytes == 0:
+        return math.inf
+    return total_target_tokens / total_bytes
+
+
+def check_token_byte_ratio(total_target_tokens: int, total_bytes: int) -> bool:
+    """Logs the ratio; True (and a 'suspicious' warning) when it is below 0.1.
+
+    A very low ratio means few tokens carry many bytes, which a manipulated tokenization or
+    validation set would produce; the reference only logs it, so do we.
+    """
+    ratio = token_byte_ratio(total_target_tokens, total_bytes)
+    if ratio < SUSPICIOUS_TOKEN_BYTE_RATIO:
+        log.warning(
+            "suspicious token/byte ratio %.4f (T=%d, B=%d): below %s",
+            ratio,
+            total_target_tokens,
+            total_bytes,
+            SUSPICIOUS_TOKEN_BYTE_RATIO,
+        )
+        return True
+    log.info("token/byte ratio %.4f (T=%d, B=%d)", ratio, total_target_tokens, total_bytes)
+    return False
+
+
+def _pow2(bpc: float) -> float:
+    try:
+        return math.pow(2, bpc)
+    except OverflowError:
+        return math.inf
+
+
+def _prediction_count(example: EncodedExample) -> int:
+    # Position 0 is never predicted: the logit at t predicts token t+1.
+    return sum(example.target_mask[1:])
+
+
+def _causal_lm(model: nn.Module) -> nn.Module:
+    """The HF causal LM inside a peft wrapper (LoRA layers stay injected and active)."""
+    peft_config = getattr(model, "active_peft_config", None)
+    if peft_config is None:
+        return model
+    if getattr(peft_config, "is_prompt_learning", False):
+        # Prompt learning changes the inputs inside PeftModel.forward, which we bypass.
+        raise UnsupportedArchitecture("prompt-learning peft adapters are not supported")
+    return model.get_base_model()
+
+
+def _post_head_transform(lm: nn.Module) -> _Transform:
+    model_type = getattr(getattr(lm, "config", None), "model_type", None)
+    transform = _POST_HEAD_TRANSFORMS.get(model_type)
+    if transform is None:
+        raise UnsupportedArchitecture(
+            f"model_type {model_type!r}: what its forward applies after the lm_head is not "
+            f"replicated; supported: {', '.join(sorted(_POST_HEAD_TRANSFORMS))}"
+        )
+    return transform
+
+
+def _decoder(lm: nn.Module) -> nn.Module:
+    get_decoder = getattr(lm, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else getattr(lm, "model", None)
+    if decoder is None:
+        raise UnsupportedArchitecture(f"{type(lm).__name__} exposes no base transformer")
+    return decoder
+
+
+def _scored_sums(
+    lm: nn.Module,
+    transform: _Transform,
+    examples: list[EncodedExample],
+    order: list[int],
+    token_budget: int,
+    max_batch_size: int,
+    pad_token_id: int,
+) -> Iterator[tuple[int, float]]:
+    """(index, summed CE) per example in `order`; halves the budget on out-of-memory."""
+    decoder, head = _decoder(lm), lm.get_output_embeddings()
+    device = lm.get_input_embeddings().weight.device
+    start = 0
+    while start < len(order):
+        batch = _next_batch(examples, order, start, token_budget, max_batch_size)
+        try:
+            sums = _batch_sums(
+                lm, decoder, head, transform, [examples[i] for i in batch], device, pad_token_id
+            )
+        except RuntimeError as error:
+            if not _is_oom(error) or len(batch) == 1:
+                raise
+            max_len = len(examples[batch[0]].input_ids)
+            # At most half the examples next time; the smaller budget sticks for later batches.
+            token_budget = (len(batch) // 2) * max_len
+            log.warning(
+                "out of memory on %d x %d tokens; retrying with token budget %d",
+                len(batch),
+                max_len,
+                token_budget,
+            )
+            _release_cuda_cache()
+            continue
+        yield from zip(batch, sums, strict=True)
+        start += len(batch)
+
+
+def _next_batch(
+    examples: list[EncodedExample],
+    order: list[int],
+    start: int,
+    token_budget: int,
+    max_batch_size: int,
+) -> list[int]:
+    """Greedy batch from `start`; an example over budget on its own still forms a batch."""
+    max_len = len(examples[order[start]].input_ids)
+    size = max(1, min(max_batch_size, token_budget // max_len, len(order) - start))
+    return order[start : start + size]
+
+
+def _is_oom(error: RuntimeError) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+def _release_cuda_cache() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _batch_sums(
+    lm: nn.Module,
+    decoder: nn.Module,
+    head: nn.Module,
+    transform: _Transform,
+    batch: list[EncodedExample],
+    device: torch.device,
+    pad_token_id: int,
+) -> list[float]:
+    """Summed next-token CE over each example's targets, float64, in batch order."""
+    input_ids, attention_mask, predicts = _padded(batch, pad_token_id)
+    # Row-major order of nonzero() matches boolean indexing below, so owners line up with rows.
+    owners = predicts.nonzero()[:, 0].to(device)
+    input_ids = input_ids.to(device)
+    predicts = predicts.to(device)
+    outputs = decoder(
+        input_ids=input_ids, attention_mask=attention_mask.to(device), use_cache=False
+    )
+    hidden = outputs[0]
+    rows = hidden[:, :-1][predicts]
+    labels = input_ids[:, 1:][predicts]
+    sums = torch.zeros(len(batch), dtype=torch.float64, device=device)
+    chunk = max(1, _LOGIT_ELEMENTS_PER_CHUNK // _vocab_size(lm, head))
+    for begin in range(0, rows.shape[0], chunk):
+        end = begin + chunk
+        logits = transform(head(rows[begin:end]), lm).float()
+        losses = F.cross_entropy(logits, labels[begin:end], reduction="none")
+        sums.index_add_(0, owners[begin:end], losses.double())
+    return sums.cpu().tolist()
+
+
+def _padded(
+    batch: list[EncodedExample], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, attention mask, and where position t predicts a target at t+1."""
+    width = max(len(e.input_ids) for e in batch)
+    input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+    targets = torch.zeros((len(batch), width), dtype=torch.bool)
+    for row, example in enumerate(batch):
+        length = len(example.input_ids)
+        input_ids[row, :length] = torch.tensor(example.input_ids, dtype=torch.long)
+        attention_mask[row, :length] = 1
+        targets[row, :length] = torch.tensor(example.target_mask, dtype=torch.long) == 1
+    return input_ids, attention_mask, targets[:, 1:]
+
+
+def _vocab_size(lm: nn.Module, head: Any) -> int:
+    weight = getattr(head, "weight", None)
+    if isinstance(weight, torch.Tensor):
+        return int(weight.shape[0])
+    return int(lm.config.vocab_size)

@@ -1,0 +1,21 @@
+"""Data passed between the lora module's stages: encoding, scoring, metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EncodedExample:
+    """One validation conversation as the model sees it.
+
+    `target_mask[i]` is 1 where token i is one the model is scored on (assistant output) and 0
+    elsewhere; both lists have the same length, at most the context length.
+    """
+
+    input_ids: list[int]
+    target_mask: list[int]
+
+    @property
+    def target_count(self) -> int:
+        return sum(self.target_mask)

@@ -1,0 +1,94 @@
+"""The validation set of an assignment: an http(s) download with a size cap, or a local path."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import requests
+
+from modules.lora.hub import TRANSIENT_STATUSES
+from validator.exceptions import RecoverableException, TransientError
+
+TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
+CHUNK = 1 << 20
+
+
+def fetch_validation_set(url_or_path: str, dest: Path, max_bytes: int) -> Path:
+    """The validation set as a local file: downloaded over http(s), or a local path in place.
+
+    `dest` is the file to write, or a directory to write it into. The set comes from the Fed
+    Ledger API, not the submitter, so a bad one is a ValueError rather than SubmissionRejected.
+    """
+    scheme = urlsplit(url_or_path).scheme.lower()
+    if scheme in ("http", "https"):
+        return _download_validation_set(url_or_path, dest, max_bytes)
+    if scheme == "" or (len(scheme) == 1 and os.name == "nt"):  # "C:\..." on Windows
+        return _local_validation_set(Path(url_or_path).expanduser(), max_bytes)
+    raise ValueError(
+        f"validation set {url_or_path!r}: unsupported scheme {scheme!r}; "
+        "only http(s) URLs and local paths are accepted"
+    )
+
+
+def _local_validation_set(path: Path, max_bytes: int) -> Path:
+    if not path.is_file():
+        raise ValueError(f"validation set {path} does not exist or is not a file")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise ValueError(f"validation set {path} is {size} bytes, over the {max_bytes} byte limit")
+    return path.resolve()
+
+
+def _download_validation_set(url: str, dest: Path, max_bytes: int) -> Path:
+    target = dest / _url_filename(url) if dest.is_dir() else dest
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    try:
+        with requests.get(url, stream=True, timeout=TIMEOUT) as response:
+            _check_validation_response(response, url, max_bytes)
+            _stream_capped(response, part, url, max_bytes)
+        os.replace(part, target)
+    except requests.RequestException as err:
+        raise TransientError(f"validation set {url}: download failed: {err}") from err
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise RecoverableException(f"no disk space left for validation set {url}") from err
+        raise
+    finally:
+        part.unlink(missing_ok=True)
+    return target
+
+
+def _url_filename(url: str) -> str:
+    name = Path(unquote(urlsplit(url).path)).name
+    return name if name and not name.startswith(".") else "validation_set.jsonl"
+
+
+def _check_validation_response(response: requests.Response, url: str, max_bytes: int) -> None:
+    status = response.status_code
+    if status >= 500 or status in TRANSIENT_STATUSES:
+        raise TransientError(f"validation set {url}: server answered HTTP {status}")
+    if status >= 400:
+        raise ValueError(f"validation set {url}: server answered HTTP {status}")
+    declared = response.headers.get("Content-Length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise ValueError(
+            f"validation set {url} is {declared} bytes, over the {max_bytes} byte limit"
+        )
+
+
+def _stream_capped(response: requests.Response, path: Path, url: str, max_bytes: int) -> None:
+    # Content-Length may be absent or wrong (chunked, compressed), so count what arrives.
+    written = 0
+    with path.open("wb") as out:
+        for chunk in response.iter_content(CHUNK):
+            written += len(chunk)
+            if written > max_bytes:
+                raise ValueError(
+                    f"validation set {url} is over the {max_bytes} byte limit "
+                    f"({written} bytes received so far)"
+                )
+            out.write(chunk)

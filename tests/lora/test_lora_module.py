@@ -1,0 +1,269 @@
+"""The lora module end to end, in process: real downloads from a loopback hub, tiny models built
+here, scores checked against a deliberately plain implementation written in this file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from peft import PeftModel
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+from modules.lora import LoraConfig, LoraInput, LoraModule
+from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
+from modules.lora.templates import get_template
+from tests.helpers.hf_hub import LocalHub
+from tests.helpers.validator_cli import REPO_ROOT, run_validator, validator_env, write_config
+from tests.lora.tiny_repos import KINDS, build_adapter, build_base, files_of
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / "data"
+CHAT, CALLS = DATA / "chat_sample.jsonl", DATA / "function_calling_sample.jsonl"
+
+
+class World:
+    """A loopback hub serving one tiny base per kind and three adapters on each."""
+
+    def __init__(self, tmp: Path, hub: LocalHub) -> None:
+        self.tmp, self.hub = tmp, hub
+        self.bases: dict[str, Path] = {}
+        self.adapters: dict[str, Path] = {}
+        for kind, (_, _, base_name, _) in KINDS.items():
+            base = build_base(tmp, kind)
+            self.bases[kind] = base
+            hub.add_repo(base_name, files_of(base))
+            for seed in (1, 2, 3):
+                repo = f"alice/{kind}-adapter-{seed}"
+                folder = build_adapter(base, tmp / repo.replace("/", "_"), seed, base_name)
+                self.adapters[repo] = folder
+                hub.add_repo(repo, files_of(folder))
+
+    def add(self, repo: str, files: dict[str, bytes | Path]) -> None:
+        self.hub.add_repo(repo, files)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lora-world")
+    with pytest.MonkeyPatch.context() as patch, LocalHub(tmp / "hub") as hub:
+        patch.setenv("HF_ENDPOINT", hub.endpoint)
+        patch.setenv("HF_HOME", str(tmp / "hf-home"))
+        patch.setenv("HF_HUB_CACHE", str(tmp / "hf-home" / "hub"))
+        patch.delenv("HF_TOKEN", raising=False)
+        yield World(tmp, hub)
+
+
+def module(**overrides) -> LoraModule:
+    bases = [name for _, _, name, _ in KINDS.values()]
+    return LoraModule(LoraConfig(supported_base_models=bases, **overrides))
+
+
+def inputs(repo: str, kind: str = "qwen", data: Path = CHAT, context: int = 512) -> LoraInput:
+    return LoraInput(
+        hg_repo_id=repo,
+        base_model=KINDS[kind][3],
+        validation_set_url=str(data),
+        context_length=context,
+        max_params=10**9,
+    )
+
+
+def plain_scores(base_dir: Path, adapter_dir: Path, kind: str, data: Path, context: int):
+    """The reference, plainly: merged weights, one example at a time, float64 throughout."""
+    model = AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32)
+    model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload().eval()
+    tokenizer = load_tokenizer(base_dir, KINDS[kind][2])
+    encoded = encode_set(read_jsonl(data), get_template(KINDS[kind][3]), tokenizer, context)
+    losses = []
+    with torch.no_grad():
+        for example in encoded.examples:
+            ids = torch.tensor([example.input_ids])
+            logp = torch.log_softmax(model(ids).logits[0].double(), dim=-1)
+            nll = [
+                -logp[t, example.input_ids[t + 1]].item()
+                for t in range(len(example.input_ids) - 1)
+                if example.target_mask[t + 1]
+            ]
+            losses.append(sum(nll) / len(nll) if nll else math.nan)
+    eval_loss = sum(losses) / len(losses)
+    bits = eval_loss * encoded.total_target_tokens / math.log(2)
+    return eval_loss, bits / encoded.total_bytes
+
+
+@pytest.mark.parametrize(
+    ("kind", "data"), [("qwen", CHAT), ("qwen", CALLS), ("llama", CHAT), ("gemma", CALLS)]
+)
+def test_scores_match_the_plain_implementation(world, kind, data):
+    repo = f"alice/{kind}-adapter-1"
+    # Long enough that every conversation keeps a target (function calls start at ~1240 tokens).
+    context = 384 if data == CHAT else 1280
+    want_loss, want_bpc = plain_scores(world.bases[kind], world.adapters[repo], kind, data, context)
+    scorer = module(token_budget=4096)
+    try:
+        got = scorer.validate(inputs(repo, kind, data, context))
+    finally:
+        scorer.cleanup()
+    assert got.eval_loss == pytest.approx(want_loss, rel=1e-5)
+    assert got.bpc == pytest.approx(want_bpc, rel=1e-5)
+    assert got.loss == got.bpc
+    assert got.gpu_type == "cpu"
+
+
+@pytest.mark.parametrize("per_batch", [1, 3, 16])
+def test_eval_loss_does_not_depend_on_the_batch_size(world, per_batch):
+    scorer = module(max_batch_size=per_batch, token_budget=10**6)
+    reference = module(max_batch_size=1, token_budget=10**6)
+    a = scorer.validate(inputs("alice/qwen-adapter-2", context=1024))
+    b = reference.validate(inputs("alice/qwen-adapter-2", context=1024))
+    assert math.isfinite(a.eval_loss)
+    assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-6)
+
+
+def test_base_is_loaded_once_and_unchanged_after_three_adapters(world):
+    scorer = module()
+    before = {
+        k: v.clone() for k, v in scorer.bases.get(KINDS["qwen"][2]).model.state_dict().items()
+    }
+    scores = [scorer.validate(inputs(f"alice/qwen-adapter-{seed}")).loss for seed in (1, 2, 3)]
+    after = scorer.bases.get(KINDS["qwen"][2]).model.state_dict()
+    assert scorer.bases.loads == 1
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert len(set(scores)) == 3  # the adapters really changed the scores
+    again = scorer.validate(inputs("alice/qwen-adapter-1")).loss
+    assert again == scores[0]
+
+
+def test_scores_above_max_params_are_999(world):
+    scorer = module()
+    low = inputs("alice/qwen-adapter-1").model_copy(update={"max_params": 10})
+    metrics = scorer.validate(low)
+    assert (metrics.loss, metrics.bpc) == (999.0, 999.0)
+
+
+def adapter_files(world, seed: int = 1) -> dict[str, Path]:
+    return files_of(world.adapters[f"alice/qwen-adapter-{seed}"])
+
+
+def with_config(world, repo: str, **changes) -> None:
+    files = adapter_files(world)
+    config = json.loads(files["adapter_config.json"].read_text())
+    config.update(changes)
+    world.add(repo, {**files, "adapter_config.json": json.dumps(config).encode()})
+
+
+def test_pickle_only_adapter_is_failed(world):
+    files = adapter_files(world)
+    world.add(
+        "mallory/pickle",
+        {
+            "adapter_config.json": files["adapter_config.json"],
+            "adapter_model.bin": b"\x80\x04pickle",
+        },
+    )
+    with pytest.raises(ValueError, match="(?i)pickle|safetensors"):
+        module().validate(inputs("mallory/pickle"))
+
+
+def test_custom_code_is_never_downloaded_and_the_adapter_is_scored(world, caplog):
+    world.add("mallory/code", {**adapter_files(world), "modeling_evil.py": b"import os\n"})
+    caplog.set_level("INFO")
+    metrics = module().validate(inputs("mallory/code"))
+    assert math.isfinite(metrics.loss)
+    assert "modeling_evil.py" in caplog.text
+    assert not any("modeling_evil.py" in path for _, path, _ in world.hub.requests if _ == "GET")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"base_model_name_or_path": "evil/base"}, "not in the supported base-model list"),
+        ({"base_model_name_or_path": None}, "no base_model_name_or_path"),
+        ({"peft_type": "IA3"}, "not a LoRA adapter"),
+        ({"r": "four"}, "malformed adapter_config.json"),
+        ({"future_switch": True}, "not supported by this validator's peft"),
+    ],
+)
+def test_bad_adapter_configs_are_failed(world, changes, message):
+    repo = f"mallory/config-{abs(hash(json.dumps(changes))) % 10**6}"
+    with_config(world, repo, **changes)
+    with pytest.raises(ValueError, match=message):
+        module().validate(inputs(repo))
+
+
+def test_unknown_empty_keys_from_newer_peft_are_ignored(world):
+    with_config(world, "bob/newer-peft", future_option=None, other_future_flag=False)
+    assert math.isfinite(module().validate(inputs("bob/newer-peft")).loss)
+
+
+def test_full_model_is_failed_with_lora_only(world):
+    world.add("mallory/full", files_of(world.bases["qwen"]))
+    with pytest.raises(ValueError, match="lora_only"):
+        module().validate(inputs("mallory/full"))
+
+
+def test_oversized_adapter_is_failed(world):
+    with pytest.raises(ValueError, match="(?i)too large|exceeds|over"):
+        module(max_adapter_file_bytes=1000).validate(inputs("alice/qwen-adapter-1"))
+
+
+def test_malformed_and_empty_validation_sets_are_failed(world, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(CHAT.read_text().splitlines()[0] + "\n{not json\n")
+    with pytest.raises(ValueError, match="line 2"):
+        module().validate(inputs("alice/qwen-adapter-1", data=bad))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="empty"):
+        module().validate(inputs("alice/qwen-adapter-1", data=empty))
+
+
+def test_no_target_tokens_after_truncation_gives_999(world):
+    # Two tokens of context leave no assistant token to score in any conversation.
+    metrics = module().validate(inputs("alice/qwen-adapter-1", context=2))
+    assert metrics.loss == 999.0
+
+
+def test_nan_weights_give_999(world, tmp_path):
+    files = adapter_files(world)
+    tensors = load_file(files["adapter_model.safetensors"])
+    tensors = {k: torch.full_like(v, math.nan) for k, v in tensors.items()}
+    poisoned = tmp_path / "adapter_model.safetensors"
+    save_file(tensors, poisoned)
+    world.add(
+        "mallory/nan",
+        {
+            "adapter_config.json": files["adapter_config.json"],
+            "adapter_model.safetensors": poisoned,
+        },
+    )
+    assert module().validate(inputs("mallory/nan")).loss == 999.0
+
+
+def test_cleanup_removes_the_downloaded_submission(world):
+    scorer = module()
+    scorer.validate(inputs("alice/qwen-adapter-1"))
+    work = scorer._work
+    assert work is not None and any(work.rglob("adapter_model.safetensors"))
+    scorer.cleanup()
+    assert not work.exists()
+
+
+def test_check_command_scores_like_the_module(world, tmp_path):
+    config = json.loads((REPO_ROOT / "configs" / "lora.json").read_text())
+    config["supported_base_models"] = [name for _, _, name, _ in KINDS.values()]
+    write_config(tmp_path, "lora", config)
+    request = tmp_path / "input.json"
+    request.write_text(inputs("alice/qwen-adapter-3").model_dump_json())
+    env = validator_env(
+        tmp_path, HF_ENDPOINT=world.hub.endpoint, HF_HOME=str(world.tmp / "hf-home")
+    )
+    result = run_validator(["lora", "--check", str(request)], env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = module().validate(inputs("alice/qwen-adapter-3"))
+    assert printed["loss"] == pytest.approx(expected.loss, rel=1e-9)
+    assert printed["gpu_type"] == "cpu"
+    assert "at commit" in result.stderr  # the scored revision is recorded in the log
