@@ -7,10 +7,11 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
-from modules.lora.adapters import AdapterRejected, BaseCorrupted, merged_adapter, plan_adapter
+from modules.lora.adapters import AdapterRejected, BaseCorrupted, applied_adapter, plan_adapter
 from modules.lora.base_models import BaseModelCache, gpu_type, pick_device, pick_dtype
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
 from modules.lora.hub import (
@@ -40,6 +41,9 @@ class LoraConfig(BaseConfig):
     supported_base_models: list[str] = Field(min_length=1)
     lora_only: bool = True
     fp16: bool = False  # on GPU: fp16 when true, bf16 otherwise; always fp32 on CPU
+    # bitsandbytes loading for small GPUs: the scores then differ from other validators'.
+    quantization: Literal["none", "8bit", "4bit"] = "none"
+    merge_adapter: bool = True  # the reference merges; false (forced when quantized) does not
     token_budget: int = Field(16384, gt=0)  # padded tokens per forward batch
     max_batch_size: int = Field(64, gt=0)
     max_adapter_file_bytes: int = Field(2 * GIB, gt=0)
@@ -79,12 +83,21 @@ class LoraModule(BaseValidationModule):
         if not config.lora_only:
             raise ConfigError("lora_only=false (scoring full models) is not supported yet")
         self.device = pick_device()
+        if config.quantization != "none":
+            if self.device == "cpu":
+                raise ConfigError(f"quantization {config.quantization!r} needs a CUDA GPU")
+            log.warning(
+                "%s quantization is on: scores will differ from other validators",
+                config.quantization,
+            )
+        self.merge = config.merge_adapter and config.quantization == "none"
         self.bases = BaseModelCache(
             fetch=fetch_base_model,
             load_tokenizer=load_tokenizer,
             device=self.device,
             dtype=pick_dtype(self.device, config.fp16),
             capacity=config.cached_base_models,
+            quantization=config.quantization,
         )
         self.limits = DownloadLimits(
             max_file_bytes=config.max_adapter_file_bytes,
@@ -124,7 +137,7 @@ class LoraModule(BaseValidationModule):
             return LoraMetrics(**high_loss_metrics(), gpu_type=gpu_type(self.device))
         encoded = self._encode(data, base)
         try:
-            with merged_adapter(base.model, submission.path, plan) as model:
+            with applied_adapter(base.model, submission.path, plan, self.merge) as model:
                 losses = example_losses(
                     model,
                     encoded.examples,

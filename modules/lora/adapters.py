@@ -109,16 +109,27 @@ def _known_values(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 @contextmanager
-def merged_adapter(base: torch.nn.Module, adapter_dir: Path, plan: AdapterPlan) -> Iterator:
-    """The base with the adapter merged in, restored on exit.
+def applied_adapter(
+    base: torch.nn.Module, adapter_dir: Path, plan: AdapterPlan, merge: bool = True
+) -> Iterator:
+    """The base with the adapter applied, and the base as it was again on exit.
 
-    Raises AdapterRejected when peft cannot apply the adapter; the base may then hold injected
-    layers, so the caller must drop it (`BaseCorrupted` is raised when restoring fails).
+    merge=True is the reference's arithmetic: the adapter is merged into the weights, which are
+    copied back afterwards. merge=False keeps the LoRA layers beside the weights and removes
+    them afterwards; quantized weights need this, and the scores differ by rounding only.
+    Raises BaseCorrupted when peft cannot apply the adapter: the base may then hold injected
+    layers, and the caller must drop it.
     """
     try:
         peft_model = PeftModel.from_pretrained(base, str(adapter_dir), config=plan.config)
     except Exception as exc:
         raise BaseCorrupted(f"the adapter does not fit its base model: {exc}") from exc
+    if not merge:
+        try:
+            yield peft_model
+        finally:
+            _forget_peft(peft_model.unload())
+        return
     saved = _save_targets(peft_model)
     merged = peft_model.merge_and_unload()
     try:
@@ -149,6 +160,10 @@ def _restore(model: torch.nn.Module, saved: dict[str, dict[str, torch.Tensor]]) 
         layer = model.get_submodule(name)
         for attribute, original in tensors.items():
             getattr(layer, attribute).copy_(original)
+    _forget_peft(model)
+
+
+def _forget_peft(model: torch.nn.Module) -> None:
     # peft leaves its config on the unloaded model; the next adapter would be taken for a second.
     if hasattr(model, "peft_config"):
         del model.peft_config

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    BitsAndBytesConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,17 @@ def pick_dtype(device: str, fp16: bool) -> torch.dtype:
     return torch.float16 if fp16 else torch.bfloat16
 
 
+def quantization_config(quantization: str, dtype: torch.dtype) -> BitsAndBytesConfig | None:
+    """bitsandbytes loading for small GPUs; scores then differ from other validators'."""
+    if quantization == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    if quantization == "4bit":
+        return BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype
+        )
+    return None
+
+
 def gpu_type(device: str) -> str:
     return torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
 
@@ -48,12 +64,14 @@ class BaseModelCache:
         device: str,
         dtype: torch.dtype,
         capacity: int = 1,
+        quantization: str = "none",
     ) -> None:
         self._fetch = fetch
         self._load_tokenizer = load_tokenizer
         self.device = device
         self.dtype = dtype
         self.capacity = capacity
+        self.quantization = quantization
         self._loaded: OrderedDict[str, LoadedBase] = OrderedDict()
         self.loads = 0  # how many times a base was read from disk (tests and logs)
 
@@ -81,14 +99,19 @@ class BaseModelCache:
     def _load(self, repo_id: str) -> LoadedBase:
         path = self._fetch(repo_id)
         log.info("loading base model %s (%s on %s)", repo_id, self.dtype, self.device)
+        quantized = quantization_config(self.quantization, self.dtype)
+        placement = {"quantization_config": quantized, "device_map": {"": self.device}}
         model = AutoModelForCausalLM.from_pretrained(
             path,
             torch_dtype=self.dtype,
             trust_remote_code=False,
             use_safetensors=True,
             use_cache=False,
+            **(placement if quantized else {}),
         )
-        model.to(self.device).eval()
+        if not quantized:  # a bitsandbytes model is placed by device_map and cannot be moved
+            model.to(self.device)
+        model.eval()
         self.loads += 1
         return LoadedBase(
             repo_id=repo_id,

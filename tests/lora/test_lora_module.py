@@ -14,11 +14,13 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from modules.lora import LoraConfig, LoraInput, LoraModule
+from modules.lora.base_models import quantization_config
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
 from modules.lora.templates import get_template
 from tests.helpers.hf_hub import LocalHub
 from tests.helpers.validator_cli import REPO_ROOT, run_validator, validator_env, write_config
 from tests.lora.tiny_repos import KINDS, build_adapter, build_base, files_of
+from validator.exceptions import ConfigError
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / "data"
 CHAT, CALLS = DATA / "chat_sample.jsonl", DATA / "function_calling_sample.jsonl"
@@ -267,3 +269,28 @@ def test_check_command_scores_like_the_module(world, tmp_path):
     assert printed["loss"] == pytest.approx(expected.loss, rel=1e-9)
     assert printed["gpu_type"] == "cpu"
     assert "at commit" in result.stderr  # the scored revision is recorded in the log
+
+
+def test_unmerged_scoring_agrees_and_leaves_the_base_clean(world):
+    merged, unmerged = module(), module(merge_adapter=False)
+    base = unmerged.bases.get(KINDS["qwen"][2]).model
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    for seed in (1, 2):
+        want = merged.validate(inputs(f"alice/qwen-adapter-{seed}")).eval_loss
+        got = unmerged.validate(inputs(f"alice/qwen-adapter-{seed}")).eval_loss
+        assert got == pytest.approx(want, rel=1e-5)
+    after = base.state_dict()
+    assert after.keys() == before.keys()  # no LoRA layer left behind
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_quantization_needs_a_gpu():
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+        module(quantization="4bit")
+
+
+def test_quantization_configs():
+    assert quantization_config("none", torch.bfloat16) is None
+    assert quantization_config("8bit", torch.bfloat16).load_in_8bit
+    four = quantization_config("4bit", torch.float16)
+    assert four.load_in_4bit and four.bnb_4bit_compute_dtype == torch.float16
