@@ -12,8 +12,14 @@ from typing import Literal
 from pydantic import Field
 
 from modules.lora.adapters import AdapterRejected, BaseCorrupted, applied_adapter, plan_adapter
-from modules.lora.base_models import BaseModelCache, gpu_type, pick_device, pick_dtype
-from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
+from modules.lora.base_models import (
+    BaseModelCache,
+    LoadedBase,
+    gpu_type,
+    pick_device,
+    pick_dtype,
+)
+from modules.lora.dataset import EncodedSet, encode_set, load_tokenizer, read_jsonl
 from modules.lora.hub import (
     DownloadLimits,
     SubmissionRejected,
@@ -21,11 +27,11 @@ from modules.lora.hub import (
     fetch_base_model,
 )
 from modules.lora.loss import (
+    check_token_byte_ratio,
     eval_loss,
     example_losses,
     high_loss_metrics,
     score_metrics,
-    token_byte_ratio,
 )
 from modules.lora.templates import get_template
 from modules.lora.validation_set import fetch_validation_set
@@ -153,7 +159,7 @@ class LoraModule(BaseValidationModule):
                 self.bases.invalidate(plan.base_model)
         return self._metrics(eval_loss(losses), encoded.total_target_tokens, encoded.total_bytes)
 
-    def _encode(self, data: LoraInput, base):
+    def _encode(self, data: LoraInput, base: LoadedBase) -> EncodedSet:
         path = fetch_validation_set(
             data.validation_set_url,
             self._work / "validation.jsonl",
@@ -161,21 +167,13 @@ class LoraModule(BaseValidationModule):
         )
         template = get_template(data.base_model)
         encoded = encode_set(read_jsonl(path), template, base.tokenizer, data.context_length)
-        ratio = token_byte_ratio(encoded.total_target_tokens, encoded.total_bytes)
-        log.info(
-            "validation set: %d examples, %d target tokens, %d bytes (tokens/byte %.4f)",
-            len(encoded.examples),
-            encoded.total_target_tokens,
-            encoded.total_bytes,
-            ratio,
-        )
-        if encoded.total_bytes and ratio < 0.1:
-            log.warning("token/byte ratio %.4f is unusually low: suspicious", ratio)
+        log.info("validation set: %d examples", len(encoded.examples))
+        check_token_byte_ratio(encoded.total_target_tokens, encoded.total_bytes)
         return encoded
 
     def _metrics(self, loss: float, target_tokens: int, total_bytes: int) -> LoraMetrics:
         values = score_metrics(loss, target_tokens, total_bytes)
-        return LoraMetrics(**{"eval_loss": loss, **values}, gpu_type=gpu_type(self.device))
+        return LoraMetrics(**values, gpu_type=gpu_type(self.device))
 
     def cleanup(self) -> None:
         if self._work is not None:
