@@ -135,7 +135,9 @@ def test_base_is_loaded_once_and_unchanged_after_three_adapters(world):
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert len(set(scores)) == 3  # the adapters really changed the scores
     again = scorer.validate(inputs("alice/qwen-adapter-1")).loss
-    assert again == scores[0]
+    # fp32 on CPU may round differently between runs (threaded reductions); the bitwise
+    # state_dict comparison above is the exact proof.
+    assert again == pytest.approx(scores[0], rel=1e-6)
 
 
 def test_scores_above_max_params_are_999(world):
@@ -266,7 +268,7 @@ def test_check_command_scores_like_the_module(world, tmp_path):
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout.strip().splitlines()[-1])
     expected = module().validate(inputs("alice/qwen-adapter-3"))
-    assert printed["loss"] == pytest.approx(expected.loss, rel=1e-9)
+    assert printed["loss"] == pytest.approx(expected.loss, rel=1e-6)  # another process
     assert printed["gpu_type"] == "cpu"
     assert "at commit" in result.stderr  # the scored revision is recorded in the log
 
