@@ -13,6 +13,7 @@ from peft import PeftModel
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+import modules.lora as lora_module
 from modules.lora import LoraConfig, LoraInput, LoraModule
 from modules.lora.base_models import quantization_config
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
@@ -296,3 +297,22 @@ def test_quantization_configs():
     assert quantization_config("8bit", torch.bfloat16).load_in_8bit
     four = quantization_config("4bit", torch.float16)
     assert four.load_in_4bit and four.bnb_4bit_compute_dtype == torch.float16
+
+
+def test_a_shared_validation_set_is_encoded_once(world, tmp_path, monkeypatch):
+    calls = []
+    real = lora_module.encode_set
+    monkeypatch.setattr(lora_module, "encode_set", lambda *a: calls.append(1) or real(*a))
+    scorer = module()
+    first = scorer.validate(inputs("alice/qwen-adapter-1"))
+    copy = tmp_path / "same-content.jsonl"  # another URL, same bytes: still one encoding
+    copy.write_bytes(CHAT.read_bytes())
+    second = scorer.validate(inputs("alice/qwen-adapter-2", data=copy))
+    assert len(calls) == 1
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text("\n".join(CHAT.read_text().splitlines()[:5]) + "\n")
+    third = scorer.validate(inputs("alice/qwen-adapter-2", data=changed))
+    assert len(calls) == 2
+    assert first.loss != second.loss  # another adapter
+    # (the sample's 10 conversations are 5 repeated, so the bpc of the first 5 is the same)
+    assert third.nll_token_nats_total != second.nll_token_nats_total
