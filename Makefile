@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 MODULE ?= lora
 MODULES := $(patsubst modules/%/environment.yml,%,$(wildcard modules/*/environment.yml))
 
-.PHONY: install test lint format demo demo-loop images up simulator wheels base-image docker-engine bench-launcher
+.PHONY: install test lint format demo demo-loop images up simulator wheels base-image docker-engine bench-launcher bench
 
 install: $(VENV)/.installed
 
@@ -73,3 +73,7 @@ docker-engine: install wheels
 # Time from `python run.py` to the validator's first API call, image already built.
 bench-launcher: install wheels base-image
 	$(PY) bench/launcher_startup.py
+
+# The lora module's scoring against the reference's way (load, merge, Trainer.evaluate), CPU.
+bench: install
+	$(PY) bench/lora_bench.py

@@ -29,6 +29,7 @@ from modules.lora.hub import (
 )
 from modules.lora.loss import (
     check_token_byte_ratio,
+    default_max_batch_size,
     eval_loss,
     example_losses,
     high_loss_metrics,
@@ -52,7 +53,9 @@ class LoraConfig(BaseConfig):
     quantization: Literal["none", "8bit", "4bit"] = "none"
     merge_adapter: bool = True  # the reference merges; false (forced when quantized) does not
     token_budget: int = Field(16384, gt=0)  # padded tokens per forward batch
-    max_batch_size: int = Field(64, gt=0)
+    # Conversations per forward; unset: 64 on GPU, 1 on CPU, where padded batches need an
+    # explicit attention mask that takes CPU attention off its fast causal kernel.
+    max_batch_size: int | None = Field(None, gt=0)
     max_adapter_file_bytes: int = Field(2 * GIB, gt=0)
     max_adapter_total_bytes: int = Field(4 * GIB, gt=0)
     max_validation_set_bytes: int = Field(1 * GIB, gt=0)
@@ -98,6 +101,7 @@ class LoraModule(BaseValidationModule):
                 config.quantization,
             )
         self.merge = config.merge_adapter and config.quantization == "none"
+        self.max_batch_size = config.max_batch_size or default_max_batch_size(self.device)
         self.bases = BaseModelCache(
             fetch=fetch_base_model,
             load_tokenizer=load_tokenizer,
@@ -150,7 +154,7 @@ class LoraModule(BaseValidationModule):
                     model,
                     encoded.examples,
                     token_budget=self.config.token_budget,
-                    max_batch_size=self.config.max_batch_size,
+                    max_batch_size=self.max_batch_size,
                     pad_token_id=base.tokenizer.pad_token_id,
                 )
         except BaseCorrupted:

@@ -34,9 +34,10 @@ log = logging.getLogger(__name__)
 # What the reference submits when the loss cannot be computed (and for oversized models).
 HIGH_LOSS = 999.0
 SUSPICIOUS_TOKEN_BYTE_RATIO = 0.1
-# Upper bound on full-vocab logit elements alive at once (rows x vocab); 2**27 fp32 is 512 MiB,
-# small next to the activations of a 16k-token batch yet large enough for efficient GEMMs.
-_LOGIT_ELEMENTS_PER_CHUNK = 1 << 27
+# Upper bound on full-vocab logit elements alive at once (rows x vocab). On a GPU 2**27 fp32
+# (512 MiB) is small next to a 16k-token batch's activations and keeps GEMMs efficient; on a CPU
+# buffers that large cost page faults, and 2**22 measured faster (bench/RESULTS.md).
+_LOGIT_ELEMENTS_PER_CHUNK = {"cuda": 1 << 27, "cpu": 1 << 22}
 
 _Transform = Callable[[torch.Tensor, nn.Module], torch.Tensor]
 
@@ -75,6 +76,13 @@ _POST_HEAD_TRANSFORMS: dict[str, _Transform] = {
     "cohere2": _cohere_scale,
     "granite": _granite_scale,
 }
+
+
+def default_max_batch_size(device_type: str) -> int:
+    """Conversations per forward when the config leaves it unset. On a CPU one at a time is
+    fastest: a padded batch needs an explicit attention mask, which takes attention off its
+    fused causal kernel (measured 2x slower, bench/RESULTS.md)."""
+    return 1 if device_type == "cpu" else 64
 
 
 class UnsupportedArchitecture(ValueError):
@@ -311,7 +319,9 @@ def _batch_sums(
     rows = hidden[:, :-1][predicts]
     labels = input_ids[:, 1:][predicts]
     sums = torch.zeros(len(batch), dtype=torch.float64, device=device)
-    chunk = max(1, _LOGIT_ELEMENTS_PER_CHUNK // _vocab_size(lm, head))
+    per_device = _LOGIT_ELEMENTS_PER_CHUNK
+    elements = per_device[device.type] if device.type in per_device else per_device["cuda"]
+    chunk = max(1, elements // _vocab_size(lm, head))
     for begin in range(0, rows.shape[0], chunk):
         end = begin + chunk
         logits = transform(head(rows[begin:end]), lm).float()

@@ -1,0 +1,111 @@
+"""The reference's way of scoring, plainly: reload, merge, Trainer.evaluate at batch size 1."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import torch
+from lora_common import BASE_NAME, TEMPLATE
+from lora_measure import Assignment, Phases, SideResult, reset_peak_rss, rss_bytes
+from peft import PeftModel
+from transformers import (
+    AutoModelForCausalLM,
+    PreTrainedModel,
+    PrinterCallback,
+    Trainer,
+    TrainingArguments,
+)
+
+from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
+from modules.lora.loss import (
+    score_metrics,
+)
+from modules.lora.records import EncodedExample
+from modules.lora.templates import get_template
+
+# --- baseline: the reference's way, written plainly ---------------------------------------------
+
+
+def sft_collate(batch: list[dict[str, list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-pads a batch; labels are the ids at target positions and -100 elsewhere."""
+    width = max(len(item["input_ids"]) for item in batch)
+
+    def padded(key: str, value: int) -> torch.Tensor:
+        rows = [item[key] + [value] * (width - len(item[key])) for item in batch]
+        return torch.tensor(rows, dtype=torch.long)
+
+    input_ids = padded("input_ids", pad_token_id)
+    target_mask = padded("target_mask", 0)
+    labels = torch.where(target_mask == 1, input_ids, torch.full_like(input_ids, -100))
+    return {"input_ids": input_ids, "attention_mask": padded("attention_mask", 0), "labels": labels}
+
+
+def trainer_eval_loss(
+    model: PreTrainedModel, examples: list[EncodedExample], pad_token_id: int, work: Path
+) -> float:
+    rows = [
+        {
+            "input_ids": list(e.input_ids),
+            "attention_mask": [1] * len(e.input_ids),
+            "target_mask": list(e.target_mask),
+        }
+        for e in examples
+    ]
+    args = TrainingArguments(
+        output_dir=str(work),
+        per_device_eval_batch_size=1,
+        report_to=[],
+        use_cpu=not torch.cuda.is_available(),
+        remove_unused_columns=False,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        eval_dataset=rows,
+        data_collator=lambda batch: sft_collate(batch, pad_token_id),
+    )
+    trainer.remove_callback(PrinterCallback)  # it prints every metrics dict
+    return float(trainer.evaluate()["eval_loss"])
+
+
+def baseline_assignment(
+    base_dir: Path, adapter_dir: Path, data: Path, context_length: int, work: Path
+) -> tuple[Assignment, list[EncodedExample]]:
+    """One assignment as the reference runs it: everything loaded again from disk."""
+    phases = Phases()
+    with phases.phase("encode"):
+        tokenizer = load_tokenizer(base_dir, BASE_NAME)
+        encoded = encode_set(read_jsonl(data), get_template(TEMPLATE), tokenizer, context_length)
+    with phases.phase("plan + load base"):
+        model = AutoModelForCausalLM.from_pretrained(
+            base_dir, torch_dtype=torch.float32, use_cache=False
+        )
+    with phases.phase("apply + restore adapter"):
+        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    with phases.phase("forward + loss"):
+        loss = trainer_eval_loss(model, encoded.examples, tokenizer.pad_token_id, work)
+    del model
+    gc.collect()
+    metrics = score_metrics(loss, encoded.total_target_tokens, encoded.total_bytes)
+    return Assignment(adapter_dir.name, phases, loss, metrics["bpc"]), encoded.examples
+
+
+def run_baseline(
+    base_dir: Path,
+    adapters: list[Path],
+    data: Path,
+    context_length: int,
+    work: Path,
+    expected: list[EncodedExample],
+) -> SideResult:
+    reset_peak_rss()
+    rss_start = rss_bytes("VmRSS")
+    results = []
+    for adapter in adapters:
+        result, examples = baseline_assignment(base_dir, adapter, data, context_length, work)
+        if examples != expected:
+            raise RuntimeError("the baseline encoded different examples from ours")
+        results.append(result)
+    return SideResult("baseline", results, rss_start, rss_bytes())
