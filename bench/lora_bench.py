@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
 import math
 import os
@@ -52,15 +51,14 @@ from transformers import (  # noqa: E402
 )
 
 from modules.lora.adapters import applied_adapter, plan_adapter  # noqa: E402
-from modules.lora.base_models import BaseModelCache, LoadedBase, pick_dtype  # noqa: E402
-from modules.lora.dataset import EncodedSet, encode_set, load_tokenizer, read_jsonl  # noqa: E402
+from modules.lora.base_models import BaseModelCache, pick_dtype  # noqa: E402
+from modules.lora.dataset import EncodedSetCache, load_tokenizer  # noqa: E402
 from modules.lora.loss import (  # noqa: E402
     eval_loss,
     example_losses,
     score_metrics,
 )
 from modules.lora.records import EncodedExample  # noqa: E402
-from modules.lora.templates import get_template  # noqa: E402
 from tests.lora.tiny_models import build_model, make_lora, save_base  # noqa: E402
 from tests.lora.tiny_tokenizer import build_tokenizer  # noqa: E402
 
@@ -107,23 +105,9 @@ def write_subset(source: Path, dest: Path, count: int) -> int:
 # --- ours: the module's code path --------------------------------------------------------------
 
 
-def encoded_set(
-    known: dict[tuple, EncodedSet], data: Path, base: LoadedBase, context_length: int
-) -> EncodedSet:
-    """As `LoraModule._encode`: one encoding per validation-set content, template, tokenizer
-    and context; the file is hashed every time, since each assignment downloads it again."""
-    key = (hashlib.sha256(data.read_bytes()).hexdigest(), TEMPLATE, base.repo_id, context_length)
-    if key not in known:
-        template = get_template(TEMPLATE)
-        encoded = encode_set(read_jsonl(data), template, base.tokenizer, context_length)
-        known.clear()
-        known[key] = encoded
-    return known[key]
-
-
 def ours_assignment(
     cache: BaseModelCache,
-    known: dict[tuple, EncodedSet],
+    known: EncodedSetCache,
     adapter_dir: Path,
     data: Path,
     context_length: int,
@@ -136,7 +120,7 @@ def ours_assignment(
         plan = plan_adapter(raw, [BASE_NAME])
         base = cache.get(plan.base_model)
     with phases.phase("encode"):
-        encoded = encoded_set(known, data, base, context_length)
+        encoded = known.get(data, TEMPLATE, base.repo_id, base.tokenizer, context_length)
     apply_started = time.perf_counter()
     with applied_adapter(base.model, adapter_dir, plan, merge=True) as model:
         phases.seconds["apply + restore adapter"] = time.perf_counter() - apply_started
@@ -166,7 +150,7 @@ def run_ours(
         device="cpu",
         dtype=pick_dtype("cpu", fp16=False),
     )
-    results, examples, known = [], [], {}
+    results, examples, known = [], [], EncodedSetCache()
     for adapter in adapters:
         result, examples = ours_assignment(cache, known, adapter, data, context_length, batching)
         results.append(result)

@@ -3,7 +3,6 @@ as the network's reference does (SPEC §5), treating the submission as hostile (
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import tempfile
@@ -20,7 +19,7 @@ from modules.lora.base_models import (
     pick_device,
     pick_dtype,
 )
-from modules.lora.dataset import EncodedSet, encode_set, load_tokenizer, read_jsonl
+from modules.lora.dataset import EncodedSet, EncodedSetCache, load_tokenizer
 from modules.lora.hub import (
     DownloadLimits,
     SubmissionRejected,
@@ -35,7 +34,6 @@ from modules.lora.loss import (
     high_loss_metrics,
     score_metrics,
 )
-from modules.lora.templates import get_template
 from modules.lora.validation_set import fetch_validation_set
 from validator.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.exceptions import ConfigError
@@ -116,7 +114,7 @@ class LoraModule(BaseValidationModule):
             max_validation_set_bytes=config.max_validation_set_bytes,
         )
         self._work: Path | None = None
-        self._encoded: dict[tuple, EncodedSet] = {}
+        self._encoded = EncodedSetCache()
 
     def validate(self, data: LoraInput) -> LoraMetrics:
         self._work = Path(tempfile.mkdtemp(prefix="lora-", dir=self.config.work_dir))
@@ -171,13 +169,9 @@ class LoraModule(BaseValidationModule):
             self._work / "validation.jsonl",
             self.limits.max_validation_set_bytes,
         )
-        # The submissions of a task share one validation set: encode it once per content.
-        key = (_sha256(path), data.base_model, base.repo_id, data.context_length)
-        encoded = self._encoded.get(key)
-        if encoded is None:
-            template = get_template(data.base_model)
-            encoded = encode_set(read_jsonl(path), template, base.tokenizer, data.context_length)
-            self._encoded = {key: encoded}  # one set kept: tasks rarely interleave
+        encoded = self._encoded.get(
+            path, data.base_model, base.repo_id, base.tokenizer, data.context_length
+        )
         log.info("validation set: %d examples", len(encoded.examples))
         check_token_byte_ratio(encoded.total_target_tokens, encoded.total_bytes)
         return encoded
@@ -190,14 +184,6 @@ class LoraModule(BaseValidationModule):
         if self._work is not None:
             shutil.rmtree(self._work, ignore_errors=True)
             self._work = None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 MODULE = LoraModule

@@ -7,6 +7,7 @@ conversation at once, because BPE merges across piece boundaries would change th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from modules.lora.records import EncodedExample
-from modules.lora.templates import Template
+from modules.lora.templates import Template, get_template
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,39 @@ def encode_set(
         total_target_tokens=sum(e.target_count for e in examples),
         total_bytes=sum(target_bytes(e, tokenizer) for e in examples),
     )
+
+
+class EncodedSetCache:
+    """The submissions of a task share one validation set: encode it once per content,
+    template, tokenizer and context length. One set is kept, since tasks rarely interleave."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._encoded: EncodedSet | None = None
+
+    def get(
+        self,
+        path: Path,
+        template_key: str,
+        tokenizer_name: str,
+        tokenizer: PreTrainedTokenizerBase,
+        context_length: int,
+    ) -> EncodedSet:
+        # Hashed every time: each assignment downloads the set again, maybe from a new URL.
+        key = (_sha256(path), template_key, tokenizer_name, context_length)
+        if key != self._key or self._encoded is None:
+            lines = read_jsonl(path)
+            self._encoded = encode_set(lines, get_template(template_key), tokenizer, context_length)
+            self._key = key
+        return self._encoded
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 # --- tokenizer --------------------------------------------------------------------------------

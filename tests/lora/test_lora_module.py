@@ -13,7 +13,7 @@ from peft import PeftModel
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-import modules.lora as lora_module
+import modules.lora.dataset as lora_dataset
 from modules.lora import LoraConfig, LoraInput, LoraModule
 from modules.lora.base_models import quantization_config
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
@@ -301,8 +301,8 @@ def test_quantization_configs():
 
 def test_a_shared_validation_set_is_encoded_once(world, tmp_path, monkeypatch):
     calls = []
-    real = lora_module.encode_set
-    monkeypatch.setattr(lora_module, "encode_set", lambda *a: calls.append(1) or real(*a))
+    real = lora_dataset.encode_set
+    monkeypatch.setattr(lora_dataset, "encode_set", lambda *a: calls.append(1) or real(*a))
     scorer = module()
     first = scorer.validate(inputs("alice/qwen-adapter-1"))
     copy = tmp_path / "same-content.jsonl"  # another URL, same bytes: still one encoding
