@@ -167,13 +167,6 @@ def _download(repo_id: str, name: str, what: str, *, submission: bool, **kwargs:
 # -- submissions ------------------------------------------------------------------------------
 
 
-def resolve_commit(repo_id: str, revision: str | None, token: str | None = None) -> str:
-    """The commit sha that `revision` of a submitted repo points to now."""
-    what = f"submission {repo_id}@{revision or 'main'}"
-    info = _model_info(repo_id, what, submission=True, revision=revision or "main", token=token)
-    return _commit_of(info.sha, what)
-
-
 def fetch_adapter(
     repo_id: str,
     revision: str | None,

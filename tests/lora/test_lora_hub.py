@@ -16,7 +16,6 @@ from modules.lora.hub import (
     SubmissionRejected,
     fetch_adapter,
     fetch_base_model,
-    resolve_commit,
 )
 from modules.lora.validation_set import fetch_validation_set
 from tests.helpers.hf_hub import LocalHub
@@ -58,7 +57,6 @@ def body_gets(hub: LocalHub) -> list[str]:
 
 def test_adapter_is_pinned_to_the_resolved_commit(hub: LocalHub, tmp_path: Path) -> None:
     first = hub.add_repo("trainer/adapter", adapter_files(b"old" * 10))
-    assert resolve_commit("trainer/adapter", "main") == first
 
     fetched = fetch_adapter("trainer/adapter", "main", tmp_path / "a", LIMITS)
     assert fetched.commit == first and fetched.is_lora
@@ -67,7 +65,8 @@ def test_adapter_is_pinned_to_the_resolved_commit(hub: LocalHub, tmp_path: Path)
     assert sorted(p.name for p in fetched.path.iterdir()) == sorted(adapter_files())
 
     second = hub.add_repo("trainer/adapter", adapter_files(b"new" * 10))
-    assert second != first and resolve_commit("trainer/adapter", "main") == second
+    assert second != first
+    assert fetch_adapter("trainer/adapter", "main", tmp_path / "c", LIMITS).commit == second
     seen = len(hub.requests)
     pinned = fetch_adapter("trainer/adapter", first, tmp_path / "b", LIMITS)
     assert pinned.commit == first
@@ -158,7 +157,7 @@ def test_missing_repo_or_revision_is_rejected(hub: LocalHub, tmp_path: Path) -> 
     with pytest.raises(SubmissionRejected, match="revision not found"):
         fetch_adapter("trainer/adapter", "no-such-branch", tmp_path / "a", LIMITS)
     with pytest.raises(SubmissionRejected, match="invalid repo id"):
-        resolve_commit("../../etc", "main")
+        fetch_adapter("../../etc", "main", tmp_path / "c", LIMITS)
 
 
 def test_server_errors_are_transient(hub: LocalHub, tmp_path: Path) -> None:
