@@ -14,7 +14,7 @@ import docker
 import pytest
 from docker.errors import DockerException, ImageNotFound
 
-from tests.helpers.validator_cli import API_KEY, FIXTURE_MODULES, HF_TOKEN, REPO_ROOT
+from tests.helpers.validator_cli import FIXTURE_MODULES, REPO_ROOT, env_with_test_secrets
 
 LOCAL_BASE = "local/base:bookworm"
 WHEELHOUSE = REPO_ROOT / "docker" / "wheels"
@@ -75,17 +75,12 @@ def make_module_repo(dest: Path) -> Path:
 
 def launcher_env(**extra: str) -> dict[str, str]:
     """Build settings of the stand-in image, and the secrets, as CI passes them."""
-    env = {k: v for k, v in os.environ.items() if k not in ("FLOCK_API_KEY", "HF_TOKEN")}
-    env.update(
+    return env_with_test_secrets(
         VALIDATOR_BASE_IMAGE=LOCAL_BASE,
         VALIDATOR_ENV_INSTALLER="pip",
         VALIDATOR_PIP_OPTIONS="--no-index --find-links /opt/flock/wheels",
-        FLOCK_API_KEY=API_KEY,
-        HF_TOKEN=HF_TOKEN,
-        PYTHONUNBUFFERED="1",
+        **extra,
     )
-    env.update(extra)
-    return env
 
 
 def unique_volumes() -> list[str]:

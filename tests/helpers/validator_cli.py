@@ -15,23 +15,29 @@ API_KEY = "sk-flock-TEST-9f8e7d6c5b4a"
 HF_TOKEN = "hf_TESTtoken1234567890abcdef"
 
 
+def env_with_test_secrets(**settings: str) -> dict[str, str]:
+    """This process's environment with the tests' own key and token in place of any real ones."""
+    return {
+        **os.environ,
+        "FLOCK_API_KEY": API_KEY,
+        "HF_TOKEN": HF_TOKEN,
+        "PYTHONUNBUFFERED": "1",
+        **settings,
+    }
+
+
 def validator_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """Environment with the fixture modules importable, a private state and config dir, and
     quick API retries so that fault tests stay short."""
     (tmp_path / "configs").mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("FLOCK_API_KEY", "HF_TOKEN")}
-    env.update(
+    return env_with_test_secrets(
         PYTHONPATH=str(FIXTURE_MODULES),
-        PYTHONUNBUFFERED="1",
         VALIDATOR_STATE_DIR=str(tmp_path / "state"),
         VALIDATOR_CONFIG_DIR=str(tmp_path / "configs"),
         VALIDATOR_API_RETRIES="1",
         VALIDATOR_API_BACKOFF="0.05",
-        FLOCK_API_KEY=API_KEY,
-        HF_TOKEN=HF_TOKEN,
+        **extra,
     )
-    env.update(extra)
-    return env
 
 
 def write_config(tmp_path: Path, module: str, config: dict, task_id: str | None = None) -> Path:
