@@ -75,12 +75,12 @@ def make_module_repo(dest: Path) -> Path:
 
 def launcher_env(**extra: str) -> dict[str, str]:
     """Build settings of the stand-in image, and the secrets, as CI passes them."""
-    return env_with_test_secrets(
-        VALIDATOR_BASE_IMAGE=LOCAL_BASE,
-        VALIDATOR_ENV_INSTALLER="pip",
-        VALIDATOR_PIP_OPTIONS="--no-index --find-links /opt/flock/wheels",
-        **extra,
-    )
+    defaults = {
+        "VALIDATOR_BASE_IMAGE": LOCAL_BASE,
+        "VALIDATOR_ENV_INSTALLER": "pip",
+        "VALIDATOR_PIP_OPTIONS": "--no-index --find-links /opt/flock/wheels",
+    }
+    return env_with_test_secrets(**{**defaults, **extra})
 
 
 def unique_volumes() -> list[str]:

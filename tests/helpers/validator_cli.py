@@ -30,14 +30,14 @@ def validator_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """Environment with the fixture modules importable, a private state and config dir, and
     quick API retries so that fault tests stay short."""
     (tmp_path / "configs").mkdir(exist_ok=True)
-    return env_with_test_secrets(
-        PYTHONPATH=str(FIXTURE_MODULES),
-        VALIDATOR_STATE_DIR=str(tmp_path / "state"),
-        VALIDATOR_CONFIG_DIR=str(tmp_path / "configs"),
-        VALIDATOR_API_RETRIES="1",
-        VALIDATOR_API_BACKOFF="0.05",
-        **extra,
-    )
+    defaults = {
+        "PYTHONPATH": str(FIXTURE_MODULES),
+        "VALIDATOR_STATE_DIR": str(tmp_path / "state"),
+        "VALIDATOR_CONFIG_DIR": str(tmp_path / "configs"),
+        "VALIDATOR_API_RETRIES": "1",
+        "VALIDATOR_API_BACKOFF": "0.05",
+    }
+    return env_with_test_secrets(**{**defaults, **extra})
 
 
 def write_config(tmp_path: Path, module: str, config: dict, task_id: str | None = None) -> Path:
