@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -27,7 +27,6 @@ class BuildSpec:
     base_image: str = PRODUCTION_BASE
     env_installer: str = "micromamba"
     pip_options: str = ""
-    extra_args: dict[str, str] = field(default_factory=dict)
 
     def build_args(self) -> dict[str, str]:
         return {
@@ -35,7 +34,6 @@ class BuildSpec:
             "BASE_IMAGE": self.base_image,
             "ENV_INSTALLER": self.env_installer,
             "PIP_OPTIONS": self.pip_options,
-            **self.extra_args,
         }
 
 
