@@ -6,8 +6,8 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
+from validator.config import read_json_object
 from validator.exceptions import ConfigError
 from validator.exit_codes import ExitCode
 from validator.outcomes import Verdict, classify
@@ -16,21 +16,9 @@ from validator.scoring import InvalidInput, ModulePool, score
 log = logging.getLogger(__name__)
 
 
-def read_input(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: must hold one JSON object (the assignment's input fields)")
-    return value
-
-
 def run_check(pool: ModulePool, input_path: Path) -> ExitCode:
     """Prints the metrics JSON as the last line of stdout; errors go to the log (stderr)."""
-    raw = read_input(input_path)
+    raw = read_json_object(input_path, "(the assignment's input fields)")
     module = pool.module_for(None)
     try:
         metrics = score(module, raw)

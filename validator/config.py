@@ -15,9 +15,9 @@ from validator.base import BaseConfig
 from validator.exceptions import ConfigError
 
 
-def _read_layer(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
+def read_json_object(path: Path, holds: str) -> dict[str, Any]:
+    """A file holding one JSON object; ConfigError naming the file otherwise. `holds` says
+    what the object should be, for the message."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -27,8 +27,12 @@ def _read_layer(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read: {exc}") from exc
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: must hold a JSON object of settings")
+        raise ConfigError(f"{path}: must hold a JSON object {holds}")
     return value
+
+
+def _read_layer(path: Path) -> dict[str, Any]:
+    return read_json_object(path, "of settings") if path.exists() else {}
 
 
 def layer_paths(config_dir: Path, module: str, task_id: str | None) -> list[Path]:
