@@ -112,7 +112,7 @@ def example_losses(
     # The reference Trainer evaluates in eval mode; LoRA dropout must be off.
     model.eval()
     losses = [math.nan] * len(examples)
-    scored = [i for i, e in enumerate(examples) if _prediction_count(e) > 0]
+    scored, repeats = _distinct_scored(examples)
     # Longest first so a batch's first example fixes its padded length.
     order = sorted(scored, key=lambda i: (-len(examples[i].input_ids), i))
     with torch.inference_mode():
@@ -120,6 +120,8 @@ def example_losses(
             lm, transform, examples, order, token_budget, max_batch_size, pad_token_id
         ):
             losses[index] = total / _prediction_count(examples[index])
+    for index, first in repeats.items():
+        losses[index] = losses[first]
     return losses
 
 
@@ -201,6 +203,36 @@ def _pow2(bpc: float) -> float:
         return math.pow(2, bpc)
     except OverflowError:
         return math.inf
+
+
+def _distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int, int]]:
+    """Indices of the examples to run (distinct, with a predicted target), and each repeat's
+    index mapped to the index of its first occurrence.
+
+    Real validation sets repeat conversations (chat_sample.jsonl holds 5 distinct of 10 lines,
+    function_calling_sample.jsonl 264 of 299). The reference scores each repeat on its own at
+    batch size 1, which gives the same loss, and the mean still counts every repeat; so a
+    repeat is copied rather than run again.
+    """
+    first_of: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    scored: list[int] = []
+    repeats: dict[int, int] = {}
+    for index, example in enumerate(examples):
+        if _prediction_count(example) == 0:
+            continue
+        key = (tuple(example.input_ids), tuple(example.target_mask))
+        first = first_of.setdefault(key, index)
+        if first == index:
+            scored.append(index)
+        else:
+            repeats[index] = first
+    if repeats:
+        log.info(
+            "%d of %d examples repeat an earlier one; each is scored once",
+            len(repeats),
+            len(examples),
+        )
+    return scored, repeats
 
 
 def _prediction_count(example: EncodedExample) -> int:

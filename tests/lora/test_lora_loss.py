@@ -193,6 +193,22 @@ def test_out_of_memory_halves_the_batch(monkeypatch, error: Exception) -> None:
     assert sizes[:4] == [16, 8, 4, 2]
 
 
+def test_repeated_examples_run_once_and_count_in_the_mean(monkeypatch) -> None:
+    model = build_model("qwen2", vocab_size=VOCAB, seed=8)
+    a, b, c = EXAMPLES[:3]
+    same_ids_other_mask = EncodedExample(a.input_ids, [0] + [1] * (len(a.input_ids) - 1))
+    examples = [a, b, a, c, same_ids_other_mask, b, a]
+    # What the reference does: every line scored on its own, the mean over all lines.
+    expected = [plain_loss(model, e) for e in examples]
+    sizes = _oom_when_batch_exceeds(model, 10**6, RuntimeError("unused"), monkeypatch)
+    got = example_losses(model, examples, max_batch_size=1)
+    assert got == pytest.approx(expected, rel=REL)
+    assert sum(sizes) == 4  # a, b, c and the other-mask twin of a
+    assert eval_loss(got) == pytest.approx(sum(expected) / 7, rel=REL)
+    # Guards the check above: dropping the repeats would move the mean.
+    assert abs(eval_loss(got) - eval_loss([got[0], got[1], got[3], got[4]])) > 1e-4
+
+
 def test_out_of_memory_on_one_example_is_raised(monkeypatch) -> None:
     model = build_model("qwen2", vocab_size=VOCAB, seed=8)
     oom = torch.cuda.OutOfMemoryError("CUDA out of memory")
