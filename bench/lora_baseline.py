@@ -6,8 +6,9 @@ import gc
 from pathlib import Path
 
 import torch
+import transformers
 from lora_common import BASE_NAME, TEMPLATE
-from lora_measure import Assignment, Phases, SideResult, reset_peak_rss, rss_bytes
+from lora_measure import Assignment, MemoryMark, Phases
 from peft import PeftModel
 from transformers import (
     AutoModelForCausalLM,
@@ -70,42 +71,35 @@ def trainer_eval_loss(
     return float(trainer.evaluate()["eval_loss"])
 
 
-def baseline_assignment(
-    base_dir: Path, adapter_dir: Path, data: Path, context_length: int, work: Path
-) -> tuple[Assignment, list[EncodedExample]]:
-    """One assignment as the reference runs it: everything loaded again from disk."""
-    phases = Phases()
-    with phases.phase("encode"):
-        tokenizer = load_tokenizer(base_dir, BASE_NAME)
-        encoded = encode_set(read_jsonl(data), get_template(TEMPLATE), tokenizer, context_length)
-    with phases.phase("plan + load base"):
-        model = AutoModelForCausalLM.from_pretrained(
-            base_dir, torch_dtype=torch.float32, use_cache=False
-        )
-    with phases.phase("apply + restore adapter"):
-        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
-    with phases.phase("forward + loss"):
-        loss = trainer_eval_loss(model, encoded.examples, tokenizer.pad_token_id, work)
-    del model
-    gc.collect()
-    metrics = score_metrics(loss, encoded.total_target_tokens, encoded.total_bytes)
-    return Assignment(adapter_dir.name, phases, loss, metrics["bpc"]), encoded.examples
+class BaselineSide:
+    """Assignments as the reference runs them: everything loaded again from disk each time."""
 
+    def __init__(self, base_dir: Path, data: Path, context_length: int, work: Path) -> None:
+        transformers.logging.set_verbosity_error()
+        self.mark = MemoryMark()
+        self.base_dir = base_dir
+        self.data = data
+        self.context_length = context_length
+        self.work = work
 
-def run_baseline(
-    base_dir: Path,
-    adapters: list[Path],
-    data: Path,
-    context_length: int,
-    work: Path,
-    expected: list[EncodedExample],
-) -> SideResult:
-    reset_peak_rss()
-    rss_start = rss_bytes("VmRSS")
-    results = []
-    for adapter in adapters:
-        result, examples = baseline_assignment(base_dir, adapter, data, context_length, work)
-        if examples != expected:
-            raise RuntimeError("the baseline encoded different examples from ours")
-        results.append(result)
-    return SideResult("baseline", results, rss_start, rss_bytes())
+    def assignment(self, adapter_dir: Path) -> tuple[Assignment, list[EncodedExample]]:
+        phases = Phases()
+        with phases.phase("encode"):
+            tokenizer = load_tokenizer(self.base_dir, BASE_NAME)
+            lines = read_jsonl(self.data)
+            encoded = encode_set(lines, get_template(TEMPLATE), tokenizer, self.context_length)
+        with phases.phase("plan + load base"):
+            model = AutoModelForCausalLM.from_pretrained(
+                self.base_dir, torch_dtype=torch.float32, use_cache=False
+            )
+        with phases.phase("apply + restore adapter"):
+            model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+        with phases.phase("forward + loss"):
+            loss = trainer_eval_loss(model, encoded.examples, tokenizer.pad_token_id, self.work)
+        del model
+        gc.collect()
+        metrics = score_metrics(loss, encoded.total_target_tokens, encoded.total_bytes)
+        return Assignment(adapter_dir.name, phases, loss, metrics["bpc"]), encoded.examples
+
+    def memory(self) -> tuple[int, int, bool]:
+        return self.mark.read()

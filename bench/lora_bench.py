@@ -9,7 +9,9 @@ the first conversations of the function-calling sample, `qwen1.5` template, cont
   baseline  what the reference does per assignment: tokenizer and data set, base model
             `from_pretrained`, `PeftModel.from_pretrained(...).merge_and_unload()`,
             `Trainer.evaluate()` at batch size 1 with an SFT collator
-Exits 1 when a bpc differs by more than 1e-4 (relative) between the two.
+Each side runs in a process of its own and the two take turns, assignment by assignment, so
+drift in the machine's speed falls on both. Exits 1 when a bpc differs by more than 1e-4
+(relative) between the two.
 
 GPU mode (`--device cuda`): random-weight models with the shapes of Qwen2.5-0.5B/1.5B/7B, built
 directly on the GPU, random token sequences with assistant masks at context 4096; throughput of
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import os
 import shutil
@@ -40,24 +41,17 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from lora_baseline import run_baseline  # noqa: E402
+from lora_baseline import BaselineSide  # noqa: E402
 from lora_common import BASE_NAME, MIB, TEMPLATE, TOLERANCE, Batching, print_versions  # noqa: E402
 from lora_gpu import run_dry, run_gpu  # noqa: E402
-from lora_measure import Assignment, Phases, SideResult, reset_peak_rss, rss_bytes  # noqa: E402
+from lora_measure import Assignment, SideResult  # noqa: E402
+from lora_ours import OursSide, distinct  # noqa: E402
 from lora_shapes import CPU_SHAPE, GPU_SHAPES, Shape, forward_flops, total_params  # noqa: E402
+from lora_sides import SideProcess  # noqa: E402
 from transformers import (  # noqa: E402
-    AutoModelForCausalLM,
     PreTrainedModel,
 )
 
-from modules.lora.adapters import applied_adapter, plan_adapter  # noqa: E402
-from modules.lora.base_models import BaseModelCache, pick_dtype  # noqa: E402
-from modules.lora.dataset import EncodedSetCache, load_tokenizer  # noqa: E402
-from modules.lora.loss import (  # noqa: E402
-    eval_loss,
-    example_losses,
-    score_metrics,
-)
 from modules.lora.records import EncodedExample  # noqa: E402
 from tests.lora.tiny_models import build_model, make_lora, save_base  # noqa: E402
 from tests.lora.tiny_tokenizer import build_tokenizer  # noqa: E402
@@ -102,68 +96,12 @@ def write_subset(source: Path, dest: Path, count: int) -> int:
     return len(chosen)
 
 
-# --- ours: the module's code path --------------------------------------------------------------
-
-
-def ours_assignment(
-    cache: BaseModelCache,
-    known: EncodedSetCache,
-    adapter_dir: Path,
-    data: Path,
-    context_length: int,
-    batching: Batching,
-) -> tuple[Assignment, list[EncodedExample]]:
-    """One assignment as `LoraModule.validate` runs it, from the downloaded files on."""
-    phases = Phases()
-    with phases.phase("plan + load base"):
-        raw = json.loads((adapter_dir / "adapter_config.json").read_text())
-        plan = plan_adapter(raw, [BASE_NAME])
-        base = cache.get(plan.base_model)
-    with phases.phase("encode"):
-        encoded = known.get(data, TEMPLATE, base.repo_id, base.tokenizer, context_length)
-    apply_started = time.perf_counter()
-    with applied_adapter(base.model, adapter_dir, plan, merge=True) as model:
-        phases.seconds["apply + restore adapter"] = time.perf_counter() - apply_started
-        with phases.phase("forward + loss"):
-            losses = example_losses(
-                model,
-                encoded.examples,
-                token_budget=batching.token_budget,
-                max_batch_size=batching.max_batch_size,
-                pad_token_id=base.tokenizer.pad_token_id,
-            )
-        restore_started = time.perf_counter()
-    phases.seconds["apply + restore adapter"] += time.perf_counter() - restore_started
-    loss = eval_loss(losses)
-    metrics = score_metrics(loss, encoded.total_target_tokens, encoded.total_bytes)
-    return Assignment(adapter_dir.name, phases, loss, metrics["bpc"]), encoded.examples
-
-
-def run_ours(
-    base_dir: Path, adapters: list[Path], data: Path, context_length: int, batching: Batching
-) -> tuple[SideResult, list[EncodedExample]]:
-    reset_peak_rss()
-    rss_start = rss_bytes("VmRSS")
-    cache = BaseModelCache(
-        fetch=lambda repo_id: base_dir,
-        load_tokenizer=load_tokenizer,
-        device="cpu",
-        dtype=pick_dtype("cpu", fp16=False),
-    )
-    results, examples, known = [], [], EncodedSetCache()
-    for adapter in adapters:
-        result, examples = ours_assignment(cache, known, adapter, data, context_length, batching)
-        results.append(result)
-    if cache.loads != 1:
-        raise RuntimeError(f"the base was loaded {cache.loads} times; the cache should keep it")
-    return SideResult("ours", results, rss_start, rss_bytes()), examples
-
-
 # --- CPU report --------------------------------------------------------------------------------
 
 
 def scored(examples: list[EncodedExample]) -> list[EncodedExample]:
-    """Examples with at least one predicted target (position 0 is never predicted)."""
+    """Examples with at least one predicted target (position 0 is never predicted): what the
+    baseline runs."""
     return [e for e in examples if sum(e.target_mask[1:]) > 0]
 
 
@@ -207,12 +145,15 @@ def print_profile(ours: SideResult, baseline: SideResult, floor: float) -> None:
 def print_throughput(
     ours: SideResult, baseline: SideResult, examples: list[EncodedExample]
 ) -> None:
-    useful = scored(examples)
+    useful, unique = scored(examples), distinct(examples)
     tokens = sum(len(e.input_ids) for e in useful)
-    lengths = [len(e.input_ids) for e in useful]
-    ours_flops = forward_flops(CPU_SHAPE, lengths, sum(sum(e.target_mask[1:]) for e in useful))
-    base_flops = forward_flops(CPU_SHAPE, lengths, tokens)
-    print(f"\nthroughput over {len(useful)} target-bearing sequences, {tokens} tokens:")
+    lengths = [len(e.input_ids) for e in unique]
+    ours_flops = forward_flops(CPU_SHAPE, lengths, sum(sum(e.target_mask[1:]) for e in unique))
+    base_flops = forward_flops(CPU_SHAPE, [len(e.input_ids) for e in useful], tokens)
+    print(
+        f"\nthroughput over {len(useful)} target-bearing sequences ({len(unique)} distinct), "
+        f"{tokens} tokens:"
+    )
     for side, flops in ((ours, ours_flops), (baseline, base_flops)):
         forward = side.steady_phase("forward + loss")
         print(
@@ -221,18 +162,18 @@ def print_throughput(
             f"{flops / forward / 1e9:>6.1f} GFLOP/s ({flops / 1e12:.2f} TFLOP executed)"
         )
     print(
-        f"  FLOP ratio baseline/ours {base_flops / ours_flops:.2f}x: the most skipping "
-        "non-target lm_head rows can save; the body forward is the same work on both sides"
+        f"  FLOP ratio baseline/ours {base_flops / ours_flops:.2f}x: what skipping repeats "
+        "and non-target lm_head rows saves; the body forward over distinct sequences stays"
     )
 
 
-def print_memory(ours: SideResult, baseline: SideResult, exact: bool) -> None:
-    how = "VmHWM reset per side" if exact else "lifetime ru_maxrss, not per side"
-    print(f"\npeak RSS ({how}), whole process incl. interpreter and torch:")
+def print_memory(ours: SideResult, baseline: SideResult) -> None:
+    print("\npeak RSS, each side's own process, incl. interpreter and torch:")
     for side in (ours, baseline):
+        how = "VmHWM since start" if side.rss_exact else "lifetime ru_maxrss"
         print(
             f"  {side.name:<9} peak {side.rss_peak / MIB:>7.0f} MiB "
-            f"(RSS at start {side.rss_start / MIB:.0f} MiB)"
+            f"(RSS at start {side.rss_start / MIB:.0f} MiB; {how})"
         )
 
 
@@ -251,7 +192,7 @@ def run_cpu(args: argparse.Namespace) -> int:
         del model
         gc.collect()
         data = tmp / "validation.jsonl"
-        count = write_subset(DATA_FILE, data, args.examples)
+        count = write_subset(args.data, data, args.examples)
         print(
             f"model {CPU_SHAPE.name}: Qwen2, hidden {CPU_SHAPE.hidden}, {CPU_SHAPE.layers} layers, "
             f"vocab {CPU_SHAPE.vocab}, {total_params(CPU_SHAPE) / 1e6:.1f}M parameters, fp32; "
@@ -259,37 +200,51 @@ def run_cpu(args: argparse.Namespace) -> int:
         )
         subset = "all" if not args.examples else f"the first {count} (a fixed subset)"
         print(
-            f"data: {DATA_FILE.name}, {subset} of its conversations, template {TEMPLATE}, "
+            f"data: {args.data.name}, {subset} of its conversations, template {TEMPLATE}, "
             f"context {context_length}; ours: {args.batching}; "
             f"torch threads {torch.get_num_threads()}"
         )
         print(f"fixtures built in {time.perf_counter() - started:.1f} s\n")
-        ours, examples = run_ours(base_dir, adapters, data, context_length, args.batching)
-        gc.collect()
-        baseline = run_baseline(base_dir, adapters, data, context_length, tmp / "trainer", examples)
-        exact = reset_peak_rss()
-        floor = body_floor_seconds(base_dir, examples)
-    return report_cpu(ours, baseline, examples, exact, floor)
+        with (
+            SideProcess("ours", OursSide, base_dir, data, context_length, args.batching) as ours,
+            SideProcess(
+                "baseline", BaselineSide, base_dir, data, context_length, tmp / "trainer"
+            ) as baseline,
+        ):
+            return report_cpu(*alternate(ours, baseline, adapters))
 
 
-def body_floor_seconds(base_dir: Path, examples: list[EncodedExample]) -> float:
-    """The transformer body alone at batch size 1, no lm_head: work both sides must do, so
-    it bounds what any change to batching or logits can gain."""
-    model = AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32).eval()
-    decoder = model.get_decoder()
-    started = time.perf_counter()
-    with torch.inference_mode():
-        for example in scored(examples):
-            ids = torch.tensor([example.input_ids])
-            decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
-    return time.perf_counter() - started
+def alternate(
+    ours: SideProcess, baseline: SideProcess, adapters: list[Path]
+) -> tuple[SideResult, SideResult, list[EncodedExample], float]:
+    """Both sides' assignments, one of each in turn, then the body floor in ours' process."""
+    done: dict[str, list[Assignment]] = {"ours": [], "baseline": []}
+    examples: list[EncodedExample] = []
+    for number, adapter in enumerate(adapters, 1):
+        for side in (ours, baseline):
+            result, encoded = side.call("assignment", adapter)
+            if examples and encoded != examples:
+                raise RuntimeError(f"{side.name} encoded different examples from the other side")
+            examples = encoded
+            done[side.name].append(result)
+        print(
+            f"assignment {number}/{len(adapters)}: ours {done['ours'][-1].phases.total:.2f} s, "
+            f"baseline {done['baseline'][-1].phases.total:.2f} s",
+            flush=True,
+        )
+    if (loads := ours.call("base_loads")) != 1:
+        raise RuntimeError(f"ours loaded the base {loads} times; the cache should keep it")
+    floor = ours.call("body_floor", examples)
+    sides = [
+        SideResult(side.name, done[side.name], *side.call("memory")) for side in (ours, baseline)
+    ]
+    return sides[0], sides[1], examples, floor
 
 
 def report_cpu(
     ours: SideResult,
     baseline: SideResult,
     examples: list[EncodedExample],
-    exact: bool,
     floor: float,
 ) -> int:
     all_ok = print_assignments(ours, baseline)
@@ -302,7 +257,7 @@ def report_cpu(
     )
     print_profile(ours, baseline, floor)
     print_throughput(ours, baseline, examples)
-    print_memory(ours, baseline, exact)
+    print_memory(ours, baseline)
     verdict = "PASS" if all_ok else "FAIL"
     print(f"\nbpc agreement within {TOLERANCE:g} relative: {verdict}")
     return 0 if all_ok else 1
@@ -318,8 +273,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--adapters", type=int, default=4, help="CPU: assignments (>= 2)")
     parser.add_argument("--rank", type=int, default=16, help="CPU: LoRA rank")
     parser.add_argument(
-        "--examples", type=int, default=48, help="CPU: first N conversations (0: all 299)"
+        "--examples", type=int, default=48, help="CPU: first N conversations (0: all)"
     )
+    parser.add_argument("--data", type=Path, default=DATA_FILE, help="CPU: a validation set")
     parser.add_argument("--context-length", type=int, default=None, help="1280 CPU, 4096 GPU")
     parser.add_argument("--gpu-examples", type=int, default=128)
     parser.add_argument("--models", nargs="+", choices=sorted(GPU_SHAPES), default=list(GPU_SHAPES))

@@ -33,6 +33,18 @@ def rss_bytes(key: str = "VmHWM") -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+class MemoryMark:
+    """This process's resident memory from now on: where it started, and its peak."""
+
+    def __init__(self) -> None:
+        self.exact = reset_peak_rss()
+        self.start = rss_bytes("VmRSS")
+
+    def read(self) -> tuple[int, int, bool]:
+        """(RSS at the mark, peak RSS since, whether the peak was reset at the mark)."""
+        return self.start, rss_bytes(), self.exact
+
+
 @dataclass
 class Phases:
     """Wall-clock seconds per named phase of one assignment, in the order they ran."""
@@ -62,12 +74,13 @@ class Assignment:
 
 @dataclass
 class SideResult:
-    """One implementation's assignments, in order (the first is cold), and its peak memory."""
+    """One implementation's assignments, in order (the first is cold), and its process's memory."""
 
     name: str
     assignments: list[Assignment]
     rss_start: int
     rss_peak: int
+    rss_exact: bool  # False: the peak is the process's lifetime peak, not since rss_start
 
     @property
     def steady(self) -> list[Assignment]:

@@ -112,7 +112,7 @@ def example_losses(
     # The reference Trainer evaluates in eval mode; LoRA dropout must be off.
     model.eval()
     losses = [math.nan] * len(examples)
-    scored, repeats = _distinct_scored(examples)
+    scored, repeats = distinct_scored(examples)
     # Longest first so a batch's first example fixes its padded length.
     order = sorted(scored, key=lambda i: (-len(examples[i].input_ids), i))
     with torch.inference_mode():
@@ -205,7 +205,7 @@ def _pow2(bpc: float) -> float:
         return math.inf
 
 
-def _distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int, int]]:
+def distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int, int]]:
     """Indices of the examples to run (distinct, with a predicted target), and each repeat's
     index mapped to the index of its first occurrence.
 
