@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 MODULE ?= lora
 MODULES := $(patsubst modules/%/environment.yml,%,$(wildcard modules/*/environment.yml))
 
-.PHONY: install test lint format demo demo-loop images up simulator wheels base-image docker-engine bench-launcher bench
+.PHONY: install test lint format demo demo-loop images up simulator wheels base-image docker-engine bench-launcher bench gpu-kit
 
 install: $(VENV)/.installed
 
@@ -77,3 +77,8 @@ bench-launcher: install wheels base-image
 # The lora module's scoring against the reference's way (load, merge, Trainer.evaluate), CPU.
 bench: install
 	$(PY) bench/lora_bench.py
+
+# Pinned wheels for running `make bench`'s GPU mode on a machine without network
+# (bench/gpu_session.sh there; see bench/README.md).
+gpu-kit: install
+	$(PY) bench/gpu_kit.py

@@ -1,0 +1,105 @@
+"""The lora benchmark's harness, kept working without timing anything: its CPU mode end to end
+on a few short conversations (ours against the Trainer-based baseline), and its GPU mode's
+comparison on a CPU with a tiny shape, since GPUs are lent only now and then."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[dict[str, ModuleType]]:
+    # The bench's modules import each other by their bare names, as they do run from bench/.
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield {name: importlib.import_module(name) for name in ("lora_gpu", "lora_shapes")}
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def tiny(bench: dict[str, ModuleType]):
+    return bench["lora_shapes"].Shape("tiny-qwen2", 640, 64, 128, 2, 4, 2, tied=True)
+
+
+def test_comparison_agrees_with_the_hf_loss(bench: dict[str, ModuleType], tiny) -> None:
+    gpu, shapes = bench["lora_gpu"], bench["lora_shapes"]
+    examples = gpu.synthetic_examples(6, 256, vocab=tiny.vocab, seed=3)
+    model = gpu.build_model(tiny, torch.float32, torch.device("cpu"))
+    assert sum(p.numel() for p in model.parameters()) == shapes.total_params(tiny)
+    batching = gpu.Batching(token_budget=600, max_batch_size=4)
+    result = gpu.compare(model, tiny, examples, batching)
+    # ours (batched, target rows only) against HF's labels loss, one example at a time
+    assert result.ours.losses == pytest.approx(result.baseline.losses, rel=1e-5)
+    assert result.loss_rel_diff < 1e-5
+    assert result.tokens == sum(len(e.input_ids) for e in examples)
+    targets = sum(sum(e.target_mask[1:]) for e in examples)
+    assert 0 < targets < result.tokens
+    assert result.ours_flops < result.baseline_flops
+    assert result.ours.peak_allocated is None  # no CUDA: no allocator figures
+
+
+def _comparison(gpu: ModuleType, shape, ours_s: float, reserved: float):
+    run = gpu.Run(ours_s, [2.0], peak_allocated=int(reserved), peak_reserved=int(reserved))
+    baseline = gpu.Run(10.0, [2.0], None, None)
+    return gpu.Comparison(shape, 1000, run, baseline, ours_flops=4e14, baseline_flops=5e14)
+
+
+def test_target_verdicts(bench: dict[str, ModuleType]) -> None:
+    gpu, shapes = bench["lora_gpu"], bench["lora_shapes"]
+    seven = shapes.GPU_SHAPES["7b"]
+    # 4e14 FLOP in 1 s is 400 TFLOP/s: 40.4% of 989; ratio 10 / 1 = 10x; 20 GiB.
+    good = gpu.target_verdicts({"7b": _comparison(gpu, seven, 1.0, 20 * gpu.GIB)}, "bf16", 989.0)
+    assert [line.split()[-1] for line in good] == ["PASS", "PASS", "PASS"]
+    bad = gpu.target_verdicts({"7b": _comparison(gpu, seven, 2.5, 23.5 * gpu.GIB)}, "bf16", 989.0)
+    assert [line.split()[-1] for line in bad] == ["FAIL", "FAIL", "FAIL"]
+    fp16 = gpu.target_verdicts({"7b": _comparison(gpu, seven, 1.0, 0)}, "fp16", 989.0)
+    assert "not checked" in fp16[0]
+    assert "not checked" in gpu.target_verdicts({}, "bf16", 989.0)[0]
+
+
+def test_dry_run_counts_the_real_shapes() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "lora_bench.py"), "--dry-run", "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "parameter arithmetic matches the meta models" in done.stdout
+    for name in ("Qwen2.5-0.5B", "Qwen2.5-1.5B", "Qwen2.5-7B"):
+        assert name in done.stdout
+
+
+def test_cpu_mode_agrees_with_the_trainer_baseline() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "lora_bench.py"),
+            "--examples",
+            "3",
+            "--adapters",
+            "2",
+            "--context-length",
+            "192",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("1 ", "2 "))]
+    assert [row[-1] for row in rows] == ["PASS", "PASS"], done.stdout
+    assert "ratio baseline/ours" in done.stdout
+    assert "bpc agreement within 0.0001 relative: PASS" in done.stdout
