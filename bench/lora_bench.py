@@ -271,7 +271,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None)
     parser.add_argument("--adapters", type=int, default=4, help="CPU: assignments (>= 2)")
-    parser.add_argument("--rank", type=int, default=16, help="CPU: LoRA rank")
+    parser.add_argument("--rank", type=int, default=16, help="LoRA rank of the adapters")
     parser.add_argument(
         "--examples", type=int, default=48, help="CPU: first N conversations (0: all)"
     )

@@ -5,6 +5,7 @@ comparison on a CPU with a tiny shape, since GPUs are lent only now and then."""
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,7 +34,9 @@ def tiny(bench: dict[str, ModuleType]):
     return bench["lora_shapes"].Shape("tiny-qwen2", 640, 64, 128, 2, 4, 2, tied=True)
 
 
-def test_comparison_agrees_with_the_hf_loss(bench: dict[str, ModuleType], tiny) -> None:
+def test_comparison_agrees_with_the_hf_loss(
+    bench: dict[str, ModuleType], tiny, capsys: pytest.CaptureFixture
+) -> None:
     gpu, shapes = bench["lora_gpu"], bench["lora_shapes"]
     examples = gpu.synthetic_examples(6, 256, vocab=tiny.vocab, seed=3)
     model = gpu.build_model(tiny, torch.float32, torch.device("cpu"))
@@ -48,6 +51,35 @@ def test_comparison_agrees_with_the_hf_loss(bench: dict[str, ModuleType], tiny) 
     assert 0 < targets < result.tokens
     assert result.ours_flops < result.baseline_flops
     assert result.ours.peak_allocated is None  # no CUDA: no allocator figures
+    gpu.print_comparison(result, peak=None)
+    assert "ratio baseline/ours" in capsys.readouterr().out
+
+
+def test_adapter_cycle_restores_the_base(
+    bench: dict[str, ModuleType], tiny, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    gpu = bench["lora_gpu"]
+    model = gpu.build_model(tiny, torch.float32, torch.device("cpu"))
+    adapter = gpu.write_random_adapter(model, tmp_path / "adapter", 4, "Qwen/tiny")
+    examples = gpu.synthetic_examples(2, 128, vocab=tiny.vocab, seed=5)
+    batching = gpu.Batching(token_budget=600, max_batch_size=4)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    plain = gpu.ours_losses(model, examples, batching)
+    # The adapter written by the bench must load through the module's path and do something.
+    plan = gpu.plan_adapter(
+        json.loads((adapter / "adapter_config.json").read_text()), ["Qwen/tiny"]
+    )
+    with gpu.applied_adapter(model, adapter, plan, merge=True) as merged:
+        adapted = gpu.ours_losses(merged, examples, batching)
+    assert max(abs(a - b) for a, b in zip(plain, adapted, strict=True)) > 1e-4
+    cycle = gpu.time_adapter_cycle(model, adapter, "Qwen/tiny")
+    assert cycle.restored_exactly
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    kv = tiny.kv_heads * tiny.head_dim
+    per_layer = 2 * tiny.hidden**2 + 2 * tiny.hidden * kv + 3 * tiny.hidden * tiny.intermediate
+    assert cycle.touched_bytes == tiny.layers * per_layer * 4  # fp32
+    gpu.print_adapter_cycle(cycle, 4)
+    assert "restored bit for bit: yes" in capsys.readouterr().out
 
 
 def _comparison(gpu: ModuleType, shape, ours_s: float, reserved: float):
