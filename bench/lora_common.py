@@ -19,6 +19,7 @@ BASE_NAME = "Qwen/Qwen2.5-0.5B"  # what the adapters name as their base; served 
 TEMPLATE = "qwen1.5"
 TOLERANCE = 1e-4  # relative bpc difference allowed between ours and the baseline, fp32
 MIB = 1024**2
+GIB = 1024**3
 DEFAULTS = LoraConfig.model_fields
 
 

@@ -13,13 +13,13 @@ import math
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from lora_common import Batching, print_versions
+from lora_common import GIB, Batching, print_versions
 from lora_shapes import (
     CPU_SHAPE,
     GPU_SHAPES,
@@ -43,7 +43,6 @@ from modules.lora.loss import (
 from modules.lora.records import EncodedExample
 from tests.lora.tiny_models import LORA_TARGETS
 
-GIB = 1024**3
 # Issue 5's GPU targets. The memory line leaves 1 GiB of a 24 GB card to the CUDA context,
 # which the allocator's figures do not include.
 TARGET_PEAK_FRACTION = 0.40
@@ -211,13 +210,12 @@ def write_random_adapter(model: PreTrainedModel, dest: Path, rank: int, base_nam
     non-zero A and B, written directly: peft's own wrapper would copy the whole model first."""
     generator = torch.Generator().manual_seed(1)
     tensors = {}
-    for name, module in model.named_modules():
-        if name.rsplit(".", 1)[-1] in LORA_TARGETS and isinstance(module, nn.Linear):
-            prefix = f"base_model.model.{name}"
-            a = torch.randn(rank, module.in_features, generator=generator) * 0.01
-            b = torch.randn(module.out_features, rank, generator=generator) * 0.01
-            tensors[f"{prefix}.lora_A.weight"] = a.to(module.weight.dtype)
-            tensors[f"{prefix}.lora_B.weight"] = b.to(module.weight.dtype)
+    for name, module in _target_linears(model):
+        prefix = f"base_model.model.{name}"
+        a = torch.randn(rank, module.in_features, generator=generator) * 0.01
+        b = torch.randn(module.out_features, rank, generator=generator) * 0.01
+        tensors[f"{prefix}.lora_A.weight"] = a.to(module.weight.dtype)
+        tensors[f"{prefix}.lora_B.weight"] = b.to(module.weight.dtype)
     dest.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(dest / "adapter_model.safetensors"))
     config = {
@@ -238,14 +236,8 @@ def time_adapter_cycle(model: PreTrainedModel, adapter_dir: Path, base_name: str
     """`applied_adapter` entered and left with nothing scored in between, as ours does it per
     assignment; two weights are compared bit for bit afterwards."""
     plan = plan_adapter(json.loads((adapter_dir / "adapter_config.json").read_text()), [base_name])
-    layers = model.get_decoder().layers
-    probes = [layers[0].self_attn.q_proj.weight, layers[-1].mlp.down_proj.weight]
-    before = [probe.detach().clone() for probe in probes]
-    touched = sum(
-        m.weight.numel() * m.weight.element_size()
-        for name, m in model.named_modules()
-        if name.rsplit(".", 1)[-1] in LORA_TARGETS and isinstance(m, nn.Linear)
-    )
+    before = [probe.detach().clone() for probe in _probe_weights(model)]
+    touched = sum(m.weight.numel() * m.weight.element_size() for _, m in _target_linears(model))
     device = model.device
     _synchronize(device)
     started = time.perf_counter()
@@ -253,10 +245,22 @@ def time_adapter_cycle(model: PreTrainedModel, adapter_dir: Path, base_name: str
         _synchronize(device)
     _synchronize(device)
     seconds = time.perf_counter() - started
-    layers = model.get_decoder().layers
-    after = [layers[0].self_attn.q_proj.weight, layers[-1].mlp.down_proj.weight]
+    after = _probe_weights(model)
     exact = all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     return AdapterCycle(seconds, touched, exact)
+
+
+def _target_linears(model: nn.Module) -> Iterator[tuple[str, nn.Linear]]:
+    """The projections the bench's adapters adapt, by module name."""
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] in LORA_TARGETS and isinstance(module, nn.Linear):
+            yield name, module
+
+
+def _probe_weights(model: PreTrainedModel) -> list[torch.Tensor]:
+    """Two adapted weights, first layer and last, looked up afresh (peft swaps modules)."""
+    layers = model.get_decoder().layers
+    return [layers[0].self_attn.q_proj.weight, layers[-1].mlp.down_proj.weight]
 
 
 # --- report ------------------------------------------------------------------------------------
