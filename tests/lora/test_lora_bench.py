@@ -14,6 +14,7 @@ from types import ModuleType
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
@@ -59,19 +60,29 @@ def test_adapter_cycle_restores_the_base(
     bench: dict[str, ModuleType], tiny, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     gpu = bench["lora_gpu"]
+    torch.manual_seed(0)
     model = gpu.build_model(tiny, torch.float32, torch.device("cpu"))
-    adapter = gpu.write_random_adapter(model, tmp_path / "adapter", 4, "Qwen/tiny")
+    rank = 4
+    adapter = gpu.write_random_adapter(model, tmp_path / "adapter", rank, "Qwen/tiny")
     examples = gpu.synthetic_examples(2, 128, vocab=tiny.vocab, seed=5)
     batching = gpu.Batching(token_budget=600, max_batch_size=4)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     plain = gpu.ours_losses(model, examples, batching)
-    # The adapter written by the bench must load through the module's path and do something.
-    plan = gpu.plan_adapter(
-        json.loads((adapter / "adapter_config.json").read_text()), ["Qwen/tiny"]
-    )
+    # The adapter written by the bench must load through the module's path and be merged as
+    # written: W + (alpha / r) * B @ A, with alpha = 2r. Checked on the weights, because the
+    # loss change of a small random adapter on a random model is too small to threshold.
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    plan = gpu.plan_adapter(config, ["Qwen/tiny"])
+    factors = load_file(str(adapter / "adapter_model.safetensors"))
+    key = "base_model.model.model.layers.0.self_attn.q_proj.lora_{}.weight"
+    delta = (config["lora_alpha"] / rank) * factors[key.format("B")] @ factors[key.format("A")]
     with gpu.applied_adapter(model, adapter, plan, merge=True) as merged:
         adapted = gpu.ours_losses(merged, examples, batching)
-    assert max(abs(a - b) for a, b in zip(plain, adapted, strict=True)) > 1e-4
+        merged_q = merged.get_decoder().layers[0].self_attn.q_proj.weight.detach().clone()
+    base_q = before["model.layers.0.self_attn.q_proj.weight"]
+    assert delta.abs().max() > 1e-5
+    torch.testing.assert_close(merged_q - base_q, delta, rtol=1e-3, atol=1e-6)
+    assert plain != adapted
     cycle = gpu.time_adapter_cycle(model, adapter, "Qwen/tiny")
     assert cycle.restored_exactly
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
