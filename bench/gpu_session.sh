@@ -24,8 +24,9 @@ export PYTHONPATH="$site" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
         transformers.__version__, "peft", peft.__version__)'
 } 2>&1 | tee "$out/gpu-env.txt"
 
-python3 bench/lora_bench.py --dry-run --device cuda "$@" 2>&1 | tee "$out/gpu-dry-run.txt"
-for dtype in bf16 fp16; do
-    python3 bench/lora_bench.py --device cuda --dtype "$dtype" "$@" 2>&1 \
+python3 -u bench/lora_bench.py --dry-run --device cuda "$@" 2>&1 | tee "$out/gpu-dry-run.txt"
+# DTYPES=fp16 for a second call when one 10-minute call cannot hold both passes.
+for dtype in ${DTYPES:-bf16 fp16}; do
+    python3 -u bench/lora_bench.py --device cuda --dtype "$dtype" "$@" 2>&1 \
         | tee "$out/gpu-$dtype.txt"
 done

@@ -40,3 +40,9 @@ def print_versions(device: str) -> None:
         f"transformers {transformers.__version__}, peft {peft.__version__}; "
         f"device {device}, {os.cpu_count()} CPU cores"
     )
+
+
+def synchronize(device: torch.device) -> None:
+    """Waits for the device's queued work, so that a timer around it measures the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

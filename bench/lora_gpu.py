@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from lora_common import GIB, Batching, print_versions
+from lora_adapter_cost import (
+    print_adapter_cycle,
+    print_per_assignment,
+    reference_reload,
+    time_adapter_cycle,
+    write_random_adapter,
+)
+from lora_common import GIB, Batching, print_versions, synchronize
 from lora_shapes import (
     CPU_SHAPE,
     GPU_SHAPES,
@@ -29,19 +35,15 @@ from lora_shapes import (
     peak_tflops_for,
     total_params,
 )
-from safetensors.torch import save_file
-from torch import nn
 from transformers import (
     AutoModelForCausalLM,
     PreTrainedModel,
 )
 
-from modules.lora.adapters import applied_adapter, plan_adapter
 from modules.lora.loss import (
     example_losses,
 )
 from modules.lora.records import EncodedExample
-from tests.lora.tiny_models import LORA_TARGETS
 
 # Issue 5's GPU targets. The memory line leaves 1 GiB of a 24 GB card to the CUDA context,
 # which the allocator's figures do not include.
@@ -117,19 +119,14 @@ class Comparison:
         return flops / run.seconds / 1e12
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed_run(action: Callable[[], list[float]], device: torch.device) -> Run:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    _synchronize(device)
+    synchronize(device)
     start = time.perf_counter()
     losses = action()
-    _synchronize(device)
+    synchronize(device)
     seconds = time.perf_counter() - start
     if device.type != "cuda":
         return Run(seconds, losses, None, None)
@@ -193,76 +190,6 @@ def compare(
     )
 
 
-# --- the adapter's cost per assignment -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AdapterCycle:
-    """Ours' per-assignment adapter work: peft load, save the touched weights, merge, restore."""
-
-    seconds: float
-    touched_bytes: int
-    restored_exactly: bool
-
-
-def write_random_adapter(model: PreTrainedModel, dest: Path, rank: int, base_name: str) -> Path:
-    """A LoRA adapter file pair for `model` (every attention and MLP projection), with random
-    non-zero A and B, written directly: peft's own wrapper would copy the whole model first."""
-    generator = torch.Generator().manual_seed(1)
-    tensors = {}
-    for name, module in _target_linears(model):
-        prefix = f"base_model.model.{name}"
-        a = torch.randn(rank, module.in_features, generator=generator) * 0.01
-        b = torch.randn(module.out_features, rank, generator=generator) * 0.01
-        tensors[f"{prefix}.lora_A.weight"] = a.to(module.weight.dtype)
-        tensors[f"{prefix}.lora_B.weight"] = b.to(module.weight.dtype)
-    dest.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(dest / "adapter_model.safetensors"))
-    config = {
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base_name,
-        "r": rank,
-        "lora_alpha": 2 * rank,
-        "lora_dropout": 0.0,
-        "bias": "none",
-        "target_modules": LORA_TARGETS,
-    }
-    (dest / "adapter_config.json").write_text(json.dumps(config))
-    return dest
-
-
-def time_adapter_cycle(model: PreTrainedModel, adapter_dir: Path, base_name: str) -> AdapterCycle:
-    """`applied_adapter` entered and left with nothing scored in between, as ours does it per
-    assignment; two weights are compared bit for bit afterwards."""
-    plan = plan_adapter(json.loads((adapter_dir / "adapter_config.json").read_text()), [base_name])
-    before = [probe.detach().clone() for probe in _probe_weights(model)]
-    touched = sum(m.weight.numel() * m.weight.element_size() for _, m in _target_linears(model))
-    device = model.device
-    _synchronize(device)
-    started = time.perf_counter()
-    with applied_adapter(model, adapter_dir, plan, merge=True):
-        _synchronize(device)
-    _synchronize(device)
-    seconds = time.perf_counter() - started
-    after = _probe_weights(model)
-    exact = all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
-    return AdapterCycle(seconds, touched, exact)
-
-
-def _target_linears(model: nn.Module) -> Iterator[tuple[str, nn.Linear]]:
-    """The projections the bench's adapters adapt, by module name."""
-    for name, module in model.named_modules():
-        if name.rsplit(".", 1)[-1] in LORA_TARGETS and isinstance(module, nn.Linear):
-            yield name, module
-
-
-def _probe_weights(model: PreTrainedModel) -> list[torch.Tensor]:
-    """Two adapted weights, first layer and last, looked up afresh (peft swaps modules)."""
-    layers = model.get_decoder().layers
-    return [layers[0].self_attn.q_proj.weight, layers[-1].mlp.down_proj.weight]
-
-
 # --- report ------------------------------------------------------------------------------------
 
 
@@ -283,14 +210,6 @@ def print_comparison(result: Comparison, peak: float | None) -> None:
     print(
         f"  ratio baseline/ours {result.ratio:.2f}x; mean loss rel diff "
         f"{result.loss_rel_diff:.1e} (batched vs single forwards round differently in 16-bit)"
-    )
-
-
-def print_adapter_cycle(cycle: AdapterCycle, rank: int) -> None:
-    print(
-        f"  adapter r={rank} on every projection: load, save {cycle.touched_bytes / GIB:.1f} GiB "
-        f"of touched weights to the host, merge, restore: {cycle.seconds:.2f} s per assignment; "
-        f"restored bit for bit: {'yes' if cycle.restored_exactly else 'NO'}"
     )
 
 
@@ -367,18 +286,30 @@ def run_gpu(args: argparse.Namespace) -> int:
         print(f"\n{shape.name}: built in {time.perf_counter() - started:.1f} s")
         results[key] = compare(model, shape, examples, args.batching)
         print_comparison(results[key], peak)
-        with tempfile.TemporaryDirectory(prefix="lora-bench-adapter-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="lora-bench-") as tmp:
             base_name = f"Qwen/{shape.name}"
-            adapter = write_random_adapter(model, Path(tmp), args.rank, base_name)
-            print_adapter_cycle(time_adapter_cycle(model, adapter, base_name), args.rank)
-        # The next, larger model needs the memory back.
-        del model
-        gc.collect()
-        torch.cuda.empty_cache()
+            adapter = write_random_adapter(model, Path(tmp) / "adapter", args.rank, base_name)
+            cycle = time_adapter_cycle(model, adapter, base_name)
+            print_adapter_cycle(cycle, args.rank)
+            model.save_pretrained(Path(tmp) / "base")  # safetensors, read back by the reference
+            _release(model)
+            model, reload_seconds = reference_reload(
+                Path(tmp) / "base", adapter, dtype, torch.device("cuda")
+            )
+            _release(model)
+        result = results[key]
+        print_per_assignment(result.ours.seconds, result.baseline.seconds, cycle, reload_seconds)
     print()
     for line in target_verdicts(results, dtype_name, peak):
         print(line)
     return 0
+
+
+def _release(model: PreTrainedModel) -> None:
+    """Gives a model's GPU memory back: the next model, or the next side, needs it."""
+    model.to("meta")
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 def run_dry(args: argparse.Namespace) -> int:

@@ -56,7 +56,7 @@ class OursSide:
                 self.data, TEMPLATE, base.repo_id, base.tokenizer, self.context_length
             )
         apply_started = time.perf_counter()
-        with applied_adapter(base.model, adapter_dir, plan, merge=True) as model:
+        with applied_adapter(base.model, adapter_dir, plan, True, base.pristine) as model:
             phases.seconds["apply + restore adapter"] = time.perf_counter() - apply_started
             with phases.phase("forward + loss"):
                 losses = example_losses(

@@ -34,6 +34,7 @@ from modules.lora.loss import (
     high_loss_metrics,
     score_metrics,
 )
+from modules.lora.pristine import BaseNotRestored
 from modules.lora.validation_set import fetch_validation_set
 from validator.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.exceptions import ConfigError
@@ -147,7 +148,9 @@ class LoraModule(BaseValidationModule):
             return LoraMetrics(**high_loss_metrics(), gpu_type=gpu_type(self.device))
         encoded = self._encode(data, base)
         try:
-            with applied_adapter(base.model, submission.path, plan, self.merge) as model:
+            with applied_adapter(
+                base.model, submission.path, plan, self.merge, base.pristine
+            ) as model:
                 losses = example_losses(
                     model,
                     encoded.examples,
@@ -155,7 +158,7 @@ class LoraModule(BaseValidationModule):
                     max_batch_size=self.max_batch_size,
                     pad_token_id=base.tokenizer.pad_token_id,
                 )
-        except BaseCorrupted:
+        except (BaseCorrupted, BaseNotRestored):
             self.bases.invalidate(plan.base_model)
             raise
         finally:

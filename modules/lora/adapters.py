@@ -2,8 +2,8 @@
 
 The reference merges the adapter into the base weights (`merge_and_unload`) and scores the
 merged model. We do the same, so the numbers match, but keep the base: the weights a merge
-touches are saved first and copied back afterwards, bit for bit, instead of reloading the base
-for every assignment.
+touches are copied back afterwards, bit for bit, from pristine copies (`pristine.py`), instead
+of reloading the base for every assignment.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import torch
 from peft import LoraConfig, PeftModel
 from peft.tuners.lora import LoraLayer
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
+
+from modules.lora.pristine import BaseNotRestored, Key, PristineWeights
 
 log = logging.getLogger(__name__)
 
@@ -110,18 +112,29 @@ def _known_values(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 @contextmanager
 def applied_adapter(
-    base: torch.nn.Module, adapter_dir: Path, plan: AdapterPlan, merge: bool = True
+    base: torch.nn.Module,
+    adapter_dir: Path,
+    plan: AdapterPlan,
+    merge: bool = True,
+    pristine: PristineWeights | None = None,
 ) -> Iterator:
     """The base with the adapter applied, and the base as it was again on exit.
 
     merge=True is the reference's arithmetic: the adapter is merged into the weights, which are
-    copied back afterwards. merge=False keeps the LoRA layers beside the weights and removes
-    them afterwards; quantized weights need this, and the scores differ by rounding only.
-    Raises BaseCorrupted when peft cannot apply the adapter: the base may then hold injected
-    layers, and the caller must drop it.
+    copied back from `pristine` afterwards (pass the base's own store, so that each weight is
+    copied out once per base rather than once per adapter). merge=False keeps the LoRA layers
+    beside the weights and removes them afterwards; quantized weights need this, and the scores
+    differ by rounding only.
+    Raises BaseCorrupted when peft cannot apply the adapter, and BaseNotRestored when a merge
+    or the copy back fails: the base may then hold injected layers or merged weights,
+    and the caller must drop it.
     """
     try:
-        peft_model = PeftModel.from_pretrained(base, str(adapter_dir), config=plan.config)
+        # autocast: the adapter is held in fp32 however it was saved, so a merge adds an fp32
+        # delta to 16-bit weights on any device, as on the reference's CPU.
+        peft_model = PeftModel.from_pretrained(
+            base, str(adapter_dir), config=plan.config, autocast_adapter_dtype=True
+        )
     except Exception as exc:
         raise BaseCorrupted(f"the adapter does not fit its base model: {exc}") from exc
     if not merge:
@@ -130,37 +143,36 @@ def applied_adapter(
         finally:
             _forget_peft(peft_model.unload())
         return
-    saved = _save_targets(peft_model)
-    merged = peft_model.merge_and_unload()
+    pristine = pristine if pristine is not None else PristineWeights()
+    touched = dict(_merge_targets(peft_model))
+    try:
+        pristine.keep(touched.items())
+    except BaseException:
+        _forget_peft(peft_model.unload())  # nothing merged yet: removing the layers suffices
+        raise
+    try:
+        merged = peft_model.merge_and_unload()
+    except Exception as exc:
+        raise BaseNotRestored(f"merging the adapter failed part way: {exc}") from exc
     try:
         yield merged
     finally:
-        _restore(merged, saved)
+        pristine.restore(merged, touched)
+        _forget_peft(merged)
 
 
 class BaseCorrupted(AdapterRejected):
     """Applying the adapter failed part way; the base model must be reloaded."""
 
 
-def _save_targets(peft_model: PeftModel) -> dict[str, dict[str, torch.Tensor]]:
-    saved = {}
+def _merge_targets(peft_model: PeftModel) -> Iterator[tuple[Key, torch.Tensor]]:
+    """The tensors a merge rewrites: weight and bias of each layer holding a LoRA."""
     for name, module in peft_model.base_model.model.named_modules():
         if isinstance(module, LoraLayer):
             layer = module.get_base_layer()
-            tensors = {"weight": layer.weight.detach().to("cpu", copy=True)}
+            yield (name, "weight"), layer.weight
             if getattr(layer, "bias", None) is not None:
-                tensors["bias"] = layer.bias.detach().to("cpu", copy=True)
-            saved[name] = tensors
-    return saved
-
-
-@torch.no_grad()
-def _restore(model: torch.nn.Module, saved: dict[str, dict[str, torch.Tensor]]) -> None:
-    for name, tensors in saved.items():
-        layer = model.get_submodule(name)
-        for attribute, original in tensors.items():
-            getattr(layer, attribute).copy_(original)
-    _forget_peft(model)
+                yield (name, "bias"), layer.bias
 
 
 def _forget_peft(model: torch.nn.Module) -> None:

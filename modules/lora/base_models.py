@@ -6,7 +6,7 @@ import gc
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -17,6 +17,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from modules.lora.pristine import PristineWeights
+
 log = logging.getLogger(__name__)
 
 
@@ -26,6 +28,8 @@ class LoadedBase:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     parameter_count: int
+    # Dropped with the base: the copies are only valid for the weights they were taken from.
+    pristine: PristineWeights = field(default_factory=PristineWeights)
 
 
 def pick_device() -> str:

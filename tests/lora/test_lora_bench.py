@@ -16,6 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from modules.lora.adapters import applied_adapter, plan_adapter
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 
@@ -25,7 +27,10 @@ def bench() -> Iterator[dict[str, ModuleType]]:
     # The bench's modules import each other by their bare names, as they do run from bench/.
     sys.path.insert(0, str(BENCH))
     try:
-        yield {name: importlib.import_module(name) for name in ("lora_gpu", "lora_shapes")}
+        yield {
+            name: importlib.import_module(name)
+            for name in ("lora_gpu", "lora_shapes", "lora_adapter_cost")
+        }
     finally:
         sys.path.remove(str(BENCH))
 
@@ -56,14 +61,15 @@ def test_comparison_agrees_with_the_hf_loss(
     assert "ratio baseline/ours" in capsys.readouterr().out
 
 
-def test_adapter_cycle_restores_the_base(
+def test_adapter_cycle_restores_the_base_and_matches_the_reference_reload(
     bench: dict[str, ModuleType], tiny, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    gpu = bench["lora_gpu"]
+    gpu, cost = bench["lora_gpu"], bench["lora_adapter_cost"]
     torch.manual_seed(0)
     model = gpu.build_model(tiny, torch.float32, torch.device("cpu"))
+    model.save_pretrained(tmp_path / "base")
     rank = 4
-    adapter = gpu.write_random_adapter(model, tmp_path / "adapter", rank, "Qwen/tiny")
+    adapter = cost.write_random_adapter(model, tmp_path / "adapter", rank, "Qwen/tiny")
     examples = gpu.synthetic_examples(2, 128, vocab=tiny.vocab, seed=5)
     batching = gpu.Batching(token_budget=600, max_batch_size=4)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -72,25 +78,39 @@ def test_adapter_cycle_restores_the_base(
     # written: W + (alpha / r) * B @ A, with alpha = 2r. Checked on the weights, because the
     # loss change of a small random adapter on a random model is too small to threshold.
     config = json.loads((adapter / "adapter_config.json").read_text())
-    plan = gpu.plan_adapter(config, ["Qwen/tiny"])
+    plan = plan_adapter(config, ["Qwen/tiny"])
     factors = load_file(str(adapter / "adapter_model.safetensors"))
     key = "base_model.model.model.layers.0.self_attn.q_proj.lora_{}.weight"
     delta = (config["lora_alpha"] / rank) * factors[key.format("B")] @ factors[key.format("A")]
-    with gpu.applied_adapter(model, adapter, plan, merge=True) as merged:
+    with applied_adapter(model, adapter, plan, merge=True) as merged:
         adapted = gpu.ours_losses(merged, examples, batching)
-        merged_q = merged.get_decoder().layers[0].self_attn.q_proj.weight.detach().clone()
+        ours_merged = {k: v.clone() for k, v in merged.state_dict().items()}
     base_q = before["model.layers.0.self_attn.q_proj.weight"]
     assert delta.abs().max() > 1e-5
-    torch.testing.assert_close(merged_q - base_q, delta, rtol=1e-3, atol=1e-6)
+    q_key = "model.layers.0.self_attn.q_proj.weight"
+    torch.testing.assert_close(ours_merged[q_key] - base_q, delta, rtol=1e-3, atol=1e-6)
     assert plain != adapted
-    cycle = gpu.time_adapter_cycle(model, adapter, "Qwen/tiny")
+    # The baseline's reload merges the same adapter into the same weights, bit for bit.
+    reloaded, seconds = cost.reference_reload(
+        tmp_path / "base", adapter, torch.float32, torch.device("cpu")
+    )
+    assert seconds > 0
+    assert reloaded.state_dict().keys() == ours_merged.keys()
+    assert all(torch.equal(v, ours_merged[k]) for k, v in reloaded.state_dict().items())
+    cycle = cost.time_adapter_cycle(model, adapter, "Qwen/tiny", later=2)
     assert cycle.restored_exactly
+    assert cycle.held == {"cpu": cycle.touched_bytes}
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     kv = tiny.kv_heads * tiny.head_dim
     per_layer = 2 * tiny.hidden**2 + 2 * tiny.hidden * kv + 3 * tiny.hidden * tiny.intermediate
+    per_layer += tiny.hidden + 2 * kv  # Qwen2's q, k and v biases
     assert cycle.touched_bytes == tiny.layers * per_layer * 4  # fp32
-    gpu.print_adapter_cycle(cycle, 4)
-    assert "restored bit for bit: yes" in capsys.readouterr().out
+    cost.print_adapter_cycle(cycle, 4)
+    cost.print_per_assignment(1.0, 2.0, cycle, 3.0)
+    out = capsys.readouterr().out
+    assert "restored bit for bit: yes" in out
+    ratio = 5.0 / (1.0 + cycle.later_seconds)
+    assert f"ratio {ratio:.2f}x" in out
 
 
 def _comparison(gpu: ModuleType, shape, ours_s: float, reserved: float):
