@@ -280,36 +280,51 @@ def run_gpu(args: argparse.Namespace) -> int:
     )
     results = {}
     for key in args.models:
-        shape = GPU_SHAPES[key]
-        started = time.perf_counter()
-        model = build_model(shape, dtype, torch.device("cuda"))
-        print(f"\n{shape.name}: built in {time.perf_counter() - started:.1f} s")
-        results[key] = compare(model, shape, examples, args.batching)
-        print_comparison(results[key], peak)
-        with tempfile.TemporaryDirectory(prefix="lora-bench-") as tmp:
-            base_name = f"Qwen/{shape.name}"
-            adapter = write_random_adapter(model, Path(tmp) / "adapter", args.rank, base_name)
-            cycle = time_adapter_cycle(model, adapter, base_name)
-            print_adapter_cycle(cycle, args.rank)
-            model.save_pretrained(Path(tmp) / "base")  # safetensors, read back by the reference
-            _release(model)
-            model, reload_seconds = reference_reload(
-                Path(tmp) / "base", adapter, dtype, torch.device("cuda")
-            )
-            _release(model)
-        result = results[key]
-        print_per_assignment(result.ours.seconds, result.baseline.seconds, cycle, reload_seconds)
+        results[key] = measure_shape(
+            GPU_SHAPES[key], dtype, torch.device("cuda"), examples, args.batching, args.rank, peak
+        )
     print()
     for line in target_verdicts(results, dtype_name, peak):
         print(line)
     return 0
 
 
+def measure_shape(
+    shape: Shape,
+    dtype: torch.dtype,
+    device: torch.device,
+    examples: list[EncodedExample],
+    batching: Batching,
+    rank: int,
+    peak: float | None,
+) -> Comparison:
+    """Everything GPU mode measures on one model, printed as it goes: the scoring comparison,
+    then the model work per assignment on both sides. Any device, so the tests run it."""
+    started = time.perf_counter()
+    model = build_model(shape, dtype, device)
+    print(f"\n{shape.name}: built in {time.perf_counter() - started:.1f} s")
+    result = compare(model, shape, examples, batching)
+    print_comparison(result, peak)
+    with tempfile.TemporaryDirectory(prefix="lora-bench-") as tmp:
+        base_name = f"Qwen/{shape.name}"
+        adapter = write_random_adapter(model, Path(tmp) / "adapter", rank, base_name)
+        cycle = time_adapter_cycle(model, adapter, base_name)
+        print_adapter_cycle(cycle, rank)
+        model.save_pretrained(Path(tmp) / "base")  # safetensors, read back by the reference
+        _release(model)
+        model, reload_seconds = reference_reload(Path(tmp) / "base", adapter, dtype, device)
+        _release(model)
+    print_per_assignment(result.ours.seconds, result.baseline.seconds, cycle, reload_seconds)
+    return result
+
+
 def _release(model: PreTrainedModel) -> None:
-    """Gives a model's GPU memory back: the next model, or the next side, needs it."""
+    """Gives a model's memory back: the next model, or the next side, needs it."""
+    device = model.device
     model.to("meta")
     gc.collect()
-    torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def run_dry(args: argparse.Namespace) -> int:

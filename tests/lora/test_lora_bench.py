@@ -40,7 +40,7 @@ def tiny(bench: dict[str, ModuleType]):
     return bench["lora_shapes"].Shape("tiny-qwen2", 640, 64, 128, 2, 4, 2, tied=True)
 
 
-def test_comparison_agrees_with_the_hf_loss(
+def test_gpu_mode_runs_on_a_cpu_and_agrees_with_the_hf_loss(
     bench: dict[str, ModuleType], tiny, capsys: pytest.CaptureFixture
 ) -> None:
     gpu, shapes = bench["lora_gpu"], bench["lora_shapes"]
@@ -48,7 +48,9 @@ def test_comparison_agrees_with_the_hf_loss(
     model = gpu.build_model(tiny, torch.float32, torch.device("cpu"))
     assert sum(p.numel() for p in model.parameters()) == shapes.total_params(tiny)
     batching = gpu.Batching(token_budget=600, max_batch_size=4)
-    result = gpu.compare(model, tiny, examples, batching)
+    # What GPU mode runs per model, all of it, on the CPU.
+    cpu = torch.device("cpu")
+    result = gpu.measure_shape(tiny, torch.float32, cpu, examples, batching, 4, None)
     # ours (batched, target rows only) against HF's labels loss, one example at a time
     assert result.ours.losses == pytest.approx(result.baseline.losses, rel=1e-5)
     assert result.loss_rel_diff < 1e-5
@@ -57,8 +59,10 @@ def test_comparison_agrees_with_the_hf_loss(
     assert 0 < targets < result.tokens
     assert result.ours_flops < result.baseline_flops
     assert result.ours.peak_allocated is None  # no CUDA: no allocator figures
-    gpu.print_comparison(result, peak=None)
-    assert "ratio baseline/ours" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ratio baseline/ours" in out
+    assert "restored bit for bit: yes" in out
+    assert "per assignment (scoring plus model work)" in out
 
 
 def test_adapter_cycle_restores_the_base_and_matches_the_reference_reload(
