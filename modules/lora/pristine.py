@@ -2,7 +2,7 @@
 
 A weight is copied out the first time any adapter touches it and kept for as long as its base
 stays loaded, so later assignments only copy back: on a 7B base with every projection adapted
-that is 13 GiB a merge no longer moves out of the GPU per assignment. On a GPU the copy stays
+that is 12 GiB a merge no longer moves out of the GPU per assignment. On a GPU the copy stays
 on the device while that leaves `DEVICE_HEADROOM` of its memory free (copying back is then a
 device-to-device copy); otherwise it goes to pinned host memory, which copies back at full
 PCIe speed.
@@ -27,8 +27,9 @@ Key = tuple[str, str]
 
 
 class BaseNotRestored(DeviceError):
-    """A merge or the copy back failed part way: the base holds merged weights, so it must be
-    dropped, and the assignment rescored (a fault of this host, not of the submission)."""
+    """Copying out, merging or copying back failed part way: the base may hold LoRA layers or
+    merged weights, so it must be dropped, and the assignment rescored by a fresh process (a
+    fault of this host, such as running out of memory, not of the submission)."""
 
 
 def keep_on_device(nbytes: int, free: int, total: int, headroom: float = DEVICE_HEADROOM) -> bool:

@@ -57,7 +57,7 @@ def test_a_failed_merge_drops_the_base_and_is_a_device_fault(world, monkeypatch)
 
     with monkeypatch.context() as patch:
         patch.setattr(LoraModel, "merge_and_unload", half_merge)
-        with pytest.raises(BaseNotRestored, match="merging the adapter failed") as failure:
+        with pytest.raises(BaseNotRestored, match="the adapter could not be merged") as failure:
             scorer.validate(inputs("alice/qwen-adapter-1"))
     # The runner keeps the assignment and restarts to rescore it, rather than failing it.
     assert classify(failure.value) is Verdict.DEVICE
@@ -74,9 +74,9 @@ def test_restoring_what_was_never_kept_is_refused() -> None:
 
 
 def test_copies_stay_on_the_gpu_only_with_room_to_spare() -> None:
-    # A 7B base with every projection adapted touches 13 GiB of its 15 GiB of weights.
-    seven_b = 13 * GIB
-    assert keep_on_device(seven_b, free=63 * GIB, total=80 * GIB)  # H100 80 GB
+    # A 7B base with every projection adapted touches 12.2 GiB of its 14.2 GiB of weights.
+    seven_b = int(12.2 * GIB)
+    assert keep_on_device(seven_b, free=64 * GIB, total=80 * GIB)  # H100 80 GB
     assert not keep_on_device(seven_b, free=8 * GIB, total=24 * GIB)  # 24 GB card
     assert keep_on_device(int(2.6 * GIB), free=20 * GIB, total=24 * GIB)  # 1.5B on 24 GB
     assert not keep_on_device(10 * GIB, free=41 * GIB, total=80 * GIB)  # 31 left < 40%
