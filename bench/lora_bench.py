@@ -102,7 +102,7 @@ def write_subset(source: Path, dest: Path, count: int) -> int:
 def scored(examples: list[EncodedExample]) -> list[EncodedExample]:
     """Examples with at least one predicted target (position 0 is never predicted): what the
     baseline runs."""
-    return [e for e in examples if sum(e.target_mask[1:]) > 0]
+    return [e for e in examples if e.predicted_count > 0]
 
 
 def print_assignments(ours: SideResult, baseline: SideResult) -> bool:
@@ -148,7 +148,7 @@ def print_throughput(
     useful, unique = scored(examples), distinct(examples)
     tokens = sum(len(e.input_ids) for e in useful)
     lengths = [len(e.input_ids) for e in unique]
-    ours_flops = forward_flops(CPU_SHAPE, lengths, sum(sum(e.target_mask[1:]) for e in unique))
+    ours_flops = forward_flops(CPU_SHAPE, lengths, sum(e.predicted_count for e in unique))
     base_flops = forward_flops(CPU_SHAPE, [len(e.input_ids) for e in useful], tokens)
     print(
         f"\nthroughput over {len(useful)} target-bearing sequences ({len(unique)} distinct), "

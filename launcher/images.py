@@ -43,9 +43,9 @@ def _input_files(spec: BuildSpec) -> Iterator[Path]:
     for root in roots:
         paths = [root] if root.is_file() else sorted(root.rglob("*"))
         for path in paths:
-            if path.is_file() and not any(part in SKIPPED_PARTS for part in path.parts):
-                if path.suffix != ".pyc":
-                    yield path
+            skipped = path.suffix == ".pyc" or any(part in SKIPPED_PARTS for part in path.parts)
+            if path.is_file() and not skipped:
+                yield path
 
 
 def source_hash(spec: BuildSpec) -> str:

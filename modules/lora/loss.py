@@ -119,7 +119,7 @@ def example_losses(
         for index, total in _scored_sums(
             lm, transform, examples, order, token_budget, max_batch_size, pad_token_id
         ):
-            losses[index] = total / _prediction_count(examples[index])
+            losses[index] = total / examples[index].predicted_count
     for index, first in repeats.items():
         losses[index] = losses[first]
     return losses
@@ -218,7 +218,7 @@ def distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int
     scored: list[int] = []
     repeats: dict[int, int] = {}
     for index, example in enumerate(examples):
-        if _prediction_count(example) == 0:
+        if example.predicted_count == 0:
             continue
         key = (tuple(example.input_ids), tuple(example.target_mask))
         first = first_of.setdefault(key, index)
@@ -233,11 +233,6 @@ def distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int
             len(examples),
         )
     return scored, repeats
-
-
-def _prediction_count(example: EncodedExample) -> int:
-    # Position 0 is never predicted: the logit at t predicts token t+1.
-    return sum(example.target_mask[1:])
 
 
 def _causal_lm(model: nn.Module) -> nn.Module:

@@ -19,3 +19,9 @@ class EncodedExample:
     @property
     def target_count(self) -> int:
         return sum(self.target_mask)
+
+    @property
+    def predicted_count(self) -> int:
+        """Targets a next-token loss scores: position 0 is never predicted, since the logit at
+        t predicts token t+1."""
+        return sum(self.target_mask[1:])

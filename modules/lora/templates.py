@@ -96,7 +96,6 @@ class Template:
 @dataclass(frozen=True)
 class TemplateTable:
     templates: Mapping[str, Template]
-    tool_strings: ToolStrings
 
     def get(self, key: str) -> Template:
         """The template for `key`; an unknown key gets `default`, as the reference's lookup does."""
@@ -143,7 +142,7 @@ def parse_table(raw: Mapping[str, Any]) -> TemplateTable:
     templates = {name: _parse_template(name, e, tool_strings) for name, e in entries.items()}
     if FALLBACK_TEMPLATE not in templates:
         raise ValueError(f"table: the fallback template {FALLBACK_TEMPLATE!r} is missing")
-    return TemplateTable(templates=templates, tool_strings=tool_strings)
+    return TemplateTable(templates=templates)
 
 
 @lru_cache(maxsize=8)
