@@ -28,7 +28,8 @@ def distinct(examples: list[EncodedExample]) -> list[EncodedExample]:
 class OursSide:
     """Assignments as `LoraModule.validate` runs them, from the downloaded files on: a warm
     `BaseModelCache`, the encoding cached per validation-set content, then `applied_adapter`,
-    `example_losses`, `eval_loss`, `score_metrics`."""
+    `example_losses`, the base's check (`BaseModelCache.release`), `eval_loss`,
+    `score_metrics`."""
 
     def __init__(self, base_dir: Path, data: Path, context_length: int, batching: Batching):
         transformers.logging.set_verbosity_error()
@@ -68,6 +69,8 @@ class OursSide:
                 )
             restore_started = time.perf_counter()
         phases.seconds["apply + restore adapter"] += time.perf_counter() - restore_started
+        with phases.phase("check base"):
+            self.cache.release(base, adapter_dir.name, reload=plan.needs_base_reload)
         loss = eval_loss(losses)
         metrics = score_metrics(loss, encoded.total_target_tokens, encoded.total_bytes)
         return Assignment(adapter_dir.name, phases, loss, metrics["bpc"]), encoded.examples

@@ -6,6 +6,8 @@ validated, and the assignment is marked failed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 class RecoverableException(Exception):
     """A problem on the validator's side that the operator can fix (bad config, missing token,
@@ -30,3 +32,14 @@ class DeviceError(Exception):
 
 class UnknownModuleError(ConfigError):
     """The module named on the command line does not exist in `modules/`."""
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and what it was raised from or during: libraries wrap the error that decides the
+    outcome (an OSError of a failed write, an HTTP error inside LocalEntryNotFound)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from modules.lora.adapters import AdapterRejected, BaseCorrupted, applied_adapter, plan_adapter
+from modules.lora.adapters import AdapterRejected, applied_adapter, plan_adapter
 from modules.lora.base_models import (
     BaseModelCache,
     LoadedBase,
@@ -34,7 +34,7 @@ from modules.lora.loss import (
     high_loss_metrics,
     score_metrics,
 )
-from modules.lora.pristine import BaseNotRestored
+from modules.lora.templates import get_template
 from modules.lora.validation_set import fetch_validation_set
 from validator.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.exceptions import ConfigError
@@ -118,6 +118,7 @@ class LoraModule(BaseValidationModule):
         self._encoded = EncodedSetCache()
 
     def validate(self, data: LoraInput) -> LoraMetrics:
+        get_template(data.base_model)  # an unknown key fails before anything is downloaded
         self._work = Path(tempfile.mkdtemp(prefix="lora-", dir=self.config.work_dir))
         submission = fetch_adapter(
             data.hg_repo_id, data.revision, self._work / "adapter", self.limits
@@ -158,12 +159,10 @@ class LoraModule(BaseValidationModule):
                     max_batch_size=self.max_batch_size,
                     pad_token_id=base.tokenizer.pad_token_id,
                 )
-        except (BaseCorrupted, BaseNotRestored):
-            self.bases.invalidate(plan.base_model)
-            raise
         finally:
-            if plan.needs_base_reload:
-                self.bases.invalidate(plan.base_model)
+            # Whatever happened (a score, a refusal, a fault), the next submission must meet
+            # the base as loaded.
+            self.bases.release(base, data.hg_repo_id, reload=plan.needs_base_reload)
         return self._metrics(eval_loss(losses), encoded.total_target_tokens, encoded.total_bytes)
 
     def _encode(self, data: LoraInput, base: LoadedBase) -> EncodedSet:

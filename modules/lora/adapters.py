@@ -126,8 +126,8 @@ def applied_adapter(
     beside the weights and removes them afterwards; quantized weights need this, and the scores
     differ by rounding only.
     Raises BaseCorrupted when peft cannot apply the adapter, and BaseNotRestored when copying
-    out, merging or copying back fails: the base may then hold injected layers or merged
-    weights, and the caller must drop it.
+    out, merging or copying back fails. Either way, and also after a clean exit, the base may
+    hold what the adapter file wrote: the caller checks it (BaseModelCache.release).
     """
     try:
         # autocast: the adapter is held in fp32 however it was saved, so a merge adds an fp32
@@ -158,7 +158,7 @@ def applied_adapter(
 
 
 class BaseCorrupted(AdapterRejected):
-    """Applying the adapter failed part way; the base model must be reloaded."""
+    """peft could not apply the adapter: the submission's fault."""
 
 
 def _merge_targets(peft_model: PeftModel) -> Iterator[tuple[Key, torch.Tensor]]:

@@ -17,6 +17,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from modules.lora.fingerprint import BaseFingerprint
 from modules.lora.pristine import PristineWeights
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,8 @@ class LoadedBase:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     parameter_count: int
+    # Taken at load time: after each assignment the model must still match it (fingerprint.py).
+    fingerprint: BaseFingerprint
     # Dropped with the base: the copies are only valid for the weights they were taken from.
     pristine: PristineWeights = field(default_factory=PristineWeights)
 
@@ -89,6 +92,13 @@ class BaseModelCache:
         self._loaded[repo_id] = base
         return base
 
+    def release(self, base: LoadedBase, user: str, reload: bool = False) -> None:
+        """Ends an assignment's use of `base` (`user` names the submission in the log). The
+        base stays warm only while it is bit for bit the base as loaded; otherwise it is
+        dropped, and the next assignment loads it afresh."""
+        if reload or not _intact(base, user):
+            self.invalidate(base.repo_id)
+
     def invalidate(self, repo_id: str) -> None:
         if repo_id in self._loaded:
             log.info("dropping base model %s; it is reloaded when next needed", repo_id)
@@ -122,4 +132,21 @@ class BaseModelCache:
             model=model,
             tokenizer=self._load_tokenizer(path, repo_id),
             parameter_count=sum(p.numel() for p in model.parameters()),
+            fingerprint=BaseFingerprint.of(model),
         )
+
+
+def _intact(base: LoadedBase, user: str) -> bool:
+    try:
+        changed = base.fingerprint.differences(base.model)
+    except Exception as exc:  # noqa: BLE001 - a base we cannot check is a base we reload
+        log.warning("could not check the base model after %s (%s)", user, exc)
+        return False
+    if changed:
+        log.warning(
+            "%s changed the base model beyond its LoRA layers (%s); the base is reloaded "
+            "before the next submission",
+            user,
+            ", ".join(changed),
+        )
+    return not changed

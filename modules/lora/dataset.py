@@ -8,7 +8,6 @@ conversation at once, because BPE merges across piece boundaries would change th
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 
 from modules.lora.records import EncodedExample
 from modules.lora.templates import Template, get_template
+from validator.safe_json import loads_bounded
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,7 @@ def _describe(exc: ValidationError) -> str:
 
 def parse_line(text: str, number: int) -> dict[str, Any]:
     """Decode and validate one JSONL line; `number` (1-based) names it in the error."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"line {number}: not valid JSON: {exc}") from exc
+    data = loads_bounded(text, f"line {number}")
     if not isinstance(data, dict):
         raise ValueError(f"line {number}: must be a JSON object")
     try:

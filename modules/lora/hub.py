@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,13 +28,16 @@ from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub import errors as hf
 from huggingface_hub.hf_api import ModelInfo
 
-from validator.exceptions import RecoverableException, TransientError
+from validator.exceptions import RecoverableException, TransientError, exception_chain
+from validator.safe_json import JsonRefused, loads_bounded
 
 log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS)
+# Real adapter configs are about 1 KiB; a larger one is an attack on the journal and logs.
+MAX_CONFIG_BYTES = 1024 * 1024
 PICKLE_SUFFIXES = (".bin", ".pt", ".pkl", ".pth")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 # Everything a base model needs besides its weights; weights are picked from the listing.
@@ -92,22 +95,12 @@ def _api() -> HfApi:
 # -- error translation ------------------------------------------------------------------------
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """The exception and its causes: huggingface_hub wraps HTTP errors in LocalEntryNotFound."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def _classify(exc: BaseException, what: str, submission: bool) -> Exception | None:
     """The project exception for a failed hub call, or None when it is not a hub problem."""
     # Private/gated/missing is the submitter's doing; for a base model it is the operator's.
     blame: type[Exception] = SubmissionRejected if submission else RecoverableException
     hint = "" if submission else " Check the repo id, and that HF_TOKEN has been granted access."
-    for err in _chain(exc):
+    for err in exception_chain(exc):
         if isinstance(err, OSError) and err.errno == errno.ENOSPC:
             return RecoverableException(f"no disk space left while downloading {what}: {err}")
         if isinstance(err, hf.HFValidationError):
@@ -127,7 +120,7 @@ def _classify(exc: BaseException, what: str, submission: bool) -> Exception | No
             return _classify_status(response, what, blame, hint)
         if isinstance(err, (requests.ConnectionError, requests.Timeout, hf.FileMetadataError)):
             return TransientError(f"{what}: could not reach the Hub: {err}")
-    if any(isinstance(err, hf.LocalEntryNotFoundError) for err in _chain(exc)):
+    if any(isinstance(err, hf.LocalEntryNotFoundError) for err in exception_chain(exc)):
         return TransientError(f"{what}: could not reach the Hub: {exc}")
     return None
 
@@ -260,9 +253,11 @@ def _check_written(paths: list[Path], limits: DownloadLimits, what: str) -> None
 
 def _read_adapter_config(path: Path, what: str) -> dict[str, Any]:
     try:
-        config = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SubmissionRejected(f"{what}: {ADAPTER_CONFIG} is not valid JSON: {err}") from err
+        config = loads_bounded(
+            path.read_bytes(), f"{what}: {ADAPTER_CONFIG}", max_bytes=MAX_CONFIG_BYTES
+        )
+    except JsonRefused as err:
+        raise SubmissionRejected(str(err)) from err
     if not isinstance(config, dict):
         raise SubmissionRejected(
             f"{what}: {ADAPTER_CONFIG} must be a JSON object, got {type(config).__name__}"

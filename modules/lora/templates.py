@@ -8,17 +8,15 @@ braces of `tool_prompt` collapsing to single ones) come out identical.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from validator.safe_json import loads_bounded
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("chat_templates.json")
-FALLBACK_TEMPLATE = "default"
 
 _TEMPLATE_FIELDS = (
     "system_format",
@@ -98,12 +96,18 @@ class TemplateTable:
     templates: Mapping[str, Template]
 
     def get(self, key: str) -> Template:
-        """The template for `key`; an unknown key gets `default`, as the reference's lookup does."""
+        """The template for `key`; an unknown key fails the assignment, as in the reference."""
         template = self.templates.get(key)
-        if template is not None:
-            return template
-        log.warning("unknown template key %r; falling back to %r", key, FALLBACK_TEMPLATE)
-        return self.templates[FALLBACK_TEMPLATE]
+        if template is None:
+            raise UnknownTemplate(
+                f"base_model {key[:80]!r} is not a chat-template key this validator knows "
+                f"(known: {', '.join(sorted(self.templates))})"
+            )
+        return template
+
+
+class UnknownTemplate(ValueError):
+    """The assignment names a template the table does not hold; the assignment is failed."""
 
 
 def _optional_str(entry: Mapping[str, Any], field: str, where: str) -> str | None:
@@ -140,8 +144,6 @@ def parse_table(raw: Mapping[str, Any]) -> TemplateTable:
     if not isinstance(entries, Mapping):
         raise ValueError("table: templates must be an object")
     templates = {name: _parse_template(name, e, tool_strings) for name, e in entries.items()}
-    if FALLBACK_TEMPLATE not in templates:
-        raise ValueError(f"table: the fallback template {FALLBACK_TEMPLATE!r} is missing")
     return TemplateTable(templates=templates)
 
 
@@ -213,10 +215,7 @@ def _tool_entry(tool: Any, strings: ToolStrings) -> tuple[str, str]:
 
 def build_tool_prompt(tools_json: str, strings: ToolStrings) -> str:
     """`tool_prompt` filled from a line's `tools` (a JSON string of a list of tools)."""
-    try:
-        tools = json.loads(tools_json)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"tools is not valid JSON: {exc}") from exc
+    tools = loads_bounded(tools_json, "tools")
     if not isinstance(tools, list):
         raise ValueError("tools must be a JSON list")
     entries = [_tool_entry(tool, strings) for tool in tools]
@@ -228,10 +227,7 @@ def build_tool_prompt(tools_json: str, strings: ToolStrings) -> str:
 
 def format_function_calls(content: str, strings: ToolStrings) -> str:
     """`function_slots` per call of a `function_call` turn (one call or a list), "\\n"-joined."""
-    try:
-        calls = json.loads(content)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"function_call content is not valid JSON: {exc}") from exc
+    calls = loads_bounded(content, "function_call content")
     # An empty call (null, {}, []) renders as nothing, as in the reference.
     if not calls:
         return ""

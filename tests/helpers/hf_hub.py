@@ -22,6 +22,8 @@ import json
 import re
 import shutil
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -412,3 +414,17 @@ def _range_start(header: str | None, size: int) -> tuple[int, int]:
     if start >= size:
         raise _HubError(416, None, "range not satisfiable")
     return start, 206
+
+
+@contextmanager
+def served_hub(tmp: Path) -> Iterator[LocalHub]:
+    """A LocalHub under `tmp` that huggingface_hub in this process talks to, with a cache of
+    its own and no token, for a module-scoped fixture (monkeypatch is function-scoped)."""
+    import pytest  # here: scripts/demo.py uses this file without pytest
+
+    with pytest.MonkeyPatch.context() as patch, LocalHub(tmp / "hub") as hub:
+        patch.setenv("HF_ENDPOINT", hub.endpoint)
+        patch.setenv("HF_HOME", str(tmp / "hf-home"))
+        patch.setenv("HF_HUB_CACHE", str(tmp / "hf-home" / "hub"))
+        patch.delenv("HF_TOKEN", raising=False)
+        yield hub

@@ -18,7 +18,7 @@ from modules.lora import LoraConfig, LoraInput, LoraModule
 from modules.lora.base_models import quantization_config
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
 from modules.lora.templates import get_template
-from tests.helpers.hf_hub import LocalHub
+from tests.helpers.hf_hub import LocalHub, served_hub
 from tests.helpers.validator_cli import REPO_ROOT, run_validator, validator_env, write_config
 from tests.lora.tiny_repos import KINDS, build_adapter, build_base, files_of
 from validator.exceptions import ConfigError
@@ -51,11 +51,7 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lora-world")
-    with pytest.MonkeyPatch.context() as patch, LocalHub(tmp / "hub") as hub:
-        patch.setenv("HF_ENDPOINT", hub.endpoint)
-        patch.setenv("HF_HOME", str(tmp / "hf-home"))
-        patch.setenv("HF_HUB_CACHE", str(tmp / "hf-home" / "hub"))
-        patch.delenv("HF_TOKEN", raising=False)
+    with served_hub(tmp) as hub:
         yield World(tmp, hub)
 
 

@@ -7,7 +7,6 @@ code under test: if the rendering drifts from the table, these tests say so.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from modules.lora.dataset import (
     read_jsonl,
     render_pieces,
 )
-from modules.lora.templates import load_templates
+from modules.lora.templates import UnknownTemplate, load_templates
 from tests.lora.tiny_tokenizer import build_tokenizer
 
 DATA = Path("/work/shared/reference/data")
@@ -268,11 +267,12 @@ def test_bad_function_call_is_an_error(templates, content):
         render_pieces(line, templates.get("default"), "</s>")
 
 
-def test_unknown_template_key_falls_back_to_default(templates, caplog):
-    with caplog.at_level(logging.WARNING):
-        template = templates.get("no-such-model")
-    assert template is templates.get("default")
-    assert "no-such-model" in caplog.text
+def test_unknown_template_key_is_refused_with_the_known_ones(templates):
+    with pytest.raises(
+        UnknownTemplate, match="'no-such-model' is not a chat-template key"
+    ) as error:
+        templates.get("no-such-model")
+    assert "qwen1.5" in str(error.value) and "default" in str(error.value)
 
 
 # --- tokens -----------------------------------------------------------------------------------

@@ -1,0 +1,143 @@
+"""Proof that a warm base is still the base as loaded, whatever a submission's files held.
+
+peft loads every tensor of an adapter file whose name matches a key of the wrapped model, so
+a file can overwrite base weights (a norm, the embedding, a projection's base weight) that no
+LoRA merge touches and so no restore puts back. Rather than predict which tensors a given peft
+version may write, every parameter and buffer is checked after each assignment against a
+fingerprint taken at load time; a base that differs in any bit, or in its module structure, is
+dropped and reloaded.
+
+The fingerprint is a keyed linear hash: the tensor's bytes, read as 16-bit words, are summed
+in blocks of `BLOCK` words against secret random weights below 2^20, with three independent
+sets of weights. A submitter who knows the base exactly but not the weights makes a changed
+block keep its digest with a probability of at most 2^-20 per set, 2^-60 for all three. Every
+partial sum is an integer below 2^47 (|word| < 2^15, weight < 2^20, 2^12 words), so float64
+holds it exactly in any summation order: equal tensors give equal digests on any device, and
+the sums run as one matrix product (BLAS, tensor cores) instead of a copy of the weights.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+BLOCK = 2**12  # words per digest
+STEP_BLOCKS = 4096  # blocks digested at once: 128 MiB of float64 words at most
+KEYS = 3
+WEIGHT_BITS = 20
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What a digest cannot see: which tensors exist, their layout, which are tied together,
+    and the modules and hooks that run them."""
+
+    tensors: tuple[tuple[str, tuple[int, ...], torch.dtype, str], ...]
+    tied: tuple[tuple[str, ...], ...]
+    modules: tuple[tuple[str, str, int], ...]
+
+
+class _Weights:
+    """The secret weights of this process, one copy per device."""
+
+    def __init__(self) -> None:
+        generator = torch.Generator().manual_seed(secrets.randbits(63))
+        draw = torch.randint(0, 2**WEIGHT_BITS, (BLOCK, KEYS), generator=generator)
+        self._cpu = draw.to(torch.float64)
+        self._by_device: dict[torch.device, torch.Tensor] = {}
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._by_device:
+            self._by_device[device] = self._cpu.to(device)
+        return self._by_device[device]
+
+
+@dataclass(frozen=True)
+class BaseFingerprint:
+    structure: Structure
+    digests: dict[str, torch.Tensor]
+    weights: _Weights
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> BaseFingerprint:
+        weights = _Weights()
+        return cls(structure_of(model), _digests(model, weights), weights)
+
+    def differences(self, model: torch.nn.Module, most: int = 5) -> list[str]:
+        """Names of up to `most` tensors that differ from the fingerprint; empty when the model
+        is bit for bit the one fingerprinted."""
+        if structure_of(model) != self.structure:
+            return ["the module structure (tensors, ties, modules or hooks)"]
+        changed = []
+        for name, tensor in _tensors(model):
+            if not torch.equal(digest(tensor, self.weights), self.digests[name]):
+                changed.append(name)
+                if len(changed) == most:
+                    break
+        return changed
+
+
+def _tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    # Tied tensors are listed once (their ties are part of the structure).
+    yield from model.named_parameters()
+    yield from model.named_buffers()
+
+
+def _digests(model: torch.nn.Module, weights: _Weights) -> dict[str, torch.Tensor]:
+    return {name: digest(tensor, weights) for name, tensor in _tensors(model)}
+
+
+def structure_of(model: torch.nn.Module) -> Structure:
+    named = [
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ]
+    tensors = tuple(
+        (name, tuple(t.shape), t.dtype, str(t.device)) for name, t in sorted(named, key=_first)
+    )
+    groups: dict[int, list[str]] = {}
+    for name, tensor in named:
+        groups.setdefault(id(tensor), []).append(name)
+    tied = tuple(sorted(tuple(sorted(names)) for names in groups.values() if len(names) > 1))
+    modules = tuple(
+        (name, type(module).__qualname__, _hook_count(module))
+        for name, module in model.named_modules(remove_duplicate=False)
+    )
+    return Structure(tensors, tied, modules)
+
+
+def _first(item: tuple[str, torch.Tensor]) -> str:
+    return item[0]
+
+
+def _hook_count(module: torch.nn.Module) -> int:
+    return len(module._forward_hooks) + len(module._forward_pre_hooks)
+
+
+def _words(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as one flat vector of small integers (a view where possible)."""
+    flat = tensor.detach().reshape(-1)
+    if flat.element_size() == 1:
+        return flat.view(torch.uint8)
+    return flat.view(torch.int16)
+
+
+@torch.no_grad()
+def digest(tensor: torch.Tensor, weights: _Weights) -> torch.Tensor:
+    """Exact digests of the tensor's bytes (blocks x KEYS), on the tensor's device."""
+    words = _words(tensor)
+    keys = weights.on(words.device)
+    parts = []
+    step = STEP_BLOCKS * BLOCK
+    for start in range(0, words.numel(), step):
+        chunk = words[start : start + step].to(torch.float64)
+        padding = -chunk.numel() % BLOCK
+        if padding:
+            chunk = torch.nn.functional.pad(chunk, (0, padding))
+        parts.append(chunk.view(-1, BLOCK) @ keys)
+    if not parts:
+        return torch.zeros((0, KEYS), dtype=torch.float64, device=words.device)
+    return torch.cat(parts)

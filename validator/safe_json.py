@@ -1,0 +1,54 @@
+"""Decoding JSON that someone else wrote (a submission's config, a validation set line), within
+limits of size and nesting, so that a hostile file fails with a reason instead of exhausting
+memory or ending in a RecursionError from the decoder."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+MAX_DEPTH = 64  # real adapter configs nest 3 deep, validation lines about 6
+
+# A JSON string literal (unrolled, so the regex engine does not backtrack per character).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+class JsonRefused(ValueError):
+    """The text is too large, too deeply nested or not JSON; the message says which."""
+
+
+def nesting_depth(text: str, stop_above: int | None = None) -> int:
+    """How deep arrays and objects nest in `text` (brackets inside strings do not count).
+    Counting stops past `stop_above`."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    depth = deepest = 0
+    for char in brackets:
+        depth += 1 if char in "[{" else -1
+        if depth > deepest:
+            deepest = depth
+            if stop_above is not None and deepest > stop_above:
+                break
+    return deepest
+
+
+def loads_bounded(
+    data: bytes | str, what: str, *, max_bytes: int | None = None, max_depth: int = MAX_DEPTH
+) -> Any:
+    """`json.loads` for untrusted text; raises JsonRefused naming `what` and the limit.
+    `max_bytes` None: the caller already bounded the size (a capped download, say)."""
+    if max_bytes is not None and len(data) > max_bytes:  # characters <= bytes: a cheap bound
+        size = len(data.encode("utf-8") if isinstance(data, str) else data)
+        if size > max_bytes:
+            raise JsonRefused(f"{what}: {size} bytes, over the limit of {max_bytes}")
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise JsonRefused(f"{what}: not UTF-8: {exc}") from exc
+    if nesting_depth(text, stop_above=max_depth) > max_depth:
+        raise JsonRefused(f"{what}: nests deeper than {max_depth} levels")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise JsonRefused(f"{what}: not valid JSON: {exc}") from exc
