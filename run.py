@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -23,7 +23,8 @@ from docker.errors import APIError, DockerException, NotFound
 from launcher.containers import ContainerSpec, device_requests
 from launcher.errors import LaunchError, UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
-from validator.options import missing_required
+from validator.options import missing_required, normalise_secrets
+from validator.secrets import MalformedSecret
 
 REPO_ROOT = Path(__file__).resolve().parent
 RESTART_EXIT = 100
@@ -285,6 +286,11 @@ class LaunchOptions:
 
 
 def launch(options: LaunchOptions) -> int:
+    try:  # the validator would refuse them too, but only after minutes of image building
+        key, token = normalise_secrets(options.flock_api_key, options.hf_token)
+    except MalformedSecret as exc:
+        raise UsageError(str(exc)) from None
+    options = replace(options, flock_api_key=key, hf_token=token)
     module = options.module
     known = module_names(REPO_ROOT)
     if module not in known:

@@ -1,9 +1,18 @@
 import multiprocessing
+import sqlite3
 
 import pytest
 
+from tests.helpers.tmpfs import fill, small_tmpfs
 from validator.exceptions import ConfigError
-from validator.journal import UNDECIDED, UNSUBMITTED, Journal, State
+from validator.journal import (
+    RESERVE_NAME,
+    UNDECIDED,
+    UNSUBMITTED,
+    Journal,
+    JournalUnwritable,
+    State,
+)
 
 
 @pytest.fixture
@@ -87,3 +96,54 @@ def test_second_process_on_the_same_state_dir_is_refused(journal, tmp_path):
     process.start()
     process.join(30)
     assert "in use by another validator process" in queue.get(timeout=5)
+
+
+def test_below_the_free_space_floor_the_journal_refuses_and_says_where(tmp_path):
+    journal = Journal(tmp_path, min_free_mb=1 << 40)
+    with pytest.raises(JournalUnwritable) as refused:
+        journal.ensure_writable()
+    message = str(refused.value)
+    assert f"state dir {tmp_path} " in message and "MiB free" in message
+    assert "\n" not in message
+    journal.ensure_writable(floor=False)  # submissions of decided results still go ahead
+    journal.close()
+
+
+def test_a_disk_filling_up_records_the_step_in_progress_then_refuses(tmp_path):
+    with small_tmpfs(tmp_path / "state", size_kib=1024) as state:
+        journal = Journal(state, min_free_mb=0)
+        journal.receive("1", "lora", "12", {"hg_repo_id": "a/b"})
+        journal.ensure_writable()
+        filler = fill(state)
+        # The reserve pays for this write: an assignment already handed out is recorded.
+        journal.receive("2", "lora", "12", {"hg_repo_id": "c/d"})
+        assert not (state / RESERVE_NAME).exists()
+        with pytest.raises(JournalUnwritable, match="state dir .* cannot take journal writes"):
+            journal.ensure_writable(floor=False)
+        more = fill(state, name="more")  # what the reserve gave back is taken too
+        with pytest.raises(JournalUnwritable, match="journal write: database or disk is full"):
+            journal.receive("3", "lora", "12", {})
+        assert [e.id for e in journal.pending("lora", UNDECIDED)] == ["1", "2"]
+        journal.close()
+
+        filler.unlink()
+        more.unlink()
+        reopened = Journal(state, min_free_mb=0)
+        reopened.ensure_writable()
+        assert (state / RESERVE_NAME).exists()
+        reopened.receive("3", "lora", "12", {})
+        assert [e.id for e in reopened.pending("lora", UNDECIDED)] == ["1", "2", "3"]
+        reopened.close()
+
+
+def test_opening_on_a_full_disk_is_an_operator_error_and_loses_nothing(tmp_path):
+    with small_tmpfs(tmp_path / "state", size_kib=1024) as state:
+        journal = Journal(state, min_free_mb=0)
+        journal.receive("1", "lora", "12", {})
+        journal.close()
+        filler = fill(state)
+        with pytest.raises(JournalUnwritable, match=f"state dir {state} "):
+            Journal(state, min_free_mb=0)
+        filler.unlink()
+        with sqlite3.connect(state / "journal.sqlite3") as db:
+            assert db.execute("SELECT id, state FROM assignments").fetchall() == [("1", "received")]

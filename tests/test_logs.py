@@ -1,4 +1,7 @@
+import json
 import logging
+import sys
+import time
 
 from validator.logs import RedactSecrets
 
@@ -21,8 +24,6 @@ def test_secret_in_traceback_is_redacted():
     try:
         raise ValueError(f"bad header {SECRET}")
     except ValueError:
-        import sys
-
         record = make_record("failed", exc_info=sys.exc_info())
     redactor.filter(record)
     formatted = logging.Formatter().format(record)
@@ -35,3 +36,76 @@ def test_short_values_are_not_treated_as_secrets():
     record = make_record("absolutely")
     redactor.filter(record)
     assert record.getMessage() == "absolutely"
+
+
+# --- fragments of a secret: what an exception or a truncated print may show ---------------
+
+KEY = "fk-Zq7Wx2Rv9Ty4Pm6Kd3Hn8Jc"  # 26 characters: fragments of 8 and more are redacted
+
+
+def fragments(secret: str, length: int = 8) -> list[str]:
+    return [secret[i : i + length] for i in range(len(secret) - length + 1)]
+
+
+def leaked(text: str, secret: str = KEY) -> list[str]:
+    return [fragment for fragment in fragments(secret) if fragment in text]
+
+
+def redacted(text: str, secrets: list[str] | None = None) -> str:
+    record = make_record("%s", (text,))
+    RedactSecrets(secrets or [KEY]).filter(record)
+    return record.getMessage()
+
+
+def test_a_truncated_key_is_redacted_but_not_seven_of_its_characters():
+    # Eight characters of a random key identify it; seven of its characters next to ordinary
+    # text are as likely to be a word or an id, and blanking them would garble the logs.
+    out = redacted(f"key={KEY[:13]}... ids {KEY[:7]}, {KEY[-7:]}")
+    assert out == f"key=***... ids {KEY[:7]}, {KEY[-7:]}"
+
+
+def test_the_core_of_a_key_in_a_repr_with_escapes_is_redacted():
+    # The leak: the redactor knew the value as given, with its carriage return, while
+    # the exception printed it through repr(), the carriage return as the two characters \r.
+    message = f"Invalid return character(s) in header value: {KEY + chr(13)!r}"
+    out = redacted(message, [KEY + "\r"])
+    assert leaked(out) == [] and out.endswith("header value: '***'"), out
+
+
+def test_a_secret_that_repr_escapes_is_redacted_in_its_escaped_form():
+    # repr() doubles the backslashes; JSON doubles them too and escapes the double quotes.
+    secret = 'Ab3\\Cd4"Ef5\\Gh6"Ij7'
+    out = redacted(f"value {secret!r} and {json.dumps(secret)}", [secret])
+    assert out == "value '***' and \"***\"", out
+
+
+def test_a_key_split_across_quoting_is_redacted_piece_by_piece():
+    pieces = (KEY[:9], KEY[9:18], KEY[18:])  # 9 + 9 + 8 characters
+    out = redacted("key = '{}' '{}' \"{}\"".format(*pieces))
+    assert out == "key = '***' '***' \"***\""
+
+
+def test_a_short_secret_is_redacted_from_half_its_length():
+    secret = "Pq8Rs5Tu2V"  # 10 characters: fragments of 5 and more
+    assert redacted("a Pq8Rs5 b s5Tu2V c Pq8R", [secret]) == "a *** b *** c Pq8R"
+
+
+def test_the_core_of_a_key_in_a_traceback_is_redacted():
+    redactor = RedactSecrets([KEY])
+    try:
+        value = "  " + KEY[2:] + "\r"
+        raise ValueError(f"Invalid leading whitespace in header value: {value!r}")
+    except ValueError:
+        record = make_record("request failed", exc_info=sys.exc_info())
+    redactor.filter(record)
+    formatted = logging.Formatter().format(record)
+    assert leaked(formatted) == [] and "header value: '  ***\\r'" in formatted, formatted
+
+
+def test_redaction_time_grows_with_the_text_not_with_its_square():
+    filler = "x" * 2_000_000
+    started = time.perf_counter()
+    out = redacted(f"{filler}{KEY[3:]}{filler}", [KEY, "hf_" + KEY[::-1]])
+    assert out == f"{filler}***{filler}"
+    # A generous bound for a shared machine: linear takes about a second, quadratic hours.
+    assert time.perf_counter() - started < 20

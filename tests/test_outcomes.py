@@ -1,3 +1,6 @@
+import errno
+import sqlite3
+
 import pytest
 import requests
 
@@ -30,7 +33,31 @@ class OutOfMemoryError(RuntimeError):
         (DeviceError("gpu lost"), Verdict.DEVICE),
         (RuntimeError("CUDA error: device-side assert triggered"), Verdict.DEVICE),
         (OutOfMemoryError("CUDA out of memory"), Verdict.DEVICE),
+        # Error texts can come from a submission: only a real errno says the disk is full.
+        (ValueError("bad adapter: No space left on device"), Verdict.FAILED),
+        (OSError(errno.ENOENT, "No such file or directory", "adapter_config.json"), Verdict.FAILED),
     ],
 )
 def test_classify(exc, verdict):
     assert classify(exc) is verdict
+
+
+def wrapped(outer: Exception, inner: BaseException) -> Exception:
+    """`outer` raised from `inner`, as a library re-raises a failed write."""
+    try:
+        raise outer from inner
+    except Exception as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError(errno.ENOSPC, "No space left on device", "/data/hf-cache/blobs/x"),
+        OSError(errno.EDQUOT, "Disk quota exceeded", "/tmp/work/adapter.safetensors"),
+        wrapped(RuntimeError("download failed"), OSError(errno.ENOSPC, "No space left")),
+        sqlite3.OperationalError("database or disk is full"),
+    ],
+)
+def test_a_full_disk_is_the_operators_problem_not_a_failed_submission(exc):
+    assert classify(exc) is Verdict.OPERATOR

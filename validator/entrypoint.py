@@ -15,9 +15,9 @@ from validator.check import run_check
 from validator.exceptions import ConfigError, RecoverableException, TransientError
 from validator.exit_codes import ExitCode
 from validator.fedledger import DEFAULT_API_URL, FedLedgerClient
-from validator.journal import Journal
+from validator.journal import DEFAULT_MIN_FREE_MB, Journal
 from validator.logs import setup_logging
-from validator.options import missing_required
+from validator.options import missing_required, normalise_secrets
 from validator.outcomes import Verdict, classify
 from validator.registry import REPO_ROOT, load_module_class
 from validator.runner import Interrupted, LoopSettings, Runner
@@ -98,6 +98,15 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
     help="Module and task configs [default: ./configs].",
 )
 @click.option(
+    "--min-free-mb",
+    envvar="VALIDATOR_MIN_FREE_MB",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MIN_FREE_MB,
+    show_default=True,
+    help="Free space (MiB) the state dir's file system must have before each lookup or "
+    "scoring; below it, or when a test write fails, exit 3 without asking for work.",
+)
+@click.option(
     "--api-retries",
     envvar="VALIDATOR_API_RETRIES",
     type=click.IntRange(min=0),
@@ -124,10 +133,16 @@ def main(
     check_input: Path | None,
     state_dir: Path,
     config_dir: Path,
+    min_free_mb: int,
     api_retries: int,
     api_backoff: float,
 ) -> None:
     """Validate FLock assignments of MODULE's tasks (e.g. `lora`)."""
+    # Before anything can log: the stripped values are the ones used and redacted.
+    try:
+        flock_api_key, hf_token = normalise_secrets(flock_api_key, hf_token)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     if check_input is None:
         missing = missing_required(task_ids, flock_api_key, hf_token)
         if missing:
@@ -149,7 +164,7 @@ def main(
             client = FedLedgerClient(
                 flock_api_key, api_url, retries=api_retries, backoff=api_backoff
             )
-            code = _run_loop(settings, client, Journal(state_dir), pool)
+            code = _run_loop(settings, client, Journal(state_dir, min_free_mb), pool)
     except ConfigError as exc:
         code = _fail(ExitCode.USAGE, f"error: {exc}")
     except RecoverableException as exc:
@@ -214,5 +229,7 @@ def _crash(exc: Exception) -> ExitCode:
     if classify(exc) is Verdict.DEVICE:
         log.error("device fault, restart needed: %s: %s", type(exc).__name__, exc)
         return ExitCode.RESTART
+    if classify(exc) is Verdict.OPERATOR:  # a full disk outside the loop, e.g. under --check
+        return _fail(ExitCode.OPERATOR, f"operator action needed: {type(exc).__name__}: {exc}")
     log.exception("validator crashed: %s", exc)
     return ExitCode.BUG

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from requests.adapters import HTTPAdapter
 from urllib3.util import Retry
 
-from validator.exceptions import RecoverableException, TransientError
+from validator.exceptions import ConfigError, RecoverableException, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,18 @@ NO_SUBMISSIONS = "No task submissions available to validate"
 RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"
 NOT_VALIDATING = "Validation assignment is not in validating status"
 RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+# Faults of the network or the server, which a later try may not meet. Any other error raised
+# while sending (a URL without a host, a header value with a carriage return) happens before a
+# byte is sent and would happen again on every try: retrying it kept the loop waiting forever.
+TRANSIENT_REQUEST_ERRORS = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    requests.exceptions.ContentDecodingError,
+    requests.exceptions.RetryError,
+)
+# Their text quotes the offending header value, which can only be the API key here.
+HEADER_ERRORS = (requests.exceptions.InvalidHeader, UnicodeError)
 
 
 def normalise_id(value: Any) -> str:
@@ -84,6 +96,10 @@ class ApiUnavailable(TransientError):
     """The API could not be reached, or answered 5xx, after all retries."""
 
 
+class RequestNotSendable(ConfigError):
+    """A request that cannot be built from the configured URL and key, on any try."""
+
+
 class FedLedgerClient:
     def __init__(
         self,
@@ -125,8 +141,11 @@ class FedLedgerClient:
             response = self._session.request(
                 method, url, data=payload, timeout=self.timeout, allow_redirects=False
             )
-        except requests.RequestException as exc:
+        except TRANSIENT_REQUEST_ERRORS as exc:
             raise ApiUnavailable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        except (requests.RequestException, ValueError) as exc:
+            # `from None`: the cause's text may quote the key, and nothing more is known.
+            raise RequestNotSendable(_not_sendable(method, path, exc)) from None
         log.debug("%s %s -> %s", method, path, response.status_code)
         return response
 
@@ -172,6 +191,13 @@ class FedLedgerClient:
         if response.status_code >= 500:
             raise ApiUnavailable(f"POST {path}: HTTP {response.status_code}: {detail}")
         if 200 <= response.status_code < 300:
+            if not _is_json(response):
+                # The API's own 2xx carries JSON; an empty one or a page is a proxy's, and the
+                # result may never have reached the API. Taken for accepted, it was lost. Sent
+                # again, a result the API did take is refused as not validating: no harm.
+                raise ApiUnavailable(
+                    f"POST {path}: HTTP {response.status_code} without a JSON body: {detail}"
+                )
             return SubmitResult("accepted", response.status_code, detail)
         if detail == NOT_VALIDATING:
             return SubmitResult("not_validating", response.status_code, detail)
@@ -184,6 +210,22 @@ class FedLedgerClient:
                 f"the Fed Ledger refused the API key (HTTP {response.status_code}: "
                 f"{_detail(response, body)}); check --flock-api-key / FLOCK_API_KEY"
             )
+
+
+def _not_sendable(method: str, path: str, exc: Exception) -> str:
+    if isinstance(exc, HEADER_ERRORS):
+        what = "a header value is not valid in HTTP; check --flock-api-key / FLOCK_API_KEY"
+    else:
+        what = f"{exc}; check --api-url / FLOCK_API_URL"
+    return f"{method} {path} cannot be sent ({type(exc).__name__}: {what})"
+
+
+def _is_json(response: requests.Response) -> bool:
+    try:
+        response.json()
+    except ValueError:  # an empty body too
+        return False
+    return True
 
 
 def _json_or_none(response: requests.Response) -> Any:

@@ -4,20 +4,42 @@ An assignment moves received -> scoring -> scored | failed -> submitted, or -> d
 API will never take it. `scored` and `failed` are decided but not yet submitted; `received` and
 `scoring` are not yet decided. Whatever is not final when the process dies is picked up by the
 next process on the same state directory.
+
+A full disk must not lose or half-record an assignment: `ensure_writable()` is called before
+every step that the journal will have to record (a lookup, a scoring, a submission), and a
+small reserve file is kept beside the journal and given up when a write finds the disk full, so
+that the step in progress is still recorded before the process stops with exit code 3.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
+import os
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from validator.exceptions import ConfigError
+from validator.exceptions import ConfigError, RecoverableException
+from validator.outcomes import disk_full
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_MIN_FREE_MB = 64
+MIB = 1024 * 1024
+# Room for the few pages that recording one step takes (one step writes about 20 KiB).
+RESERVE_BYTES = 256 * 1024
+PROBE_BYTES = 64 * 1024
+RESERVE_NAME = "journal.reserve"
+PROBE_NAME = "journal.probe"
+SQLITE_IOERR = 10
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS assignments (
@@ -87,14 +109,22 @@ class Entry:
         )
 
 
+class JournalUnwritable(RecoverableException):
+    """The journal's disk is full, over quota or below the free-space floor: exit code 3."""
+
+
 class Journal:
     """One process at a time owns a state directory (an exclusive lock file)."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, min_free_mb: int = DEFAULT_MIN_FREE_MB) -> None:
+        self.state_dir = state_dir
+        self.min_free_bytes = min_free_mb * MIB
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
             self._lock = open(state_dir / "validator.lock", "w")  # noqa: SIM115 - held for life
         except OSError as exc:
+            if disk_full(exc):
+                raise self._unwritable(f"cannot create files: {exc}") from exc
             raise ConfigError(f"state directory {state_dir} is not writable: {exc}") from exc
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -105,26 +135,120 @@ class Journal:
                 "give each validator its own --state-dir"
             ) from exc
         self.path = state_dir / "journal.sqlite3"
-        self._db = sqlite3.connect(self.path)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
+        try:
+            with self._full_disk_stops("cannot open the journal"):
+                self._db = sqlite3.connect(self.path)
+                self._db.row_factory = sqlite3.Row
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(SCHEMA)
+        except BaseException:
+            if hasattr(self, "_db"):
+                self._db.close()
+            self._lock.close()
+            raise
 
     def close(self) -> None:
-        self._db.close()
+        try:
+            self._db.close()
+        except sqlite3.Error as exc:
+            # What was committed is in the WAL; a checkpoint that found no room is redone on open.
+            log.warning("journal %s: closing: %s", self.path, exc)
         self._lock.close()
 
+    # --- room to write -----------------------------------------------------------------
+
+    def free_bytes(self) -> int:
+        stats = os.statvfs(self.state_dir)
+        return stats.f_bavail * stats.f_frsize
+
+    def ensure_writable(self, *, floor: bool = True) -> None:
+        """Raise JournalUnwritable unless the journal can record the next step: free space at
+        least the floor (skipped with floor=False), the reserve in place, and a real write.
+
+        The floor alone is not enough: quotas are invisible to statvfs, and with a floor of 0
+        only a write tells."""
+        if floor and self.free_bytes() < self.min_free_bytes:
+            raise self._unwritable("below the free-space floor")
+        reserve = self.state_dir / RESERVE_NAME
+        steps = [(self.state_dir / PROBE_NAME, PROBE_BYTES, False, "a test write failed")]
+        if not reserve.exists() or reserve.stat().st_size < RESERVE_BYTES:
+            steps.insert(0, (reserve, RESERVE_BYTES, True, "no room for the journal's reserve"))
+        for path, size, keep, failure in steps:
+            try:
+                _write_file(path, size, keep=keep)
+            except OSError as exc:
+                raise self._unwritable(f"{failure}: {exc.strerror or exc}") from exc
+
+    def _unwritable(self, reason: str) -> JournalUnwritable:
+        try:
+            free = f"{self.free_bytes() / MIB:.1f} MiB free"
+        except OSError as exc:
+            free = f"free space unknown: {exc}"
+        return JournalUnwritable(
+            f"state dir {self.state_dir} cannot take journal writes ({free}, --min-free-mb "
+            f"{self.min_free_bytes // MIB}): {reason}; free space there, then rerun"
+        )
+
+    def _short_of_space(self) -> bool:
+        """Whether an I/O error of SQLite is more likely the disk being full than a fault."""
+        try:
+            if self.free_bytes() < max(self.min_free_bytes, PROBE_BYTES):
+                return True
+            _write_file(self.state_dir / PROBE_NAME, PROBE_BYTES, keep=False)
+        except OSError as exc:
+            return disk_full(exc)
+        return False
+
+    def _is_full(self, exc: BaseException) -> bool:
+        if disk_full(exc):
+            return True
+        code = getattr(exc, "sqlite_errorcode", None)
+        io_error = code is not None and code & 0xFF == SQLITE_IOERR
+        return (io_error or str(exc) == "disk I/O error") and self._short_of_space()
+
+    @contextmanager
+    def _full_disk_stops(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.Error, OSError) as exc:
+            if not self._is_full(exc):
+                raise
+            raise self._unwritable(f"{what}: {exc}") from exc
+
+    def _run(self, work: Callable[[], T]) -> T:
+        """`work` in one transaction. On a full disk the reserve is given up for one retry, so
+        that the step in progress is recorded all the same; the next ensure_writable() stops."""
+        try:
+            with self._db:
+                return work()
+        except (sqlite3.Error, OSError) as exc:
+            if not self._is_full(exc):
+                raise
+            reserve = self.state_dir / RESERVE_NAME
+            if not reserve.exists():
+                raise self._unwritable(f"journal write: {exc}") from exc
+            log.warning("journal %s: disk full (%s); giving up the reserve", self.path, exc)
+            reserve.unlink()
+        with self._full_disk_stops("journal write, even after giving up the reserve"):
+            with self._db:
+                return work()
+
+    # --- assignments -------------------------------------------------------------------
+
     def get(self, assignment_id: str) -> Entry | None:
-        row = self._db.execute(
-            "SELECT * FROM assignments WHERE id = ?", (assignment_id,)
-        ).fetchone()
+        row = self._run(
+            lambda: self._db.execute(
+                "SELECT * FROM assignments WHERE id = ?", (assignment_id,)
+            ).fetchone()
+        )
         return Entry.from_row(row) if row else None
 
     def receive(self, assignment_id: str, module: str, task_id: str, data: dict) -> Entry:
         """Record a new assignment; an id seen before keeps its recorded state."""
         now = time.time()
-        with self._db:
+
+        def insert() -> None:
             inserted = self._db.execute(
                 "INSERT OR IGNORE INTO assignments (id, module, task_id, state, input,"
                 " received_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -132,6 +256,8 @@ class Journal:
             ).rowcount
             if inserted:
                 self._event(assignment_id, State.RECEIVED, f"task {task_id}", now)
+
+        self._run(insert)
         entry = self.get(assignment_id)
         assert entry is not None
         return entry
@@ -159,11 +285,12 @@ class Journal:
         )
 
     def defer_submit(self, assignment_id: str, reason: str, not_before: float) -> None:
-        with self._db:
-            self._db.execute(
+        self._run(
+            lambda: self._db.execute(
                 "UPDATE assignments SET error = ?, not_before = ?, updated_at = ? WHERE id = ?",
                 (reason, not_before, time.time(), assignment_id),
             )
+        )
 
     def submitted(self, assignment_id: str) -> None:
         entry = self.get(assignment_id)
@@ -176,18 +303,22 @@ class Journal:
     def pending(self, module: str, states: tuple[State, ...]) -> list[Entry]:
         """Entries of `module` in `states`, oldest first, whether due or not."""
         marks = ",".join("?" * len(states))
-        rows = self._db.execute(
-            f"SELECT * FROM assignments WHERE module = ? AND state IN ({marks})"
-            " ORDER BY received_at, id",
-            (module, *(s.value for s in states)),
-        ).fetchall()
+        rows = self._run(
+            lambda: self._db.execute(
+                f"SELECT * FROM assignments WHERE module = ? AND state IN ({marks})"
+                " ORDER BY received_at, id",
+                (module, *(s.value for s in states)),
+            ).fetchall()
+        )
         return [Entry.from_row(row) for row in rows]
 
     def events(self, assignment_id: str) -> list[tuple[str, str | None]]:
-        rows = self._db.execute(
-            "SELECT state, note FROM events WHERE assignment_id = ? ORDER BY rowid",
-            (assignment_id,),
-        ).fetchall()
+        rows = self._run(
+            lambda: self._db.execute(
+                "SELECT state, note FROM events WHERE assignment_id = ? ORDER BY rowid",
+                (assignment_id,),
+            ).fetchall()
+        )
         return [(row["state"], row["note"]) for row in rows]
 
     def _move(
@@ -207,14 +338,36 @@ class Journal:
             params.append(value)
         if state in (State.SCORING, State.SCORED, State.FAILED, State.SUBMITTED):
             sets.append("not_before = 0")
-        with self._db:
+
+        def update() -> None:
             self._db.execute(
                 f"UPDATE assignments SET {', '.join(sets)} WHERE id = ?", (*params, assignment_id)
             )
             self._event(assignment_id, state, note or columns.get("error"), now)
+
+        self._run(update)
 
     def _event(self, assignment_id: str, state: State, note: str | None, now: float) -> None:
         self._db.execute(
             "INSERT INTO events (assignment_id, time, state, note) VALUES (?, ?, ?, ?)",
             (assignment_id, now, state.value, note),
         )
+
+
+def _write_file(path: Path, size: int, *, keep: bool) -> None:
+    """Write `size` bytes that no file system can compress or leave sparse, and sync them, so
+    that the blocks are really taken; a partial file is removed either way."""
+    done = False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            data = memoryview(os.urandom(size))
+            while data:  # a nearly full disk takes part of a write before it refuses the rest
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        done = keep
+    finally:
+        if not done:
+            path.unlink(missing_ok=True)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 from enum import Enum
 
 import requests
 
-from validator.exceptions import ConfigError, DeviceError, RecoverableException, TransientError
+from validator.exceptions import (
+    ConfigError,
+    DeviceError,
+    RecoverableException,
+    TransientError,
+    exception_chain,
+)
 
 # Error texts of a GPU that only a new process can recover from.
 DEVICE_FAULT_MARKERS = (
@@ -18,6 +26,11 @@ DEVICE_FAULT_MARKERS = (
     "NCCL error",
     "illegal memory access",
 )
+# Only errno values and SQLite's own code count as a full disk, never an error's text: a
+# submission can put any text into an error message, and must not be able to stop validators.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+SQLITE_FULL = 13
+SQLITE_FULL_MESSAGE = "database or disk is full"  # Python 3.10 has no sqlite_errorcode
 
 
 class Verdict(Enum):
@@ -31,7 +44,7 @@ class Verdict(Enum):
 def classify(exc: BaseException) -> Verdict:
     if isinstance(exc, ConfigError):
         return Verdict.CONFIG
-    if isinstance(exc, RecoverableException):
+    if isinstance(exc, RecoverableException) or disk_full(exc):
         return Verdict.OPERATOR
     if isinstance(exc, TransientError | requests.ConnectionError | requests.Timeout):
         return Verdict.TRANSIENT
@@ -48,3 +61,18 @@ def classify(exc: BaseException) -> Verdict:
 
 def _status(exc: requests.HTTPError) -> int:
     return exc.response.status_code if exc.response is not None else 0
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` or anything it was raised from is a full disk or an exceeded quota (a
+    download dir, the HF cache, the journal): the operator's to fix, never the submission's."""
+    for err in exception_chain(exc):
+        if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+            return True
+        if isinstance(err, sqlite3.Error):
+            code = getattr(err, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF == SQLITE_FULL:
+                return True
+            if code is None and str(err) == SQLITE_FULL_MESSAGE:
+                return True
+    return False

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from validator.exceptions import ConfigError, RecoverableException
 from validator.exit_codes import ExitCode
 from validator.fedledger import ApiUnavailable, Assignment, FedLedgerClient
-from validator.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, State
+from validator.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
 from validator.outcomes import Verdict, classify
 from validator.scoring import ModulePool, score
 
@@ -69,6 +69,9 @@ class Runner:
     def run(self) -> ExitCode:
         try:
             self._report_backlog()
+            # A restart is when an operator expects kept results to go out: before any lookup,
+            # whatever wait the last process set on them.
+            self._submit_pending(self.journal.pending(self.module, UNSUBMITTED))
             while not self.stop.is_set():
                 if self._limit_reached():
                     log.info("finished %d assignments; exiting", self.finished)
@@ -85,6 +88,10 @@ class Runner:
         except Stop as stop:
             log.error("%s", stop)
             return stop.code
+        except JournalUnwritable as exc:
+            # One line, no traceback: the journal still holds everything it recorded before.
+            log.error("operator action needed: %s", exc)
+            return ExitCode.OPERATOR
 
     def _limit_reached(self) -> bool:
         limit = self.settings.max_assignments
@@ -122,6 +129,9 @@ class Runner:
             self.stop.wait(delay)
 
     def _lookup(self, task_id: str) -> None:
+        # An assignment handed out that cannot be journaled would sit in `validating`, lost to
+        # this validator, until it expires: ask for none unless the journal can record it.
+        self.journal.ensure_writable()
         self.next_lookup[task_id] = time.time() + self.settings.lookup_interval
         try:
             result = self.client.request_assignment(task_id)
@@ -147,7 +157,16 @@ class Runner:
         self.stop.wait(self.settings.time_sleep)
 
     def _take(self, task_id: str, assignment: Assignment) -> None:
-        entry = self.journal.receive(assignment.id, self.module, task_id, assignment.module_input())
+        try:
+            entry = self.journal.receive(
+                assignment.id, self.module, task_id, assignment.module_input()
+            )
+        except JournalUnwritable as exc:
+            # Only a disk filled by someone else since ensure_writable() gets here.
+            raise JournalUnwritable(
+                f"{exc}; assignment {assignment.id} of task {task_id} was handed out but could "
+                "not be journaled, it stays in validating until it expires"
+            ) from exc
         log.info("task %s: received assignment %s", task_id, assignment.id)
         if entry.state in UNDECIDED:
             self._score(entry)
@@ -179,6 +198,8 @@ class Runner:
             reason = f"scoring ended the process {entry.attempts} times (crash or device fault)"
             self._decide_failed(entry, reason)
             return
+        # Scoring with no room to record its result would spend a scoring attempt for nothing.
+        self.journal.ensure_writable()
         entry = self.journal.begin_scoring(entry.id)
         log.info("assignment %s: scoring (attempt %d)", entry.id, entry.attempts)
         try:
@@ -213,9 +234,13 @@ class Runner:
                 f"assignment {entry.id}: device fault, restart needed: {type(exc).__name__}: {exc}",
             ) from exc
         else:
-            self.journal.postpone(entry.id, str(exc), 0)
+            message = f"assignment {entry.id} kept for a retry after you fix this: {exc}"
+            try:
+                self.journal.postpone(entry.id, str(exc), 0)
+            except JournalUnwritable as full:
+                message += f" (and {full})"
             code = ExitCode.USAGE if isinstance(exc, ConfigError) else ExitCode.OPERATOR
-            raise Stop(code, f"assignment {entry.id} kept for a retry after you fix this: {exc}")
+            raise Stop(code, message)
 
     def _postpone_transient(self, entry: Entry, exc: Exception) -> None:
         age = time.time() - entry.received_at
@@ -247,12 +272,17 @@ class Runner:
     # --- submission --------------------------------------------------------------------
 
     def _submit_due(self) -> bool:
-        due = self._due(UNSUBMITTED)
-        for entry in due:
+        return self._submit_pending(self._due(UNSUBMITTED))
+
+    def _submit_pending(self, entries: list[Entry]) -> bool:
+        for entry in entries:
             self._submit(entry)
-        return bool(due)
+        return bool(entries)
 
     def _submit(self, entry: Entry) -> None:
+        # Below the floor still: a decided result is better submitted before it expires, and
+        # the reserve that ensure_writable() keeps records the API's answer.
+        self.journal.ensure_writable(floor=False)
         status = "completed" if entry.state is State.SCORED else "failed"
         try:
             result = self.client.submit(entry.id, status, entry.metrics)

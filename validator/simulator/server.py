@@ -186,16 +186,22 @@ class SimulatorHandler(BaseHTTPRequestHandler):
 
     def _api(self, method: str, path: str, raw: bytes) -> Reply | None:
         sub_path = path[len(API_PREFIX) :]
+        state = self.server.state
+        state.request_begun()
         rule = self.server.faults.take(endpoint_of(sub_path))
         fault = rule.kind if rule else None
-        if rule is not None and rule.kind == "delay":
-            time.sleep(rule.delay_seconds)
-            rule = None
-        # Faults answer before any state is touched, as a proxy in front would.
-        reply = fault_reply(rule) if rule is not None else self._api_call(method, sub_path, raw)
-        # Logged before the answer goes out, so a client that inspects the
-        # state right after its response always finds its request there.
-        self.server.state.log_request(method, path, reply.status if reply else None, fault)
+        reply = None
+        try:
+            if rule is not None and rule.kind == "delay":
+                time.sleep(rule.delay_seconds)
+                rule = None
+            # Faults answer before any state is touched, as a proxy in front would.
+            reply = fault_reply(rule) if rule is not None else self._api_call(method, sub_path, raw)
+        finally:
+            # Logged before the answer goes out, so a client that inspects the state right
+            # after its response always finds its request there; an error here is logged as a
+            # dropped connection, which is what the client sees.
+            state.log_request(method, path, reply.status if reply else None, fault)
         return reply
 
     def _api_call(self, method: str, sub_path: str, raw: bytes) -> Reply:

@@ -174,6 +174,8 @@ class SimState:
         self._assignments: dict[int, Assignment] = {}
         self._results: list[dict[str, Any]] = []
         self._requests: list[dict[str, Any]] = []
+        # API requests read but not yet answered (a delay fault holds one for a while).
+        self._in_flight = 0
         # (api key hash, task id as str) -> time the current window started
         self._windows: dict[tuple[str, str], float] = {}
         for task in spec.tasks:
@@ -196,6 +198,7 @@ class SimState:
                     "assignments": [vars(a) for a in self._assignments.values()],
                     "submissions": self._results,
                     "requests": self._requests,
+                    "in_flight": self._in_flight,
                 }
             )
 
@@ -247,8 +250,14 @@ class SimState:
             submission = self._add_submission(task.id, data, assignment_data)
             return {"id": submission.id}
 
-    def log_request(self, method: str, path: str, status: int | None, fault: str | None) -> None:
+    def request_begun(self) -> None:
         with self._lock:
+            self._in_flight += 1
+
+    def log_request(self, method: str, path: str, status: int | None, fault: str | None) -> None:
+        """Record an API request's outcome (None: dropped); it is no longer in flight."""
+        with self._lock:
+            self._in_flight = max(self._in_flight - 1, 0)
             self._requests.append(
                 {
                     "method": method,

@@ -1,0 +1,50 @@
+"""Two validators on one state dir: the real CLI, twice, against the Fed Ledger simulator.
+
+The second must refuse before it asks the API for anything (an assignment it took could not be
+journaled), say why, and leave the first to finish its work undisturbed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tests.faults.figures import record
+from tests.faults.ledger import assert_each_submitted_once
+from tests.helpers.simulator import Simulator, task
+from tests.helpers.validator_cli import (
+    loop_args,
+    run_validator,
+    start_validator,
+    validator_env,
+    wait_for,
+    write_config,
+)
+
+
+def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_path):
+    write_config(tmp_path, "fixture", {"slow_seconds": 1.0, "marker_dir": str(tmp_path)})
+    env = validator_env(tmp_path)
+    tasks = {"tasks": [task(1, ["slow/a", "ok/b"])]}
+    (tmp_path / "second").mkdir()
+    # The second validator gets an API of its own, so that any call it made would show there.
+    with Simulator(tasks, tmp_path) as sim, Simulator(tasks, tmp_path / "second") as other:
+        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "2")
+        first = start_validator(args, env, tmp_path / "first.log")
+        wait_for(lambda: (tmp_path / "slow_a.started").exists(), 30, "the first to be scoring")
+
+        started = time.monotonic()
+        second = run_validator(loop_args("fixture", other.api_url, "1"), env)
+        refusal_s = time.monotonic() - started
+        assert second.returncode == 2, second.stderr
+        assert "is in use by another validator process" in second.stderr
+        assert "give each validator its own --state-dir" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert other.state()["requests"] == []
+
+        assert first.wait(30) == 0, (tmp_path / "first.log").read_text()
+        assert_each_submitted_once(sim, tmp_path / "state", 2)
+    record(
+        "two validators on one state dir",
+        f"the second exits 2 in {refusal_s:.1f} s with 0 API calls; "
+        "the first finishes, 2 submitted once",
+    )
