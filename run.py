@@ -219,7 +219,9 @@ def docker_client() -> docker.DockerClient:
     show_default=True,
     help="First wait before a restart after exit 100; doubles up to 300 s.",
 )
-@click.option("--task_ids", "--task-ids", "task_ids", help="Comma-separated task ids.")
+@click.option(
+    "--task_ids", "--task-ids", "task_ids", envvar="TASK_IDS", help="Comma-separated task ids."
+)
 @click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
 @click.option("--hf-token", envvar="HF_TOKEN", help="HuggingFace token.")
 @click.option(

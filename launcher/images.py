@@ -9,15 +9,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
-from docker.errors import APIError, BuildError, ImageNotFound
+from docker.errors import APIError, BuildError, DockerException, ImageNotFound
+from docker.utils import parse_repository_tag
+from requests.exceptions import RequestException
 
 from launcher.errors import LaunchError
 
 DOCKERFILE = "docker/Dockerfile"
+# micromamba 2.x on NVIDIA's CUDA 12 base for Ubuntu 22.04 (README "The base image").
 PRODUCTION_BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
-# What goes into an image, besides the module's own folder (see .dockerignore).
-SHARED_INPUTS = ("docker", "requirements.txt", "validator")
+# What goes into an image, besides the module's own folder (see .dockerignore). configs/ is
+# baked in as the defaults of hosts that cannot mount it (pods); run.py mounts it over them.
+SHARED_INPUTS = ("configs", "docker", "requirements.txt", "validator")
 SKIPPED_PARTS = ("__pycache__",)
+# What the engine's pull errors mean, first match wins: (any of these texts, what to say).
+PULL_FAILURES = (
+    (("invalid reference format",), "not a valid image name"),
+    (("no matching manifest",), "no image for this machine's platform"),
+    (("manifest unknown",), "no such tag"),
+    (("pull access denied", "repository does not exist"), "no such repository, or a private one"),
+    (("unauthorized", "authentication required"), "the registry wants a docker login"),
+    (("toomanyrequests", "rate limit"), "the registry's pull rate limit; docker login raises it"),
+    (
+        (
+            "no such host",
+            "dial tcp",
+            "i/o timeout",
+            "tls handshake timeout",
+            "connection refused",
+            "network is unreachable",
+            "timed out",
+        ),
+        "the registry cannot be reached",
+    ),
+    (("not found",), "no such image"),
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +96,7 @@ def ensure_image(client: docker.DockerClient, spec: BuildSpec, rebuild: bool = F
             return tag
         except ImageNotFound:
             pass
+    ensure_base(client, spec.base_image)
     print(
         f"[run.py] building image {tag} from {DOCKERFILE} (base {spec.base_image})",
         file=sys.stderr,
@@ -99,10 +126,58 @@ def _build(client: docker.DockerClient, spec: BuildSpec, tag: str, digest: str) 
             elif "error" in chunk:
                 raise BuildError(chunk["error"], build_log=[])
     except (BuildError, APIError) as exc:
-        hint = ""
-        if " : FROM " in step:
-            hint = f" (cannot get the base image {spec.base_image}; VALIDATOR_BASE_IMAGE sets it)"
-        raise LaunchError(f"building {tag} failed: {exc}{hint}", exit_code=1) from exc
+        if " : FROM " in step:  # ensure_base found it, yet the build could not get it
+            raise base_unavailable(spec.base_image, str(exc)) from exc
+        raise LaunchError(f"building {tag} failed: {exc}", exit_code=1) from exc
+
+
+def ensure_base(client: docker.DockerClient, base: str) -> None:
+    """Pulls `base` unless the engine has it, so that a wrong or unreachable base is one clear
+    line before any build output, not a build error at its FROM step."""
+    try:
+        client.images.get(base)
+        return
+    except ImageNotFound:
+        pass
+    except APIError as exc:  # e.g. an invalid reference, which no pull would cure
+        raise base_unavailable(base, _explanation(exc)) from exc
+    print(f"[run.py] pulling the base image {base}", file=sys.stderr, flush=True)
+    repository, tag = parse_repository_tag(base)
+    try:
+        # Errors found before the download starts are HTTP errors; later ones are stream items.
+        for chunk in client.api.pull(repository, tag=tag or "latest", stream=True, decode=True):
+            if "error" in chunk:
+                raise base_unavailable(base, str(chunk["error"]))
+            if str(chunk.get("status", "")).startswith("Status:"):  # not every layer's progress
+                print(f"[run.py] {chunk['status']}", file=sys.stderr, flush=True)
+    except APIError as exc:
+        raise base_unavailable(base, _explanation(exc)) from exc
+    except (DockerException, RequestException) as exc:  # e.g. the engine's answer timed out
+        raise base_unavailable(base, str(exc)) from exc
+
+
+def base_unavailable(base: str, error: str) -> LaunchError:
+    """The one line an operator gets for a base image the engine cannot get."""
+    return LaunchError(
+        f"base image {base!r} cannot be pulled ({pull_failure_reason(error)}); pick another "
+        "with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA tag, see README "
+        '"The base image")'
+    )
+
+
+def pull_failure_reason(error: str) -> str:
+    """A few words for an engine's pull error, whose full text runs to a URL and a resolver's
+    address; an error it does not know comes back as its first line."""
+    lowered = error.lower()
+    for words, reason in PULL_FAILURES:
+        if any(word in lowered for word in words):
+            return reason
+    first_line = error.strip().splitlines()[0] if error.strip() else "no reason given"
+    return first_line if len(first_line) <= 160 else first_line[:157] + "..."
+
+
+def _explanation(exc: APIError) -> str:
+    return str(exc.explanation or exc)
 
 
 def ensure_given_image(client: docker.DockerClient, image: str) -> str:
@@ -112,9 +187,16 @@ def ensure_given_image(client: docker.DockerClient, image: str) -> str:
         return image
     except ImageNotFound:
         pass
+    except APIError as exc:  # an invalid reference, which is not a lost engine
+        raise _given_image_unavailable(image, exc) from exc
     print(f"[run.py] pulling {image}", file=sys.stderr, flush=True)
     try:
         client.images.pull(image)
     except APIError as exc:
-        raise LaunchError(f"image {image} is not present and cannot be pulled: {exc}") from exc
+        raise _given_image_unavailable(image, exc) from exc
     return image
+
+
+def _given_image_unavailable(image: str, exc: APIError) -> LaunchError:
+    reason = pull_failure_reason(_explanation(exc))
+    return LaunchError(f"image {image!r} is not present and cannot be pulled ({reason})")

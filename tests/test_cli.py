@@ -1,9 +1,11 @@
-"""The command line, run as a subprocess: usage errors, unknown modules, `--check`."""
+"""The command line, run as a subprocess: usage errors, unknown modules, `--check`, and the
+module and task ids from the environment (how a module's image runs as a pod)."""
 
 import json
 
 import pytest
 
+from tests.helpers.simulator import Simulator, task
 from tests.helpers.validator_cli import (
     API_KEY,
     HF_TOKEN,
@@ -120,3 +122,32 @@ def test_secrets_never_reach_the_output_of_a_failing_check(tmp_path, env):
     assert "broken/***" in result.stderr
     for secret in (API_KEY, HF_TOKEN):
         assert secret not in result.stderr + result.stdout
+
+
+def test_module_and_task_ids_come_from_the_environment(tmp_path):
+    env = validator_env(tmp_path, VALIDATOR_MODULE="fixture", TASK_IDS="1")
+    with Simulator({"tasks": [task(1, ["ok/abc"]), task(2, ["ok/x"])]}, tmp_path) as sim:
+        result = run_validator(
+            ["--api-url", sim.api_url, "--max-assignments", "1", "--time-sleep", "0.3"], env
+        )
+        assert result.returncode == 0, result.stderr
+        assert [s["status"] for s in sim.submissions()] == ["completed"]
+        assert {lookup["path"].rsplit("/", 1)[1] for lookup in sim.lookups()} == {"1"}
+
+
+@pytest.mark.parametrize(
+    ("args", "env_change", "message"),
+    [
+        (["nosuch", "--task_ids", "1"], {"VALIDATOR_MODULE": "fixture"}, "unknown module 'nosuch'"),
+        (["--task_ids", "1"], {"VALIDATOR_MODULE": "nosuch"}, "unknown module 'nosuch'"),
+        (["--task_ids", "1"], {}, "Missing argument 'MODULE'"),
+        ([], {"VALIDATOR_MODULE": "fixture", "TASK_IDS": "1,,2"}, "has an empty task id"),
+        ([], {"VALIDATOR_MODULE": "fixture", "TASK_IDS": ""}, "missing --task_ids / TASK_IDS"),
+    ],
+)
+def test_environment_defaults_give_way_to_the_command_line_and_are_checked(
+    tmp_path, args, env_change, message
+):
+    result = run_validator(args, validator_env(tmp_path, **env_change))
+    assert result.returncode == 2
+    assert message in result.stderr

@@ -1,4 +1,5 @@
-"""run.py and the module image against a real Docker engine and the Fed Ledger simulator."""
+"""run.py and the module image against a real Docker engine and the Fed Ledger simulator; the
+image also on its own, as a pod runs it."""
 
 from __future__ import annotations
 
@@ -239,3 +240,63 @@ def test_operator_mistakes_get_clear_errors(engine, repo, args, env_change, code
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert fixture_containers(engine) == []
+
+
+@pytest.mark.parametrize("by", ["option", "environment"])
+def test_a_base_that_cannot_be_pulled_is_one_line_naming_it(engine, repo, by):
+    base = "local/does-not-exist:nope"  # no registry has it, and CI reaches none: fails fast
+    args, env = ["fixture", "--build-only"], launcher_env(VALIDATOR_BASE_IMAGE=base)
+    if by == "option":
+        args, env = [*args, "--base-image", base], launcher_env()
+    result = run_py(repo, *args, env=env, timeout=120)
+    assert result.returncode == 3, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, result.stderr
+    assert errors[0].startswith(f"[run.py] error: base image '{base}' cannot be pulled (")
+    assert errors[0].endswith(
+        "; pick another with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA "
+        'tag, see README "The base image")'
+    )
+    assert "Traceback" not in result.stderr
+    assert "Step " not in result.stderr  # refused before the build, not at its FROM step
+    assert result.stdout == ""
+
+
+def test_the_image_runs_as_a_pod_from_its_environment_alone(engine, repo, tmp_path):
+    built = run_py(repo, "fixture", "--build-only")
+    assert built.returncode == 0, built.stderr
+    tag = built.stdout.strip()
+    config = engine.images.get(tag).attrs["Config"]
+    assert "VALIDATOR_MODULE=fixture" in config["Env"]
+    assert config["Entrypoint"] == ["/opt/conda/bin/python", "-m", "validator"]
+    assert not config["Cmd"]  # nothing to override: a pod passes no command
+    # The repo's configs are the defaults where none can be mounted (lora needs its list).
+    listing = engine.containers.run(
+        tag, entrypoint=["ls", "/app/configs"], remove=True, network_mode="host"
+    )
+    assert b"lora.json" in listing.split()
+    with Simulator({"tasks": [task(1, ["ok/a", "broken/b"])]}, tmp_path) as sim:
+        # What a pod template sets; no command, no volume, no --init.
+        environment = {
+            "FLOCK_API_KEY": API_KEY,
+            "HF_TOKEN": HF_TOKEN,
+            "TASK_IDS": "1",
+            "FLOCK_API_URL": sim.api_url,
+            "ASSIGNMENT_LOOKUP_INTERVAL": "0.2",
+            "TIME_SLEEP": "0.3",
+        }
+        container = engine.containers.run(
+            tag, environment=environment, network_mode="host", detach=True
+        )
+        try:
+            wait_for(lambda: len(sim.submissions()) == 2, 120, "both submissions")
+            container.stop(timeout=30)  # a pod's stop: SIGTERM, then the step finishes
+            code = container.wait(timeout=60)["StatusCode"]
+            logs = container.logs().decode()
+        finally:
+            container.remove(force=True)
+        assert sorted(s["status"] for s in sim.submissions()) == ["completed", "failed"]
+    assert code == 0, logs
+    assert "stopped by signal" in logs
+    for secret in (API_KEY, HF_TOKEN):
+        assert secret not in logs

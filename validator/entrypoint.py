@@ -1,4 +1,5 @@
-"""`python -m validator <module> ...`: the command line of the inner orchestrator (SPEC §2)."""
+"""`python -m validator <module> ...`: the command line of the inner orchestrator (README.md,
+"The validator inside the container")."""
 
 from __future__ import annotations
 
@@ -37,11 +38,14 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("module")
+# Both from the environment too, so that a module's image runs with no command at all (a pod):
+# the image sets VALIDATOR_MODULE, the operator TASK_IDS (the name compose.yaml reads).
+@click.argument("module", envvar="VALIDATOR_MODULE")
 @click.option(
     "--task_ids",
     "--task-ids",
     "task_ids",
+    envvar="TASK_IDS",
     callback=parse_task_ids,
     help="Comma-separated task ids to validate, e.g. 12,34.",
 )
@@ -137,7 +141,8 @@ def main(
     api_retries: int,
     api_backoff: float,
 ) -> None:
-    """Validate FLock assignments of MODULE's tasks (e.g. `lora`)."""
+    """Validate FLock assignments of MODULE's tasks (e.g. `lora`; default: $VALIDATOR_MODULE,
+    which a module's image sets). --task_ids defaults to $TASK_IDS."""
     # Before anything can log: the stripped values are the ones used and redacted.
     try:
         flock_api_key, hf_token = normalise_secrets(flock_api_key, hf_token)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from validator.secrets import normalise_secret
 
+TASK_IDS_OPTION = "--task_ids / TASK_IDS"
 FLOCK_API_KEY_OPTION = "--flock-api-key / FLOCK_API_KEY"
 HF_TOKEN_OPTION = "--hf-token / HF_TOKEN"
 
@@ -24,7 +25,7 @@ def missing_required(
 ) -> str | None:
     """The message for the first missing option that only `--check` may leave out, or None."""
     for value, name in (
-        (task_ids, "--task_ids"),
+        (task_ids, TASK_IDS_OPTION),
         (flock_api_key, FLOCK_API_KEY_OPTION),
         (hf_token, HF_TOKEN_OPTION),
     ):

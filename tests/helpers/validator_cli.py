@@ -15,10 +15,16 @@ API_KEY = "sk-flock-TEST-9f8e7d6c5b4a"
 HF_TOKEN = "hf_TESTtoken1234567890abcdef"
 
 
+# Defaults the validator takes from the environment that an operator may have exported (for
+# compose, say): inherited, they would stand in for what a test leaves out on purpose.
+OPERATOR_DEFAULTS = ("TASK_IDS", "VALIDATOR_MODULE")
+
+
 def env_with_test_secrets(**settings: str) -> dict[str, str]:
-    """This process's environment with the tests' own key and token in place of any real ones."""
+    """This process's environment with the tests' own key and token in place of any real ones,
+    and without the operator's defaults."""
     return {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in OPERATOR_DEFAULTS},
         "FLOCK_API_KEY": API_KEY,
         "HF_TOKEN": HF_TOKEN,
         "PYTHONUNBUFFERED": "1",

@@ -1,0 +1,148 @@
+"""The production base, and the launcher's words for a base image the engine cannot get,
+without an engine: the engine's own error texts, and a stand-in client for the paths a real
+engine reaches only with a registry (a base that vanishes between the check and the FROM step)."""
+
+from __future__ import annotations
+
+import pytest
+from docker.errors import ImageNotFound
+
+from launcher.errors import LaunchError
+from launcher.images import (
+    PRODUCTION_BASE,
+    BuildSpec,
+    base_unavailable,
+    ensure_image,
+    pull_failure_reason,
+)
+from tests.helpers.validator_cli import REPO_ROOT
+
+BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
+
+
+def test_the_production_base_is_one_tag_everywhere():
+    # run.py, a plain `docker build` and compose must build on the same base.
+    assert f"ARG BASE_IMAGE={PRODUCTION_BASE}\n" in (REPO_ROOT / "docker/Dockerfile").read_text()
+    compose = (REPO_ROOT / "compose.yaml").read_text()
+    assert f"BASE_IMAGE: ${{VALIDATOR_BASE_IMAGE:-{PRODUCTION_BASE}}}\n" in compose
+    assert f"`{PRODUCTION_BASE}`" in (REPO_ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (
+            'Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io on '
+            "10.255.255.53:53: no such host",
+            "the registry cannot be reached",
+        ),
+        (
+            "pull access denied for local/does-not-exist, repository does not exist or may "
+            "require 'docker login': denied: requested access to the resource is denied",
+            "no such repository, or a private one",
+        ),
+        (
+            "manifest for mambaorg/micromamba:2.3.3-cuda99-ubuntu22.04 not found: manifest "
+            "unknown: manifest unknown",
+            "no such tag",
+        ),
+        (
+            "no matching manifest for linux/arm64/v8 in the manifest list entries",
+            "no image for this machine's platform",
+        ),
+        ("invalid reference format: repository name must be lowercase", "not a valid image name"),
+        (
+            "toomanyrequests: You have reached your pull rate limit.",
+            "the registry's pull rate limit; docker login raises it",
+        ),
+        ("something new\nand a second line", "something new"),
+    ],
+)
+def test_pull_errors_become_a_few_words(error, reason):
+    assert pull_failure_reason(error) == reason
+
+
+def test_the_message_is_one_line_naming_the_tag_and_the_way_out():
+    error = base_unavailable("local/nope:1", "line one\nline two")
+    assert error.exit_code == 3  # as every other launch error the operator has to fix
+    message = str(error)
+    assert "\n" not in message
+    assert message.startswith("base image 'local/nope:1' cannot be pulled (line one); ")
+    assert "--base-image / VALIDATOR_BASE_IMAGE" in message
+    assert 'README "The base image"' in message
+
+
+class StandInImages:
+    def __init__(self, present: set[str]) -> None:
+        self.present = present
+
+    def get(self, name: str) -> object:
+        if name not in self.present:
+            raise ImageNotFound(f"No such image: {name}")
+        return object()
+
+
+class StandInAPI:
+    def __init__(self, build_chunks: list[dict], pull_chunks: list[dict]) -> None:
+        self.build_chunks = build_chunks
+        self.pull_chunks = pull_chunks
+        self.pulled: list[tuple[str, str]] = []
+
+    def build(self, **_kwargs):
+        yield from self.build_chunks
+
+    def pull(self, repository: str, tag: str, **_kwargs):
+        self.pulled.append((repository, tag))
+        yield from self.pull_chunks
+
+
+class StandInClient:
+    def __init__(self, present=(), build_chunks=(), pull_chunks=()) -> None:
+        self.images = StandInImages(set(present))
+        self.api = StandInAPI(list(build_chunks), list(pull_chunks))
+
+
+def test_a_pull_error_in_the_stream_is_the_one_line_and_no_build_starts(tmp_path, capsys):
+    client = StandInClient(
+        pull_chunks=[{"status": "Pulling from mambaorg/micromamba"}, {"error": "toomanyrequests"}],
+        build_chunks=[{"stream": "Step 1/2 : FROM x\n"}],
+    )
+    with pytest.raises(LaunchError, match=r"^base image '.*' cannot be pulled \(the registry's"):
+        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
+    assert client.api.pulled == [("mambaorg/micromamba", "2.3.3-cuda12.6.3-ubuntu22.04")]
+    assert "Step " not in capsys.readouterr().err
+
+
+def test_a_present_base_is_not_pulled(tmp_path):
+    client = StandInClient(present={BASE}, build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    tag = ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
+    assert tag.startswith("flock-validator-fixture:")
+    assert client.api.pulled == []
+
+
+def test_a_failing_from_step_names_the_base(tmp_path):
+    client = StandInClient(
+        present={BASE},
+        build_chunks=[
+            {"stream": "Step 2/21 : FROM ${BASE_IMAGE}\n"},
+            {"error": "manifest for x not found: manifest unknown"},
+        ],
+    )
+    with pytest.raises(LaunchError) as caught:
+        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
+    assert str(caught.value).startswith(f"base image {BASE!r} cannot be pulled (no such tag); ")
+
+
+def test_a_failing_later_step_is_a_build_failure(tmp_path):
+    client = StandInClient(
+        present={BASE},
+        build_chunks=[
+            {"stream": "Step 2/21 : FROM ${BASE_IMAGE}\n"},
+            {"stream": "Step 9/21 : RUN sh /opt/flock/install-env.sh\n"},
+            {"error": "The command returned a non-zero code: 1"},
+        ],
+    )
+    with pytest.raises(LaunchError) as caught:
+        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
+    assert caught.value.exit_code == 1
+    assert str(caught.value).startswith("building flock-validator-fixture:")
