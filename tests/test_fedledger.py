@@ -1,10 +1,15 @@
 """The Fed Ledger client against the simulator over real HTTP."""
 
+import logging
 import math
+import socket
+import threading
+import time
 
 import pytest
 
 from tests.helpers.simulator import Simulator, task
+from tests.helpers.validator_cli import wait_for
 from validator.exceptions import RecoverableException
 from validator.fedledger import ApiUnavailable, Assignment, FedLedgerClient, Refusal
 
@@ -64,11 +69,118 @@ def test_5xx_is_retried_with_backoff_then_succeeds(sim):
     assert [lookup["status"] for lookup in sim.lookups()] == [503, 503, 200]
 
 
-def test_dropped_connections_raise_api_unavailable_after_retries(sim):
+def test_dropped_connections_of_repeatable_calls_are_retried(sim):
+    assignment = client(sim).request_assignment("12")
     sim.add_faults({"endpoint": "any", "kind": "drop", "count": None})
+    api = client(sim, retries=2)
+    with pytest.raises(ApiUnavailable):
+        api.list_tasks()
+    with pytest.raises(ApiUnavailable):
+        api.submit(assignment.id, "failed", None)
+    faulted = [r["path"].rsplit("/", 2)[-2] for r in sim.state()["requests"] if r["fault"]]
+    assert faulted == ["tasks"] * 3 + ["update-validation-assignment"] * 3
+
+
+# --- lookups are not idempotent: retried only when the API surely did not process them
+
+
+def settle(sim: Simulator) -> dict:
+    """The state once the requests the client gave up on have been answered too."""
+    wait_for(lambda: sim.state()["in_flight"] == 0, 10, "the simulator to finish its requests")
+    return sim.state()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_lookup_read_timeout_is_not_retried(tmp_path):
+    # The API processes the lookup (hands out an assignment, starts the rate-limit window) but
+    # answers after the client gave up. Asking again would meet the rate limit, or take a second
+    # assignment: the call ends with ApiUnavailable after one request, and the runner pauses.
+    tasks = [task(12, ["alice/a", "bob/b"])]
+    with Simulator({"tasks": tasks}, tmp_path, api_key=KEY, rate_limit_seconds=60) as sim:
+        sim.add_faults({"endpoint": "request", "kind": "delay", "delay_seconds": 1.5, "count": 1})
+        api = client(sim, retries=3, timeout=(5.0, 0.3))
+        started = time.monotonic()
+        with pytest.raises(ApiUnavailable, match="ReadTimeout"):
+            api.request_assignment("12")
+        assert time.monotonic() - started < 1.5
+        state = settle(sim)
+        assert [(r["status"], r["fault"]) for r in state["requests"]] == [(200, "delay")]
+        # The cost of a lost answer, which no retry can undo: the assignment stays validating
+        # until it expires, and the next lookup within the window is refused.
+        assert [(a["id"], a["status"]) for a in state["assignments"]] == [(1, "validating")]
+        assert api.request_assignment("12").kind == "rate_limited"
+
+
+def test_lookup_dropped_after_sending_is_not_retried(sim):
+    # A connection closed once the request was sent: the API may have processed it.
+    sim.add_faults({"endpoint": "request", "kind": "drop", "count": None})
     with pytest.raises(ApiUnavailable):
         client(sim, retries=2).request_assignment("12")
-    assert len(sim.state()["requests"]) == 3
+    assert [(r["status"], r["fault"]) for r in sim.lookups()] == [(None, "drop")]
+
+
+@pytest.mark.parametrize("status", [500, 502, 504])
+def test_lookup_5xx_that_may_follow_processing_is_not_retried(sim, status):
+    # 500: the API failed, maybe after assigning; 502: the upstream broke off, maybe after
+    # assigning; 504: a proxy stopped waiting for an API still working on it.
+    sim.add_faults({"endpoint": "request", "kind": "status", "status": status, "count": None})
+    refusal = client(sim, retries=2).request_assignment("12")
+    assert (refusal.kind, refusal.status) == ("unexpected", status)
+    assert [r["status"] for r in sim.lookups()] == [status]
+
+
+def test_lookup_refused_connection_is_retried_as_configured(caplog):
+    api = FedLedgerClient(KEY, f"http://127.0.0.1:{free_port()}/api/v1", retries=2, backoff=0.01)
+    with caplog.at_level(logging.WARNING, logger="urllib3"), pytest.raises(ApiUnavailable):
+        api.request_assignment("12")
+    retried = [r for r in caplog.records if r.getMessage().startswith("Retrying")]
+    assert len(retried) == 2
+    assert all("NewConnectionError" in r.getMessage() for r in retried)
+
+
+class SimulatorOnPort(Simulator):
+    def __init__(self, port: int, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.port = port
+
+    def _command(self) -> list[str]:
+        command = super()._command()
+        command[command.index("--port") + 1] = str(self.port)
+        return command
+
+
+def test_lookup_refused_until_the_api_is_up_is_retried_and_sent_once(tmp_path):
+    port = free_port()
+    sim = SimulatorOnPort(port, {"tasks": [task(12, ["alice/a"])]}, tmp_path, api_key=KEY)
+    starter = threading.Timer(0.5, sim.start)
+    starter.start()
+    try:
+        # Backoff 0.2 s, doubling: the 10 retries wait up to a minute for the simulator.
+        api = FedLedgerClient(KEY, f"http://127.0.0.1:{port}/api/v1", retries=10, backoff=0.2)
+        assignment = api.request_assignment("12")
+        assert isinstance(assignment, Assignment)
+        assert [r["status"] for r in sim.lookups()] == [200]
+    finally:
+        starter.join()
+        sim.stop()
+
+
+def test_submit_read_timeout_is_retried_and_recorded_once(sim):
+    # Unlike a lookup, a submit may be repeated: the API takes the first that reaches it and
+    # refuses the others as not validating.
+    assignment = client(sim).request_assignment("12")
+    sim.add_faults({"endpoint": "update", "kind": "delay", "delay_seconds": 1.0, "count": 1})
+    result = client(sim, retries=3, timeout=(5.0, 0.3)).submit(assignment.id, "completed", {})
+    assert result.kind in ("accepted", "not_validating")
+    state = settle(sim)
+    updates = [r for r in state["requests"] if "/update-validation-assignment/" in r["path"]]
+    assert len(updates) == 2
+    assert [s["assignment_id"] for s in state["submissions"]] == [1]
 
 
 def test_every_call_has_a_timeout(sim):

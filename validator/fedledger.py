@@ -1,9 +1,10 @@
-"""Typed client of the FLock Fed Ledger API (SPEC §3).
+"""Typed client of the FLock Fed Ledger API (docs/fed-ledger-api.md).
 
-Every call has a timeout; connection errors and 5xx answers are retried with exponential backoff
-by urllib3; bodies that are empty or not JSON are tolerated. The API key travels only in the
-request header and is never logged, and redirects are not followed so it cannot leak to
-another host.
+Every call has a timeout and is retried with exponential backoff by urllib3: listing tasks and
+submitting after any connection error or 5xx, but a lookup only when the API surely did not
+process it (see LOOKUP_RETRY_STATUSES); bodies that are empty or not JSON are tolerated. The
+API key travels only in the request header and is never logged, and redirects are not followed
+so it cannot leak to another host.
 """
 
 from __future__ import annotations
@@ -27,7 +28,22 @@ DEFAULT_API_URL = "https://fed-ledger-prod.flock.io/api/v1"
 NO_SUBMISSIONS = "No task submissions available to validate"
 RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"
 NOT_VALIDATING = "Validation assignment is not in validating status"
+LOOKUP_PATH = "/tasks/request-validation-assignment/"
+# Listing tasks and submitting can be repeated without harm (a result the API already took is
+# refused as not validating), so any 5xx is tried again.
 RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+# A lookup cannot: each one the API processes may hand out an assignment and starts the task's
+# rate-limit window, so a lookup repeated after one the API processed but whose answer was lost
+# leaves an assignment this validator never sees (validating until it expires) and is answered
+# "rate limit reached". A lookup is therefore tried again only when it surely was not processed:
+# when connecting failed (refused, no such host, connect timeout: nothing was sent), and on 503,
+# which a load balancer answers with no backend to forward to and the API when it cannot handle
+# the request at all. Not after a read timeout or a connection closed once the request was
+# sent, nor on 500 (the API failed, maybe after assigning), 502 (the upstream broke off, maybe
+# after assigning) or 504 (a proxy stopped waiting for an API still processing the lookup).
+# Those end the call at once; the runner then pauses --time-sleep and asks for that task again
+# no sooner than its lookup interval.
+LOOKUP_RETRY_STATUSES = frozenset({503})
 # Faults of the network or the server, which a later try may not meet. Any other error raised
 # while sending (a URL without a host, a header value with a carriage return) happens before a
 # byte is sent and would happen again on every try: retrying it kept the loop waiting forever.
@@ -112,33 +128,48 @@ class FedLedgerClient:
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self.timeout = timeout
-        self._session = requests.Session()
-        self._session.headers.update({"flock-api-key": api_key, "Content-Type": "application/json"})
-        retry = Retry(
+        repeatable = Retry(
             total=retries,
             connect=retries,
             read=retries,
             status=retries,
             other=retries,
-            allowed_methods=None,  # POSTs here are safe to repeat: lookups and idempotent updates
+            allowed_methods=None,  # the POST of a submit too: it is idempotent
             status_forcelist=RETRIED_STATUSES,
             backoff_factor=backoff,
             backoff_max=60,
             raise_on_status=False,
         )
-        adapter = HTTPAdapter(max_retries=retry)
-        self._session.mount("http://", adapter)
-        self._session.mount("https://", adapter)
+        lookup = Retry(
+            total=retries,
+            connect=retries,  # urllib3's connect errors: the request was never sent
+            read=False,  # a read timeout or a connection closed after sending: raised at once
+            other=0,  # any other error (TLS, ...) may also come after sending: not retried
+            status=retries,
+            allowed_methods=None,  # POST, for the statuses below only
+            status_forcelist=LOOKUP_RETRY_STATUSES,
+            # Else a 429 "rate limit reached" with a Retry-After header would be waited out and
+            # asked again inside the client, for minutes: the runner handles it.
+            respect_retry_after_header=False,
+            backoff_factor=backoff,
+            backoff_max=60,
+            raise_on_status=False,
+        )
+        # A session each: urllib3 retries by adapter, and requests picks an adapter by URL.
+        self._session = _session(api_key, repeatable)
+        self._lookup_session = _session(api_key, lookup)
 
     def close(self) -> None:
         self._session.close()
+        self._lookup_session.close()
 
     def _send(self, method: str, path: str, body: dict[str, Any] | None = None):
         url = f"{self.api_url}{path}"
+        session = self._lookup_session if path.startswith(LOOKUP_PATH) else self._session
         # json.dumps' default allows Infinity/NaN, like the reference client (requests' json=).
         payload = None if body is None else json.dumps(body)
         try:
-            response = self._session.request(
+            response = session.request(
                 method, url, data=payload, timeout=self.timeout, allow_redirects=False
             )
         except TRANSIENT_REQUEST_ERRORS as exc:
@@ -160,7 +191,7 @@ class FedLedgerClient:
         return [Task.model_validate(item) for item in body if isinstance(item, dict)]
 
     def request_assignment(self, task_id: str) -> Assignment | Refusal:
-        path = f"/tasks/request-validation-assignment/{quote(normalise_id(task_id), safe='')}"
+        path = f"{LOOKUP_PATH}{quote(normalise_id(task_id), safe='')}"
         response = self._send("POST", path)
         body = _json_or_none(response)
         self._raise_for_auth(response, body)
@@ -210,6 +241,15 @@ class FedLedgerClient:
                 f"the Fed Ledger refused the API key (HTTP {response.status_code}: "
                 f"{_detail(response, body)}); check --flock-api-key / FLOCK_API_KEY"
             )
+
+
+def _session(api_key: str, retry: Retry) -> requests.Session:
+    session = requests.Session()
+    session.headers.update({"flock-api-key": api_key, "Content-Type": "application/json"})
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
 
 
 def _not_sendable(method: str, path: str, exc: Exception) -> str:
