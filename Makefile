@@ -82,3 +82,15 @@ bench: install
 # (bench/gpu_session.sh there; see bench/README.md).
 gpu-kit: install
 	$(PY) bench/gpu_kit.py
+
+# `make test demo` in a fresh clone of HEAD (committed work only) in a new temporary directory,
+# with nothing beside it, using this checkout's .venv and wheels: proves the repository is
+# self-contained. Needs what `make test` and `make demo` need (a Docker engine).
+.PHONY: test-clone
+test-clone: install wheels
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git clone --quiet "$(CURDIR)" "$$tmp/repo"; \
+	cp -a docker/wheels/. "$$tmp/repo/docker/wheels/"; \
+	test ! -e "$$tmp/shared"; \
+	echo "clone of HEAD in $$tmp/repo"; \
+	$(MAKE) -C "$$tmp/repo" VENV="$(abspath $(VENV))" -o "$(abspath $(VENV))/.installed" test demo

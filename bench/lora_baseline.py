@@ -19,9 +19,7 @@ from transformers import (
 )
 
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
-from modules.lora.loss import (
-    score_metrics,
-)
+from modules.lora.metrics import score_metrics
 from modules.lora.records import EncodedExample
 from modules.lora.templates import get_template
 

@@ -56,7 +56,7 @@ from modules.lora.records import EncodedExample  # noqa: E402
 from tests.lora.tiny_models import build_model, make_lora, save_base  # noqa: E402
 from tests.lora.tiny_tokenizer import build_tokenizer  # noqa: E402
 
-DATA_FILE = REPO_ROOT.parent / "shared" / "reference" / "data" / "function_calling_sample.jsonl"
+DATA_FILE = REPO_ROOT / "tests" / "fixtures" / "data" / "function_calling_sample.jsonl"
 
 # --- CPU fixtures ------------------------------------------------------------------------------
 

@@ -11,9 +11,7 @@ import torch
 import transformers
 
 from modules.lora import LoraConfig
-from modules.lora.loss import (
-    default_max_batch_size,
-)
+from modules.lora.forward import default_max_batch_size
 
 BASE_NAME = "Qwen/Qwen2.5-0.5B"  # what the adapters name as their base; served from disk
 TEMPLATE = "qwen1.5"

@@ -40,9 +40,7 @@ from transformers import (
     PreTrainedModel,
 )
 
-from modules.lora.loss import (
-    example_losses,
-)
+from modules.lora.forward import example_losses
 from modules.lora.records import EncodedExample
 
 # Issue 5's GPU targets. The memory line leaves 1 GiB of a 24 GB card to the CUDA context,

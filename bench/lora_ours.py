@@ -15,7 +15,8 @@ from transformers import AutoModelForCausalLM
 from modules.lora.adapters import applied_adapter, plan_adapter
 from modules.lora.base_models import BaseModelCache, pick_dtype
 from modules.lora.dataset import EncodedSetCache, load_tokenizer
-from modules.lora.loss import distinct_scored, eval_loss, example_losses, score_metrics
+from modules.lora.forward import distinct_scored, example_losses
+from modules.lora.metrics import eval_loss, score_metrics
 from modules.lora.records import EncodedExample
 
 

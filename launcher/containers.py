@@ -16,7 +16,8 @@ CONFIG_MOUNT = "/app/configs"
 STATE_MOUNT = "/data/state"
 HF_CACHE_MOUNT = "/data/hf-cache"
 CHECK_MOUNT = "/input/check.json"
-# Host environment variables the inner CLI reads (SPEC §2); passed on when set.
+# Host environment variables the inner CLI reads (README.md, "The validator inside the
+# container"); passed on when set.
 PASSED_ENV = ("TIME_SLEEP", "ASSIGNMENT_LOOKUP_INTERVAL", "FLOCK_API_URL", "HF_ENDPOINT")
 GPU_ID = re.compile(r"^(\d+|GPU-[0-9a-fA-F-]+)$")
 

@@ -1,4 +1,4 @@
-"""The module plugin API (SPEC §4).
+"""The module plugin API (docs/module-api.md).
 
 A module lives in `modules/<name>/`, and its `__init__.py` exposes a subclass of
 `BaseValidationModule` as `MODULE`. The orchestrator builds one instance per distinct resolved

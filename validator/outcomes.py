@@ -1,4 +1,5 @@
-"""What an exception raised while scoring means for the assignment (SPEC §4)."""
+"""What an exception raised while scoring means for the assignment (docs/module-api.md,
+"Exceptions and outcomes")."""
 
 from __future__ import annotations
 

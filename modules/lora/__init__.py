@@ -1,5 +1,6 @@
 """The lora module: scores a submitted LoRA adapter by validation loss in bits per character,
-as the network's reference does (SPEC §5), treating the submission as hostile (SPEC §6)."""
+as the network's reference does (docs/lora-scoring.md), treating the submission as hostile
+(docs/lora-scoring.md, "Untrusted submissions")."""
 
 from __future__ import annotations
 
@@ -7,9 +8,6 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field
 
 from modules.lora.adapters import AdapterRejected, applied_adapter, plan_adapter
 from modules.lora.base_models import (
@@ -20,65 +18,26 @@ from modules.lora.base_models import (
     pick_dtype,
 )
 from modules.lora.dataset import EncodedSet, EncodedSetCache, load_tokenizer
+from modules.lora.forward import default_max_batch_size, example_losses
 from modules.lora.hub import (
     DownloadLimits,
     SubmissionRejected,
     fetch_adapter,
     fetch_base_model,
 )
-from modules.lora.loss import (
+from modules.lora.metrics import (
     check_token_byte_ratio,
-    default_max_batch_size,
     eval_loss,
-    example_losses,
     high_loss_metrics,
     score_metrics,
 )
+from modules.lora.schemas import LoraConfig, LoraInput, LoraMetrics
 from modules.lora.templates import get_template
 from modules.lora.validation_set import fetch_validation_set
-from validator.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
+from validator.base import BaseValidationModule
 from validator.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
-GIB = 1024**3
-
-
-class LoraConfig(BaseConfig):
-    # Required, so that the list an operator validates against is the one in configs/lora.json.
-    supported_base_models: list[str] = Field(min_length=1)
-    lora_only: bool = True
-    fp16: bool = False  # on GPU: fp16 when true, bf16 otherwise; always fp32 on CPU
-    # bitsandbytes loading for small GPUs: the scores then differ from other validators'.
-    quantization: Literal["none", "8bit", "4bit"] = "none"
-    merge_adapter: bool = True  # the reference merges; false (forced when quantized) does not
-    token_budget: int = Field(16384, gt=0)  # padded tokens per forward batch
-    # Conversations per forward; unset: 64 on GPU, 1 on CPU, where padded batches need an
-    # explicit attention mask that takes CPU attention off its fast causal kernel.
-    max_batch_size: int | None = Field(None, gt=0)
-    max_adapter_file_bytes: int = Field(2 * GIB, gt=0)
-    max_adapter_total_bytes: int = Field(4 * GIB, gt=0)
-    max_validation_set_bytes: int = Field(1 * GIB, gt=0)
-    cached_base_models: int = Field(1, gt=0)
-    work_dir: str | None = None  # where submissions are downloaded; the system temp dir if unset
-
-
-class LoraInput(BaseInputData):
-    hg_repo_id: str
-    revision: str = "main"
-    base_model: str  # a chat-template key, e.g. qwen1.5
-    validation_set_url: str
-    context_length: int = Field(gt=0)
-    max_params: int = Field(gt=0)
-
-
-class LoraMetrics(BaseMetrics):
-    loss: float
-    bpc: float
-    bppl: float
-    nll_token_nats_total: float
-    nll_token_bits_total: float
-    eval_loss: float
-    gpu_type: str
 
 
 class LoraModule(BaseValidationModule):
@@ -189,4 +148,11 @@ class LoraModule(BaseValidationModule):
 
 
 MODULE = LoraModule
-__all__ = ["MODULE", "AdapterRejected", "LoraConfig", "LoraInput", "LoraMetrics"]
+__all__ = [
+    "MODULE",
+    "AdapterRejected",
+    "LoraConfig",
+    "LoraInput",
+    "LoraMetrics",
+    "LoraModule",
+]

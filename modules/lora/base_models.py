@@ -40,7 +40,8 @@ def pick_device() -> str:
 
 
 def pick_dtype(device: str, fp16: bool) -> torch.dtype:
-    """SPEC §5.6: fp16 on GPU when the config says so, bf16 otherwise, fp32 on CPU."""
+    """fp16 on GPU when the config says so, bf16 otherwise, fp32 on CPU (docs/lora-scoring.md,
+    "Model and precision")."""
     if device == "cpu":
         return torch.float32
     return torch.float16 if fp16 else torch.bfloat16

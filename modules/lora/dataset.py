@@ -1,8 +1,13 @@
-"""Validation-set reading and encoding of the LoRA scoring protocol (SPEC §5.3-§5.5).
+"""Validation-set reading and encoding of the LoRA scoring protocol (docs/lora-scoring.md,
+"Tokenizer", "Chat templates" and "Encoding and masking").
 
 The encoding must match the network's reference token for token: each piece (system text, tool
 prompt, each prompt buffer, each assistant reply) is tokenized on its own, never the whole
 conversation at once, because BPE merges across piece boundaries would change the ids.
+
+Each JSONL line is decoded and validated once, into a `ChatLine`, when the set is read; the
+encoding takes those models as they are. Plain mappings (tests, the benchmark's baseline) are
+also accepted and are validated on the way in.
 """
 
 from __future__ import annotations
@@ -66,30 +71,52 @@ def _describe(exc: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
-def parse_line(text: str, number: int) -> dict[str, Any]:
-    """Decode and validate one JSONL line; `number` (1-based) names it in the error."""
+def _decode_line(text: str, number: int) -> dict[str, Any]:
+    # loads_bounded caps size and nesting: the set comes from the network, not from us.
     data = loads_bounded(text, f"line {number}")
     if not isinstance(data, dict):
         raise ValueError(f"line {number}: must be a JSON object")
-    try:
-        ChatLine.model_validate(data)
-    except ValidationError as exc:
-        raise ValueError(f"line {number}: {_describe(exc)}") from exc
     return data
 
 
-def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
-    """Every line of a validation set, validated; the first malformed one raises `ValueError`.
+def _validate_line(data: dict[str, Any], number: int) -> ChatLine:
+    try:
+        return ChatLine.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"line {number}: {_describe(exc)}") from exc
 
-    Lines are split with `readlines()` like the reference: `splitlines()` would also split at
-    U+2028 and similar characters, which JSON allows raw inside strings. A blank line is
-    malformed, as it is for the reference's `json.loads`.
-    """
+
+def parse_line(text: str, number: int) -> ChatLine:
+    """Decode and validate one JSONL line; `number` (1-based) names it in the error."""
+    return _validate_line(_decode_line(text, number), number)
+
+
+def _raw_lines(path: Path | str) -> list[str]:
+    """The set's lines, split with `readlines()` like the reference: `splitlines()` would also
+    split at U+2028 and similar characters, which JSON allows raw inside strings. A blank line
+    is malformed, as it is for the reference's `json.loads`."""
     with Path(path).open(encoding="utf-8") as handle:
         raw_lines = handle.readlines()
-    lines = [parse_line(text, number) for number, text in enumerate(raw_lines, start=1)]
-    if not lines:
+    if not raw_lines:
         raise ValueError("validation set is empty")
+    return raw_lines
+
+
+def read_chat_lines(path: Path | str) -> list[ChatLine]:
+    """Every line of a validation set, decoded and validated once; the first malformed one
+    raises `ValueError` naming its number. What the module encodes."""
+    return [parse_line(text, number) for number, text in enumerate(_raw_lines(path), start=1)]
+
+
+def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
+    """Every line as its decoded JSON object, checked as `read_chat_lines` checks it; for
+    callers that want plain data. The module reads with `read_chat_lines` instead, so that
+    encoding does not validate each line a second time."""
+    lines = []
+    for number, text in enumerate(_raw_lines(path), start=1):
+        data = _decode_line(text, number)
+        _validate_line(data, number)
+        lines.append(data)
     return lines
 
 
@@ -97,6 +124,11 @@ def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
 
 
 Piece = tuple[str, int]  # text to tokenize on its own, and the mask value of its tokens
+Line = ChatLine | Mapping[str, Any]  # a validated line, or a decoded one still to validate
+
+
+def _chat_line(line: Line) -> ChatLine:
+    return line if isinstance(line, ChatLine) else ChatLine.model_validate(line)
 
 
 def _prefix_pieces(line: ChatLine, template: Template) -> list[Piece]:
@@ -120,17 +152,16 @@ def _render_prompt_turn(turn: Turn, content: str, template: Template, eos: str |
     return template.render_observation(content)
 
 
-def render_pieces(
-    line: Mapping[str, Any], template: Template, eos_token: str | None
-) -> list[Piece]:
-    """The texts of one line in order, each with its mask value (SPEC §5.4).
+def render_pieces(line: Line, template: Template, eos_token: str | None) -> list[Piece]:
+    """The texts of one line in order, each with its mask value (docs/lora-scoring.md,
+    "Chat templates").
 
     Non-assistant turns accumulate into one prompt piece that is closed by the next assistant
     turn; turns after the last assistant turn are dropped. An empty prompt piece (an assistant
     turn right after another) is kept: the reference tokenizes it too, and a normalizer that
     prepends to every text could make it non-empty.
     """
-    chat = ChatLine.model_validate(line)
+    chat = _chat_line(line)
     pieces = _prefix_pieces(chat, template)
     buffer = ""
     for turn in chat.conversations:
@@ -144,7 +175,7 @@ def render_pieces(
 
 
 def encode_example(
-    line: Mapping[str, Any],
+    line: Line,
     template: Template,
     tokenizer: PreTrainedTokenizerBase,
     context_length: int,
@@ -173,12 +204,13 @@ def target_bytes(example: EncodedExample, tokenizer: PreTrainedTokenizerBase) ->
 
 
 def encode_set(
-    lines: Sequence[Mapping[str, Any]],
+    lines: Sequence[Line],
     template: Template,
     tokenizer: PreTrainedTokenizerBase,
     context_length: int,
 ) -> EncodedSet:
-    """Encode every line and total its targets (SPEC §5.5); a bad line names its number."""
+    """Encode every line and total its targets (docs/lora-scoring.md, "Encoding and masking");
+    a bad line names its number."""
     examples = []
     for number, line in enumerate(lines, start=1):
         try:
@@ -209,9 +241,11 @@ class EncodedSetCache:
         context_length: int,
     ) -> EncodedSet:
         # Hashed every time: each assignment downloads the set again, maybe from a new URL.
+        # The hash is of the raw bytes, so a hit decodes nothing; a miss decodes and validates
+        # each line once, and encoding takes the validated lines as they are.
         key = (_sha256(path), template_key, tokenizer_name, context_length)
         if key != self._key or self._encoded is None:
-            lines = read_jsonl(path)
+            lines = read_chat_lines(path)
             self._encoded = encode_set(lines, get_template(template_key), tokenizer, context_length)
             self._key = key
         return self._encoded
@@ -229,7 +263,8 @@ def _sha256(path: Path) -> str:
 
 
 def load_tokenizer(path_or_repo: Path | str, name_hint: str) -> PreTrainedTokenizerFast:
-    """The base model's fast tokenizer, adjusted as the reference adjusts it (SPEC §5.3).
+    """The base model's fast tokenizer, adjusted as the reference adjusts it (docs/lora-scoring.md,
+    "Tokenizer").
 
     `name_hint` is the base model's repo id: the reference decides "gemma" from that name, and
     `path_or_repo` may be a local snapshot whose path says nothing about the model.

@@ -1,8 +1,8 @@
 """Downloads for the lora module from the Hub: submitted adapters and base models.
 
-A submission is hostile (SPEC §6): we pin the revision we score to a commit, fetch only the
-allow-listed adapter files, never pickle weights or code, and check sizes from the Hub's listing
-before any byte is downloaded and again on what was written.
+A submission is hostile (docs/lora-scoring.md, "Untrusted submissions"): we pin the revision we
+score to a commit, fetch only the allow-listed adapter files, never pickle weights or code, and
+check sizes from the Hub's listing before any byte is downloaded and again on what was written.
 
 Everything goes through `huggingface_hub`, so `HF_ENDPOINT`, `HF_HUB_CACHE`/`HF_HOME` and
 `HF_TOKEN` work. huggingface_hub reads the first two into constants when it is imported, so we

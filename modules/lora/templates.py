@@ -1,8 +1,12 @@
-"""The chat template table of the LoRA scoring protocol (SPEC §5.4), as typed objects.
+"""The chat template table of the LoRA scoring protocol (docs/lora-scoring.md, "Chat
+templates"), as typed objects.
 
 Every string comes from `chat_templates.json`; formatting uses `str.format` exactly as the
 network's reference does, so conversions (a non-string `type` rendered with `str()`, the doubled
 braces of `tool_prompt` collapsing to single ones) come out identical.
+
+The file's schema is a pydantic model (`TemplateFile`): a missing, mistyped or unknown key fails
+the load with pydantic's message naming it, instead of a KeyError or a wrong string at scoring.
 """
 
 from __future__ import annotations
@@ -14,34 +18,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from validator.safe_json import loads_bounded
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("chat_templates.json")
 
-_TEMPLATE_FIELDS = (
-    "system_format",
-    "user_format",
-    "assistant_format",
-    "tool_format",
-    "function_format",
-    "observation_format",
-    "system",
-    "stop_word",
-)
-_TOOL_FIELDS = (
-    "tool_prompt",
-    "function_slots",
-    "tool_entry",
-    "tool_param",
-    "tool_param_required",
-    "tool_param_enum",
-    "tool_param_items",
-)
+# Strict: the table is protocol, so a number where a string belongs is an error, not coerced.
+_TABLE_MODEL = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-@dataclass(frozen=True)
-class ToolStrings:
+class ToolStrings(BaseModel):
     """The template-independent strings that render tool definitions and function calls."""
+
+    model_config = _TABLE_MODEL
 
     tool_prompt: str
     function_slots: str
@@ -52,11 +42,12 @@ class ToolStrings:
     tool_param_items: str
 
 
-@dataclass(frozen=True)
-class Template:
-    """One chat template; each `render_*` fills exactly the placeholders the reference fills."""
+class TemplateFormats(BaseModel):
+    """One entry of the file's `templates` object. Every key must be present; system_format,
+    system and stop_word are legitimately null in some entries, the rest never are."""
 
-    name: str
+    model_config = _TABLE_MODEL
+
     system_format: str | None
     user_format: str
     assistant_format: str
@@ -65,6 +56,18 @@ class Template:
     observation_format: str
     system: str | None
     stop_word: str | None
+
+
+class TemplateFile(ToolStrings):
+    """The whole file: the tool strings, shared by every template, beside `templates`."""
+
+    templates: dict[str, TemplateFormats]
+
+
+class Template(TemplateFormats):
+    """One chat template; each `render_*` fills exactly the placeholders the reference fills."""
+
+    name: str
     tool_strings: ToolStrings
 
     def render_system(self, text: str) -> str:
@@ -110,47 +113,25 @@ class UnknownTemplate(ValueError):
     """The assignment names a template the table does not hold; the assignment is failed."""
 
 
-def _optional_str(entry: Mapping[str, Any], field: str, where: str) -> str | None:
-    value = entry.get(field)
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"{where}: {field} must be a string or null")
-    return value
-
-
-def _required_str(entry: Mapping[str, Any], field: str, where: str) -> str:
-    value = _optional_str(entry, field, where)
-    if value is None:
-        raise ValueError(f"{where}: {field} is missing")
-    return value
-
-
-def _parse_template(name: str, entry: Any, tool_strings: ToolStrings) -> Template:
-    where = f"template {name!r}"
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"{where}: must be an object")
-    # system_format, system and stop_word are legitimately null in the table; the rest are not.
-    nullable = {"system_format", "system", "stop_word"}
-    values = {
-        field: (_optional_str if field in nullable else _required_str)(entry, field, where)
-        for field in _TEMPLATE_FIELDS
+def _build_table(raw: TemplateFile) -> TemplateTable:
+    """Typed templates from the validated file, each with the shared tool strings."""
+    tool_strings = ToolStrings(**raw.model_dump(exclude={"templates"}))
+    templates = {
+        name: Template(name=name, tool_strings=tool_strings, **formats.model_dump())
+        for name, formats in raw.templates.items()
     }
-    return Template(name=name, tool_strings=tool_strings, **values)
-
-
-def parse_table(raw: Mapping[str, Any]) -> TemplateTable:
-    """Typed view of the decoded JSON table; a missing or mistyped entry raises `ValueError`."""
-    tool_strings = ToolStrings(**{f: _required_str(raw, f, "table") for f in _TOOL_FIELDS})
-    entries = raw.get("templates")
-    if not isinstance(entries, Mapping):
-        raise ValueError("table: templates must be an object")
-    templates = {name: _parse_template(name, e, tool_strings) for name, e in entries.items()}
     return TemplateTable(templates=templates)
 
 
 @lru_cache(maxsize=8)
 def _load_cached(path: Path) -> TemplateTable:
-    with path.open(encoding="utf-8") as handle:
-        return parse_table(json.load(handle))
+    try:
+        raw = TemplateFile.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        # pydantic's message names each bad key (e.g. templates.yi.user_format); the path
+        # says which table, since a test or an operator may point at another one.
+        raise ValueError(f"chat template table {path}: {exc}") from exc
+    return _build_table(raw)
 
 
 def load_templates(path: Path | str | None = None) -> TemplateTable:

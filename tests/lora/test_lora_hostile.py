@@ -17,7 +17,8 @@ from transformers import AutoModelForCausalLM
 
 from modules.lora import LoraConfig, LoraInput, LoraModule
 from modules.lora.adapters import AdapterRejected
-from modules.lora.loss import eval_loss, example_losses
+from modules.lora.forward import example_losses
+from modules.lora.metrics import eval_loss
 from tests.helpers.hf_hub import LocalHub, served_hub
 from tests.lora.tiny_repos import KINDS, build_adapter, build_base, files_of
 

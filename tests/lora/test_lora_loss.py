@@ -8,12 +8,11 @@ import random
 import pytest
 import torch
 
-from modules.lora.loss import (
+from modules.lora.forward import UnsupportedArchitecture, example_losses
+from modules.lora.metrics import (
     HIGH_LOSS,
-    UnsupportedArchitecture,
     check_token_byte_ratio,
     eval_loss,
-    example_losses,
     score_metrics,
     token_byte_ratio,
 )
@@ -149,7 +148,7 @@ def test_lm_head_chunks_do_not_change_the_losses(monkeypatch) -> None:
     model = build_model("qwen2", vocab_size=VOCAB, seed=9)
     whole = example_losses(model, EXAMPLES, max_batch_size=8)
     # Five rows per lm_head chunk: chunks then straddle example boundaries.
-    monkeypatch.setattr("modules.lora.loss._LOGIT_ELEMENTS_PER_CHUNK", {"cpu": 5 * VOCAB})
+    monkeypatch.setattr("modules.lora.forward._LOGIT_ELEMENTS_PER_CHUNK", {"cpu": 5 * VOCAB})
     chunked = example_losses(model, EXAMPLES, max_batch_size=8)
     assert chunked == pytest.approx(whole, rel=1e-6)
 

@@ -23,7 +23,7 @@ from tests.helpers.validator_cli import REPO_ROOT, run_validator, validator_env,
 from tests.lora.tiny_repos import KINDS, build_adapter, build_base, files_of
 from validator.exceptions import ConfigError
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / "data"
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 CHAT, CALLS = DATA / "chat_sample.jsonl", DATA / "function_calling_sample.jsonl"
 
 

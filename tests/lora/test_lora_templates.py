@@ -1,4 +1,5 @@
-"""Chat templates and validation-set encoding of the LoRA protocol (SPEC §5.3-§5.5).
+"""Chat templates and validation-set encoding of the LoRA protocol (docs/lora-scoring.md,
+"Tokenizer", "Chat templates", "Encoding and masking").
 
 Every expected string here was written out by hand from `chat_templates.json`, not produced by the
 code under test: if the rendering drifts from the table, these tests say so.
@@ -12,17 +13,20 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+import modules.lora.dataset as lora_dataset
 from modules.lora.dataset import (
+    ChatLine,
+    EncodedSetCache,
     encode_example,
     encode_set,
     load_tokenizer,
     read_jsonl,
     render_pieces,
 )
-from modules.lora.templates import UnknownTemplate, load_templates
+from modules.lora.templates import DEFAULT_TABLE_PATH, UnknownTemplate, load_templates
 from tests.lora.tiny_tokenizer import build_tokenizer
 
-DATA = Path("/work/shared/reference/data")
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 
 CHAT = {
     "system": "  Be brief.  ",
@@ -275,6 +279,41 @@ def test_unknown_template_key_is_refused_with_the_known_ones(templates):
     assert "qwen1.5" in str(error.value) and "default" in str(error.value)
 
 
+def _missing_key(table: dict) -> None:
+    del table["templates"]["yi"]["user_format"]
+
+
+def _extra_key(table: dict) -> None:
+    table["templates"]["phi3"]["stop_wrd"] = "<|end|>"
+
+
+def _mistyped(table: dict) -> None:
+    table["tool_param"] = 3
+
+
+def _null_where_required(table: dict) -> None:
+    table["templates"]["gemma"]["user_format"] = None
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        (_missing_key, r"templates\.yi\.user_format\n  Field required"),
+        (_extra_key, r"templates\.phi3\.stop_wrd\n  Extra inputs are not permitted"),
+        (_mistyped, r"tool_param\n  Input should be a valid string"),
+        (_null_where_required, r"templates\.gemma\.user_format\n  Input should be a valid string"),
+    ],
+)
+def test_malformed_table_fails_at_load_naming_the_key(tmp_path, change, where):
+    table = json.loads(DEFAULT_TABLE_PATH.read_text(encoding="utf-8"))
+    change(table)
+    path = tmp_path / "chat_templates.json"
+    path.write_text(json.dumps(table), encoding="utf-8")
+    with pytest.raises(ValueError, match=where) as error:
+        load_templates(path)
+    assert str(path) in str(error.value)
+
+
 # --- tokens -----------------------------------------------------------------------------------
 
 
@@ -401,6 +440,29 @@ def test_malformed_line(tmp_path, text, message):
 def test_empty_set(tmp_path):
     with pytest.raises(ValueError, match="validation set is empty"):
         read_jsonl(_write(tmp_path, ""))
+
+
+def test_each_line_is_decoded_and_validated_once(tmp_path, tokenizers, monkeypatch):
+    decoded: list[str] = []
+    validated: list[object] = []
+    loads, validate = lora_dataset.loads_bounded, ChatLine.model_validate
+
+    def counting_loads(text: str, what: str) -> object:
+        decoded.append(what)
+        return loads(text, what)
+
+    def counting_validate(cls: type[ChatLine], obj: object, **kwargs: object) -> ChatLine:
+        validated.append(obj)
+        return validate(obj, **kwargs)
+
+    monkeypatch.setattr(lora_dataset, "loads_bounded", counting_loads)
+    monkeypatch.setattr(ChatLine, "model_validate", classmethod(counting_validate))
+    path = _write(tmp_path, "\n".join([GOOD] * 3) + "\n")
+    encoded = EncodedSetCache().get(path, "qwen1.5", "qwen", tokenizers["qwen"], 4096)
+    assert len(encoded.examples) == 3
+    # Read, hashed for the cache, rendered and tokenized: each line decoded and validated once.
+    assert decoded == ["line 1", "line 2", "line 3"]
+    assert len(validated) == 3
 
 
 def test_lines_split_only_at_newlines(tmp_path):

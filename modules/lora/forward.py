@@ -1,10 +1,10 @@
-"""Validation loss of a causal LM over encoded examples, and the metrics derived from it.
+"""The batched forward: each example's mean next-token cross-entropy over its targets.
 
-Contract (SPEC §5.7-8): the reference runs HF `Trainer.evaluate` at batch size 1, so each
-example contributes the mean next-token cross-entropy over its own target positions, and
-`eval_loss` is the plain mean of those per-example means. We batch for speed, so nothing here
-may depend on how examples are grouped: each example's sum is accumulated on its own and only
-divided by its own target count.
+Contract (docs/lora-scoring.md, "Loss"): the reference runs HF `Trainer.evaluate` at batch size
+1, so each example contributes the mean next-token cross-entropy over its own target positions
+(`metrics.eval_loss` then takes the plain mean). We batch for speed, so nothing here may depend
+on how examples are grouped: each example's sum is accumulated on its own and only divided by
+its own target count.
 
 Speed: the reference materialises full-vocabulary logits for every position. We run the base
 transformer once per batch, keep only the hidden states whose next token is a target, and apply
@@ -28,16 +28,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from modules.lora.records import EncodedExample
+from modules.lora.schemas import DEFAULT_TOKEN_BUDGET
 
 log = logging.getLogger(__name__)
 
-# What the reference submits when the loss cannot be computed (and for oversized models).
-HIGH_LOSS = 999.0
-SUSPICIOUS_TOKEN_BYTE_RATIO = 0.1
 # Upper bound on full-vocab logit elements alive at once (rows x vocab). On a GPU 2**27 fp32
 # (512 MiB) is small next to a 16k-token batch's activations and keeps GEMMs efficient; on a CPU
 # buffers that large cost page faults, and 2**22 measured faster (bench/RESULTS.md).
 _LOGIT_ELEMENTS_PER_CHUNK = {"cuda": 1 << 27, "cpu": 1 << 22}
+
+# Conversations per forward on a GPU when the config leaves max_batch_size unset.
+GPU_MAX_BATCH_SIZE = 64
 
 _Transform = Callable[[torch.Tensor, nn.Module], torch.Tensor]
 
@@ -82,7 +83,7 @@ def default_max_batch_size(device_type: str) -> int:
     """Conversations per forward when the config leaves it unset. On a CPU one at a time is
     fastest: a padded batch needs an explicit attention mask, which takes attention off its
     fused causal kernel (measured 2x slower, bench/RESULTS.md)."""
-    return 1 if device_type == "cpu" else 64
+    return 1 if device_type == "cpu" else GPU_MAX_BATCH_SIZE
 
 
 class UnsupportedArchitecture(ValueError):
@@ -93,8 +94,8 @@ def example_losses(
     model: nn.Module,
     examples: list[EncodedExample],
     *,
-    token_budget: int = 16384,
-    max_batch_size: int = 64,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    max_batch_size: int = GPU_MAX_BATCH_SIZE,
     pad_token_id: int = 0,
 ) -> list[float]:
     """Mean next-token cross-entropy of each example over its targets, in input order.
@@ -123,86 +124,6 @@ def example_losses(
     for index, first in repeats.items():
         losses[index] = losses[first]
     return losses
-
-
-def eval_loss(losses: list[float]) -> float:
-    """Mean of the per-example losses; NaN when empty or when any example is NaN."""
-    if not losses or any(math.isnan(x) for x in losses):
-        return math.nan
-    return math.fsum(losses) / len(losses)
-
-
-def score_metrics(eval_loss: float, total_target_tokens: int, total_bytes: int) -> dict:
-    """The submitted metrics (SPEC §5.8-9), computed in the reference's order of operations.
-
-    Invalid input (zero bytes, NaN or infinite loss) gives what the FLock-validator lora module
-    reports for an oversized model: loss = bpc = 999, bppl = 2**999, NaN totals.
-    """
-    if total_bytes == 0 or math.isnan(eval_loss) or math.isinf(eval_loss):
-        log.warning(
-            "cannot compute bpc (eval_loss=%s, bytes=%d); scoring %s",
-            eval_loss,
-            total_bytes,
-            HIGH_LOSS,
-        )
-        return high_loss_metrics(eval_loss)
-    nats = eval_loss * total_target_tokens
-    bits = nats / math.log(2)
-    bpc = bits / total_bytes
-    return {
-        "loss": bpc,
-        "bpc": bpc,
-        "bppl": _pow2(bpc),
-        "nll_token_nats_total": nats,
-        "nll_token_bits_total": bits,
-        "eval_loss": eval_loss,
-    }
-
-
-def high_loss_metrics(eval_loss: float = math.nan) -> dict:
-    """Metrics for a submission that gets the 999 penalty (oversized, or loss not computable)."""
-    return {
-        "loss": HIGH_LOSS,
-        "bpc": HIGH_LOSS,
-        "bppl": _pow2(HIGH_LOSS),
-        "nll_token_nats_total": math.nan,
-        "nll_token_bits_total": math.nan,
-        "eval_loss": eval_loss,
-    }
-
-
-def token_byte_ratio(total_target_tokens: int, total_bytes: int) -> float:
-    """T/B; infinite when there are no bytes (as the reference's get_token_byte_ratio)."""
-    if total_bytes == 0:
-        return math.inf
-    return total_target_tokens / total_bytes
-
-
-def check_token_byte_ratio(total_target_tokens: int, total_bytes: int) -> bool:
-    """Logs the ratio; True (and a 'suspicious' warning) when it is below 0.1.
-
-    A very low ratio means few tokens carry many bytes, which a manipulated tokenization or
-    validation set would produce; the reference only logs it, so do we.
-    """
-    ratio = token_byte_ratio(total_target_tokens, total_bytes)
-    if ratio < SUSPICIOUS_TOKEN_BYTE_RATIO:
-        log.warning(
-            "suspicious token/byte ratio %.4f (T=%d, B=%d): below %s",
-            ratio,
-            total_target_tokens,
-            total_bytes,
-            SUSPICIOUS_TOKEN_BYTE_RATIO,
-        )
-        return True
-    log.info("token/byte ratio %.4f (T=%d, B=%d)", ratio, total_target_tokens, total_bytes)
-    return False
-
-
-def _pow2(bpc: float) -> float:
-    try:
-        return math.pow(2, bpc)
-    except OverflowError:
-        return math.inf
 
 
 def distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int, int]]:
