@@ -2,16 +2,21 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 MODULE ?= lora
-MODULES := $(patsubst modules/%/environment.yml,%,$(wildcard modules/*/environment.yml))
+# Every module that has a spec (modules/<name>/module.yaml): images and Compose services derive
+# from the specs, never from a list kept here.
+MODULES := $(patsubst modules/%/module.yaml,%,$(wildcard modules/*/module.yaml))
 
-.PHONY: install test lint format demo demo-loop images up simulator wheels base-image docker-engine bench-launcher bench gpu-kit
+.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench gpu-kit
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt
+# The requirements, then the repository itself in editable mode (pyproject.toml), so that
+# validator, launcher, devkit and bench import by name from tests, scripts and benches.
+$(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt requirements-lora.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
 # The test suite. The Docker tests need a running engine (`make docker-engine` starts one on a
@@ -35,17 +40,26 @@ demo: install wheels base-image
 	VALIDATOR_BASE_IMAGE=$${VALIDATOR_BASE_IMAGE:-local/base:bookworm} \
 	VALIDATOR_ENV_INSTALLER=$${VALIDATOR_ENV_INSTALLER:-pip} \
 	VALIDATOR_PIP_OPTIONS="$${VALIDATOR_PIP_OPTIONS:---no-index --find-links /opt/flock/wheels}" \
-	$(PY) scripts/demo.py
+	$(PY) -m scripts.demo
 
 # The validator loop alone (no Docker, no torch) against the Fed Ledger simulator, in seconds.
 demo-loop: install
-	$(PY) scripts/demo_loop.py
+	$(PY) -m scripts.demo_loop
 
 # The image of every module in modules/ (the production base unless VALIDATOR_BASE_IMAGE says
 # otherwise).
 images: install
-	@if [ -z "$(MODULES)" ]; then echo "no modules with an environment.yml in modules/"; fi
+	@if [ -z "$(MODULES)" ]; then echo "no modules with a module.yaml in modules/"; fi
 	@for module in $(MODULES); do $(PY) run.py $$module --build-only || exit 1; done
+
+# compose.yaml and compose.cpu.yaml from the module specs (a test fails when they are stale).
+compose: install
+	$(PY) -m launcher.compose
+
+# A new module that works with no edit: make new-module NAME=my_task (README "Adding a module").
+new-module: install
+	@if [ -z "$(NAME)" ]; then echo "usage: make new-module NAME=<lower_case_name>"; exit 2; fi
+	$(PY) -m validator new-module $(NAME)
 
 # Run one module's validator in the background with Docker Compose: make up MODULE=lora
 up:
@@ -53,12 +67,13 @@ up:
 
 # A Fed Ledger simulator on 127.0.0.1:8765 serving DATA (a JSON file of tasks and submissions).
 simulator: install
-	$(PY) -m validator.simulator --data $(DATA) --port 8765
+	$(PY) -m devkit.simulator --data $(DATA) --port 8765
 
 # Wheels of the orchestrator's and the lora module's requirements, for image builds that cannot
-# reach PyPI (CI); torch comes as the CPU build where pip finds one locally.
+# reach PyPI (CI); torch comes as the CPU build where pip finds one locally. wheels/ is read by
+# the image build's first stage only: no module image holds it, and no image tag depends on it.
 wheels: install
-	$(PY) -m pip download --quiet --only-binary=:all: -d docker/wheels \
+	$(PY) -m pip download --quiet --only-binary=:all: -d wheels \
 		-r requirements.txt -r requirements-lora.txt
 
 base-image:
@@ -72,16 +87,16 @@ docker-engine: install wheels
 
 # Time from `python run.py` to the validator's first API call, image already built.
 bench-launcher: install wheels base-image
-	$(PY) bench/launcher_startup.py
+	$(PY) -m bench.launcher_startup
 
 # The lora module's scoring against the reference's way (load, merge, Trainer.evaluate), CPU.
 bench: install
-	$(PY) bench/lora_bench.py
+	$(PY) -m bench.lora_bench
 
 # Pinned wheels for running `make bench`'s GPU mode on a machine without network
 # (bench/gpu_session.sh there; see bench/README.md).
 gpu-kit: install
-	$(PY) bench/gpu_kit.py
+	$(PY) -m bench.gpu_kit
 
 # `make test demo` in a fresh clone of HEAD (committed work only) in a new temporary directory,
 # with nothing beside it, using this checkout's .venv and wheels: proves the repository is
@@ -90,7 +105,7 @@ gpu-kit: install
 test-clone: install wheels
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	git clone --quiet "$(CURDIR)" "$$tmp/repo"; \
-	cp -a docker/wheels/. "$$tmp/repo/docker/wheels/"; \
+	cp -a wheels/. "$$tmp/repo/wheels/"; \
 	test ! -e "$$tmp/shared"; \
 	echo "clone of HEAD in $$tmp/repo"; \
 	$(MAKE) -C "$$tmp/repo" VENV="$(abspath $(VENV))" -o "$(abspath $(VENV))/.installed" test demo

@@ -2,6 +2,8 @@
 # The lora bench's GPU mode on a lent GPU machine, from the repository root there, after
 # `make gpu-kit` here and with bench/gpu-kit carried along. Writes its reports to $OUT
 # (bench/gpu-out when unset). Usage: bash bench/gpu_session.sh [extra lora_bench.py options]
+# Run from the repository root: the bench runs as `python3 -m bench.lora_bench`, which finds
+# the repository's packages there without an install.
 set -euo pipefail
 
 kit=bench/gpu-kit
@@ -24,9 +26,9 @@ export PYTHONPATH="$site" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
         transformers.__version__, "peft", peft.__version__)'
 } 2>&1 | tee "$out/gpu-env.txt"
 
-python3 -u bench/lora_bench.py --dry-run --device cuda "$@" 2>&1 | tee "$out/gpu-dry-run.txt"
+python3 -u -m bench.lora_bench --dry-run --device cuda "$@" 2>&1 | tee "$out/gpu-dry-run.txt"
 # DTYPES=fp16 for a second call when one 10-minute call cannot hold both passes.
 for dtype in ${DTYPES:-bf16 fp16}; do
-    python3 -u bench/lora_bench.py --device cuda --dtype "$dtype" "$@" 2>&1 \
+    python3 -u -m bench.lora_bench --device cuda --dtype "$dtype" "$@" 2>&1 \
         | tee "$out/gpu-$dtype.txt"
 done

@@ -17,12 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from tests.helpers.docker_env import launcher_env, make_module_repo  # noqa: E402
-from tests.helpers.simulator import Simulator, task  # noqa: E402
-from tests.helpers.validator_cli import validator_env  # noqa: E402
+from devkit.docker_env import launcher_env, make_module_repo
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import validator_env
 
 RUNS = 3
 

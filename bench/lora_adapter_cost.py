@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from lora_common import GIB, synchronize
 from peft import PeftModel
 from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from bench.lora_common import GIB, synchronize
+from devkit.tiny_models import LORA_TARGETS
 from modules.lora.adapters import applied_adapter, plan_adapter
 from modules.lora.pristine import PristineWeights
-from tests.lora.tiny_models import LORA_TARGETS
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import torch
 import transformers
-from lora_common import BASE_NAME, TEMPLATE
-from lora_measure import Assignment, MemoryMark, Phases
 from peft import PeftModel
 from transformers import (
     AutoModelForCausalLM,
@@ -18,6 +16,8 @@ from transformers import (
     TrainingArguments,
 )
 
+from bench.lora_common import BASE_NAME, TEMPLATE
+from bench.lora_measure import Assignment, MemoryMark, Phases
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
 from modules.lora.metrics import score_metrics
 from modules.lora.records import EncodedExample

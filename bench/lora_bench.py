@@ -36,26 +36,22 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import torch
+import transformers
+from transformers import PreTrainedModel
+
+from bench.lora_baseline import BaselineSide
+from bench.lora_common import BASE_NAME, MIB, TEMPLATE, TOLERANCE, Batching, print_versions
+from bench.lora_gpu import run_dry, run_gpu
+from bench.lora_measure import Assignment, SideResult
+from bench.lora_ours import OursSide, distinct
+from bench.lora_shapes import CPU_SHAPE, GPU_SHAPES, Shape, forward_flops, total_params
+from bench.lora_sides import SideProcess
+from devkit.tiny_models import build_model, make_lora, save_base
+from devkit.tiny_tokenizer import build_tokenizer
+from modules.lora.records import EncodedExample
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from lora_baseline import BaselineSide  # noqa: E402
-from lora_common import BASE_NAME, MIB, TEMPLATE, TOLERANCE, Batching, print_versions  # noqa: E402
-from lora_gpu import run_dry, run_gpu  # noqa: E402
-from lora_measure import Assignment, SideResult  # noqa: E402
-from lora_ours import OursSide, distinct  # noqa: E402
-from lora_shapes import CPU_SHAPE, GPU_SHAPES, Shape, forward_flops, total_params  # noqa: E402
-from lora_sides import SideProcess  # noqa: E402
-from transformers import (  # noqa: E402
-    PreTrainedModel,
-)
-
-from modules.lora.records import EncodedExample  # noqa: E402
-from tests.lora.tiny_models import build_model, make_lora, save_base  # noqa: E402
-from tests.lora.tiny_tokenizer import build_tokenizer  # noqa: E402
-
 DATA_FILE = REPO_ROOT / "tests" / "fixtures" / "data" / "function_calling_sample.jsonl"
 
 # --- CPU fixtures ------------------------------------------------------------------------------

@@ -18,15 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lora_adapter_cost import (
+from transformers import (
+    AutoModelForCausalLM,
+    PreTrainedModel,
+)
+
+from bench.lora_adapter_cost import (
     print_adapter_cycle,
     print_per_assignment,
     reference_reload,
     time_adapter_cycle,
     write_random_adapter,
 )
-from lora_common import GIB, Batching, print_versions, synchronize
-from lora_shapes import (
+from bench.lora_common import GIB, Batching, print_versions, synchronize
+from bench.lora_shapes import (
     CPU_SHAPE,
     GPU_SHAPES,
     Shape,
@@ -35,11 +40,6 @@ from lora_shapes import (
     peak_tflops_for,
     total_params,
 )
-from transformers import (
-    AutoModelForCausalLM,
-    PreTrainedModel,
-)
-
 from modules.lora.forward import example_losses
 from modules.lora.records import EncodedExample
 

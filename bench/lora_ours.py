@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 import transformers
-from lora_common import BASE_NAME, TEMPLATE, Batching
-from lora_measure import Assignment, MemoryMark, Phases
 from transformers import AutoModelForCausalLM
 
+from bench.lora_common import BASE_NAME, TEMPLATE, Batching
+from bench.lora_measure import Assignment, MemoryMark, Phases
 from modules.lora.adapters import applied_adapter, plan_adapter
 from modules.lora.base_models import BaseModelCache, pick_dtype
 from modules.lora.dataset import EncodedSetCache, load_tokenizer

@@ -9,17 +9,25 @@ from pathlib import Path
 from docker.types import DeviceRequest
 
 from launcher.errors import UsageError
+from validator.spec import CONFIG_PATH, CORE_ENV
 
 LABEL_MODULE = "org.flock-validator.module"
 LABEL_LAUNCHER = "org.flock-validator.launcher"
-CONFIG_MOUNT = "/app/configs"
-STATE_MOUNT = "/data/state"
-HF_CACHE_MOUNT = "/data/hf-cache"
 CHECK_MOUNT = "/input/check.json"
 # Host environment variables the inner CLI reads (README.md, "The validator inside the
-# container"); passed on when set.
-PASSED_ENV = ("TIME_SLEEP", "ASSIGNMENT_LOOKUP_INTERVAL", "FLOCK_API_URL", "HF_ENDPOINT")
+# container"), passed on when set; TASK_IDS goes as an option. A module's spec adds its own.
+PASSED_ENV = tuple(name for name in CORE_ENV if name != "TASK_IDS")
 GPU_ID = re.compile(r"^(\d+|GPU-[0-9a-fA-F-]+)$")
+
+
+def volume_name(key: str) -> str:
+    """The Docker volume behind a spec's volume key, shared by every module that declares it."""
+    return f"flock-validator-{key}"
+
+
+def state_volume_name(module: str) -> str:
+    """A module's journal volume: each module keeps its own."""
+    return f"flock-validator-{module}-state"
 
 
 def device_requests(gpus: str) -> list[DeviceRequest]:
@@ -41,8 +49,8 @@ class ContainerSpec:
     inner_args: list[str]
     secrets: dict[str, str]
     config_dir: Path
-    state_volume: str
-    hf_cache_volume: str
+    volumes: dict[str, str]  # Docker volume name -> container path
+    env_names: tuple[str, ...] = PASSED_ENV  # passed from host_env when set there
     gpus: str = "all"
     network: str = "host"
     check_file: Path | None = None
@@ -55,16 +63,15 @@ class ContainerSpec:
         return command
 
     def environment(self) -> dict[str, str]:
-        passed = {k: v for k, v in self.host_env.items() if k in PASSED_ENV and v}
+        passed = {k: v for k, v in self.host_env.items() if k in self.env_names and v}
         # Secrets only travel as environment variables: never on the command line, never in
         # the image.
         return {**passed, **{k: v for k, v in self.secrets.items() if v}}
 
-    def volumes(self) -> dict[str, dict[str, str]]:
+    def mounts(self) -> dict[str, dict[str, str]]:
         volumes = {
-            str(self.config_dir.resolve()): {"bind": CONFIG_MOUNT, "mode": "ro"},
-            self.state_volume: {"bind": STATE_MOUNT, "mode": "rw"},
-            self.hf_cache_volume: {"bind": HF_CACHE_MOUNT, "mode": "rw"},
+            str(self.config_dir.resolve()): {"bind": CONFIG_PATH, "mode": "ro"},
+            **{name: {"bind": path, "mode": "rw"} for name, path in self.volumes.items()},
         }
         if self.check_file is not None:
             volumes[str(self.check_file.resolve())] = {"bind": CHECK_MOUNT, "mode": "ro"}
@@ -75,7 +82,7 @@ class ContainerSpec:
             "image": self.image,
             "command": self.command(),
             "environment": self.environment(),
-            "volumes": self.volumes(),
+            "volumes": self.mounts(),
             "device_requests": device_requests(self.gpus),
             "network_mode": self.network,
             "labels": {LABEL_MODULE: self.module, LABEL_LAUNCHER: "run.py"},

@@ -20,6 +20,8 @@ DOCKERFILE = "docker/Dockerfile"
 PRODUCTION_BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
 # What goes into an image, besides the module's own folder (see .dockerignore). configs/ is
 # baked in as the defaults of hosts that cannot mount it (pods); run.py mounts it over them.
+# Not wheels/ (the offline wheelhouse, read by the build's `env` stage only: where to get a
+# package from, not what the image holds) nor devkit/ (never sent to a build).
 SHARED_INPUTS = ("configs", "docker", "requirements.txt", "validator")
 SKIPPED_PARTS = ("__pycache__",)
 # What the engine's pull errors mean, first match wins: (any of these texts, what to say).
@@ -53,17 +55,20 @@ class BuildSpec:
     base_image: str = PRODUCTION_BASE
     env_installer: str = "micromamba"
     pip_options: str = ""
+    environment: str = "environment.yml"  # the spec's environment file, in the module folder
 
     def build_args(self) -> dict[str, str]:
         return {
             "MODULE": self.module,
+            "ENV_FILE": self.environment,
             "BASE_IMAGE": self.base_image,
             "ENV_INSTALLER": self.env_installer,
             "PIP_OPTIONS": self.pip_options,
         }
 
 
-def _input_files(spec: BuildSpec) -> Iterator[Path]:
+def input_files(spec: BuildSpec) -> Iterator[Path]:
+    """The files whose content the image's tag stands for: what the build copies into it."""
     roots = [spec.repo_root / name for name in SHARED_INPUTS]
     roots.append(spec.repo_root / "modules" / spec.module)
     for root in roots:
@@ -79,7 +84,7 @@ def source_hash(spec: BuildSpec) -> str:
     digest = hashlib.sha256()
     for key, value in sorted(spec.build_args().items()):
         digest.update(f"arg {key}={value}\n".encode())
-    for path in _input_files(spec):
+    for path in input_files(spec):
         digest.update(f"file {path.relative_to(spec.repo_root).as_posix()}\n".encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()

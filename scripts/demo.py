@@ -21,13 +21,11 @@ import uuid
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from devkit.hf_hub import LocalHub
+from devkit.simulator.process import Simulator, task
+from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from tests.helpers.hf_hub import LocalHub  # noqa: E402
-from tests.helpers.simulator import Simulator, task  # noqa: E402
-from tests.lora.tiny_repos import KINDS, build_adapter, build_base, files_of  # noqa: E402
-
 DATA = REPO_ROOT / "tests" / "fixtures" / "data"
 
 

@@ -13,10 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from devkit.simulator.process import Simulator, task
 
-from tests.helpers.simulator import Simulator, task  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 TASKS = [
     task(1, ["ok/alice-adapter", "broken/mallory-adapter", "ok/bob"], context_length=4096),

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import (
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import (
     API_KEY,
     HF_TOKEN,
     run_validator,
@@ -77,6 +77,39 @@ def test_check_reports_a_submission_that_would_fail(tmp_path, env):
     assert result.returncode == 1
     assert "would be marked failed: ValueError: cannot load broken/x" in result.stderr
     assert result.stdout == ""
+
+
+def test_check_reports_a_rejected_submission_without_a_traceback(tmp_path, env):
+    result = run_validator(
+        ["fixture", "--check", write_input(tmp_path, hg_repo_id="rejected/x")], env
+    )
+    assert result.returncode == 1
+    assert "would be marked failed: SubmissionRejected: rejected/x has no adapter" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_check_reports_an_unexpected_error_with_its_traceback(tmp_path, env):
+    result = run_validator(["fixture", "--check", write_input(tmp_path, hg_repo_id="bug/x")], env)
+    assert result.returncode == 1
+    assert (
+        "unexpected error in the module: TypeError: 'NoneType' object is not subscriptable "
+        "(while scoring bug/x); validators score it again, up to 3 attempts in all, then mark "
+        "it failed" in result.stderr
+    )
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "would be marked failed" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_check_with_a_module_that_cannot_start_exits_3(tmp_path, env):
+    write_config(tmp_path, "fixture", {"broken_init": True})
+    result = run_validator(["fixture", "--check", write_input(tmp_path, hg_repo_id="ok/x")], env)
+    assert result.returncode == 3
+    assert "operator action needed: module fixture cannot start: AttributeError" in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr
 
 
 def test_check_with_input_missing_a_field_is_a_usage_error(tmp_path, env):

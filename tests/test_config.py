@@ -5,7 +5,7 @@ from pydantic import Field
 
 from validator.base import BaseConfig
 from validator.config import resolve_config
-from validator.exceptions import ConfigError
+from validator.errors import ConfigError
 
 
 class ExampleConfig(BaseConfig):

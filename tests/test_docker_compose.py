@@ -7,9 +7,10 @@ import uuid
 
 import pytest
 
-from tests.helpers.docker_env import launcher_env, make_module_repo, require_engine
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import REPO_ROOT
+from devkit.docker_env import launcher_env, make_module_repo
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import REPO_ROOT
+from tests.helpers.docker_env import require_engine
 
 # What a module author adds to run a new module with compose: a service extending lora's.
 FIXTURE_SERVICE = """

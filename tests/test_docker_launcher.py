@@ -9,15 +9,16 @@ import subprocess
 
 import pytest
 
-from tests.helpers.docker_env import (
+from devkit.docker_env import (
+    LOCAL_BASE,
     launcher_env,
     make_module_repo,
-    require_engine,
     run_py_command,
     unique_volumes,
 )
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import API_KEY, HF_TOKEN, wait_for
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import API_KEY, HF_TOKEN, wait_for
+from tests.helpers.docker_env import require_engine
 
 LABEL = "org.flock-validator.module=fixture"
 
@@ -90,10 +91,10 @@ def test_check_builds_the_image_then_reuses_it(engine, repo, tmp_path):
     assert first.returncode == 0, first.stderr
     assert "building image" in first.stderr
     assert json.loads(first.stdout.strip().splitlines()[-1])["repo_length"] == 6
-    second = run_py(
-        repo, "fixture", "--gpus", "none", "--check", check_input(tmp_path, hg_repo_id="ok/abcd")
-    )
+    # No --gpus: the fixture's spec asks for no GPU, so none is requested (CI has no runtime).
+    second = run_py(repo, "fixture", "--check", check_input(tmp_path, hg_repo_id="ok/abcd"))
     assert second.returncode == 0, second.stderr
+    assert "(gpus: none)" in second.stderr
     assert "(already built)" in second.stderr
     assert "building image" not in second.stderr
     assert second.stdout.strip() == json.dumps(
@@ -118,6 +119,46 @@ def test_image_is_labelled_non_root_and_free_of_secrets(engine, repo, tmp_path):
     for secret in (API_KEY, HF_TOKEN):
         assert secret not in baked
         assert secret not in result.stdout + result.stderr
+
+
+# Wheels, dev tools and the build stage's inputs, wherever they are in an image. As root, to
+# see every folder; -xdev: the image's own files, not /proc or /sys.
+FIND_BUILD_LEFTOVERS = (
+    "find / -xdev \\( -name '*.whl' -o -name devkit -o -path '*/validator/simulator'"
+    " -o -path /opt/flock \\) -print"
+)
+
+
+def found_in(engine, image: str, command: str) -> list[str]:
+    output = engine.containers.run(
+        image, entrypoint=["sh", "-c", command], user="0", remove=True, network_mode="host"
+    )
+    return output.decode().split()
+
+
+def test_the_image_holds_the_product_only(engine, repo):
+    """No dev tool (devkit/, the simulator), no wheel, nothing the environment was installed
+    from; and its tag does not move when the wheelhouse or devkit/ does."""
+    built = run_py(repo, "fixture", "--build-only")
+    assert built.returncode == 0, built.stderr
+    tag = built.stdout.strip()
+    assert found_in(engine, tag, "ls /app") == ["configs", "modules", "validator"]
+    # The base's own (Debian's python3-venv keeps pip's and setuptools' wheels) and no more.
+    leftovers = found_in(engine, tag, FIND_BUILD_LEFTOVERS)
+    assert set(leftovers) == set(found_in(engine, LOCAL_BASE, FIND_BUILD_LEFTOVERS))
+    steps = " ".join(layer.get("CreatedBy", "") for layer in engine.images.get(tag).history())
+    assert "wheels" not in steps and "/opt/flock" not in steps
+    # The inputs of the build stage and the dev tools are not what the tag stands for.
+    (repo / "wheels" / "extra-1.0-py3-none-any.whl").write_bytes(b"not a wheel")
+    (repo / "devkit" / "new_tool.py").write_text("")
+    try:
+        again = run_py(repo, "fixture", "--build-only")
+    finally:
+        (repo / "wheels" / "extra-1.0-py3-none-any.whl").unlink()
+        (repo / "devkit" / "new_tool.py").unlink()
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == tag
+    assert "(already built)" in again.stderr
 
 
 def test_code_change_rebuilds_without_reinstalling_the_environment(engine, repo, tmp_path):

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import wait_for
-from validator.exceptions import RecoverableException
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import wait_for
+from validator.errors import RecoverableException
 from validator.fedledger import ApiUnavailable, Assignment, FedLedgerClient, Refusal
 
 KEY = "client-test-key-0001"

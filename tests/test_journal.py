@@ -4,7 +4,7 @@ import sqlite3
 import pytest
 
 from tests.helpers.tmpfs import fill, small_tmpfs
-from validator.exceptions import ConfigError
+from validator.errors import ConfigError
 from validator.journal import (
     RESERVE_NAME,
     UNDECIDED,
@@ -63,6 +63,17 @@ def test_postpone_does_not_count_as_an_attempt(journal):
     journal.postpone("5", "disk full", 123.0)
     entry = journal.get("5")
     assert (entry.state, entry.attempts, entry.not_before) == (State.RECEIVED, 0, 123.0)
+
+
+def test_retry_later_counts_the_attempt(journal):
+    journal.receive("5", "lora", "12", {})
+    journal.begin_scoring("5")
+    journal.retry_later("5", "unexpected error in the module: TypeError: x", 123.0)
+    journal.begin_scoring("5")
+    journal.retry_later("5", "unexpected error in the module: TypeError: y", 456.0)
+    entry = journal.get("5")
+    assert (entry.state, entry.attempts, entry.not_before) == (State.RECEIVED, 2, 456.0)
+    assert entry.error == "unexpected error in the module: TypeError: y"
 
 
 def test_pending_is_per_module_and_state_and_survives_reopen(tmp_path):

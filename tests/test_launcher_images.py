@@ -4,18 +4,22 @@ engine reaches only with a registry (a base that vanishes between the check and 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from docker.errors import ImageNotFound
 
+from devkit.validator_cli import REPO_ROOT
 from launcher.errors import LaunchError
 from launcher.images import (
     PRODUCTION_BASE,
     BuildSpec,
     base_unavailable,
     ensure_image,
+    input_files,
     pull_failure_reason,
+    source_hash,
 )
-from tests.helpers.validator_cli import REPO_ROOT
 
 BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
 
@@ -146,3 +150,67 @@ def test_a_failing_later_step_is_a_build_failure(tmp_path):
         ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
     assert caught.value.exit_code == 1
     assert str(caught.value).startswith("building flock-validator-fixture:")
+
+
+def _image_inputs(root):
+    """A repository in miniature: what images are made of, and the dev tools beside it."""
+    files = {
+        "configs/fixture.json": "{}",
+        "docker/Dockerfile": "FROM scratch\n",
+        "requirements.txt": "click\n",
+        "validator/__init__.py": "",
+        "modules/fixture/__init__.py": "",
+        "modules/other/__init__.py": "",
+        "devkit/simulator/server.py": "",
+        "wheels/click-8.0-py3-none-any.whl": "wheel",
+        "bench/lora_bench.py": "",
+        "tests/test_x.py": "",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return BuildSpec("fixture", root, base_image=BASE)
+
+
+@pytest.mark.parametrize(
+    ("changed", "tag_changes"),
+    [
+        ("devkit/simulator/server.py", False),
+        ("devkit/new_tool.py", False),
+        ("wheels/click-8.0-py3-none-any.whl", False),
+        ("wheels/torch-2.0-cp311-cp311-linux_x86_64.whl", False),
+        ("bench/lora_bench.py", False),
+        ("tests/test_x.py", False),
+        ("modules/other/__init__.py", False),
+        ("validator/__init__.py", True),
+        ("validator/new.py", True),
+        ("docker/Dockerfile", True),
+        ("requirements.txt", True),
+        ("configs/fixture.json", True),
+        ("modules/fixture/__init__.py", True),
+    ],
+)
+def test_the_image_tag_follows_what_the_image_holds(tmp_path, changed, tag_changes):
+    spec = _image_inputs(tmp_path)
+    before = source_hash(spec)
+    path = tmp_path / changed
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write("# changed\n")
+    assert (source_hash(spec) != before) is tag_changes
+
+
+def test_the_repositorys_image_inputs_hold_no_dev_tools_and_no_wheelhouse():
+    inputs = [
+        path.relative_to(REPO_ROOT)
+        for path in input_files(BuildSpec("lora", REPO_ROOT, base_image=BASE))
+    ]
+    assert {path.parts[0] for path in inputs} == {
+        "configs",
+        "docker",
+        "modules",
+        "requirements.txt",
+        "validator",
+    }
+    assert Path("docker/Dockerfile") in inputs
+    assert not [path for path in inputs if path.suffix == ".whl" or "simulator" in path.parts]

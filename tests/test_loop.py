@@ -7,8 +7,8 @@ import sqlite3
 
 import pytest
 
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import (
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import (
     API_KEY,
     HF_TOKEN,
     loop_args,
@@ -118,6 +118,79 @@ def test_plain_exception_marks_the_assignment_failed(tmp_path, env):
     assert "cannot be validated: ValueError: cannot load broken/x" in result.stderr
 
 
+def test_submission_rejected_is_failed_at_once(tmp_path, env):
+    with Simulator({"tasks": [task(1, ["rejected/x"])]}, tmp_path) as sim:
+        result = run_validator(
+            loop_args("fixture", sim.api_url, "1", "--max-assignments", "1"), env
+        )
+        assert result.returncode == 0, result.stderr
+        assert [s["status"] for s in sim.submissions()] == ["failed"]
+    row = journal_rows(tmp_path)["1"]
+    assert (row["outcome"], row["attempts"]) == ("failed", 1)
+    assert row["error"] == "SubmissionRejected: rejected/x has no adapter"
+    assert "Traceback" not in result.stderr  # the submission's fault, not a bug
+
+
+def test_an_unexpected_error_is_rescored_then_failed_after_three_attempts(tmp_path, env):
+    # A bug in the module (a TypeError) must neither stop the validator nor fail the submission
+    # at once: it is logged with its traceback, the validator scores other assignments, and
+    # the assignment is scored again after --time-sleep, then failed on the third attempt.
+    bug = f"bug/{API_KEY}"  # the traceback carries the message: secrets are redacted there too
+    tasks = [task(1, [bug, "ok/a"]), task(2, ["ok/b"])]
+    with Simulator({"tasks": tasks}, tmp_path) as sim:
+        args = loop_args("fixture", sim.api_url, "1,2", "--max-assignments", "3")
+        args[args.index("--time-sleep") + 1] = "1.0"
+        result = run_validator(args, env)
+        assert result.returncode == 0, result.stderr
+        submitted = by_repo(sim)
+        order = [s["assignment_id"] for s in sim.submissions()]
+    assert {repo: s["status"] for repo, s in submitted.items()} == {
+        bug: "failed",
+        "ok/a": "completed",
+        "ok/b": "completed",
+    }
+    assert order[-1] == submitted[bug]["assignment_id"]  # the others did not wait for it
+    row = journal_rows(tmp_path)[str(submitted[bug]["assignment_id"])]
+    assert (row["state"], row["outcome"]) == ("submitted", "failed")
+    assert row["attempts"] == 3
+    assert row["error"].startswith(
+        "unexpected error in the module after 3 attempts: TypeError: 'NoneType' object is not "
+        "subscriptable"
+    )
+    stderr = result.stderr
+    for attempt in (1, 2, 3):
+        assert f"unexpected error in the module (attempt {attempt} of 3" in stderr
+    assert stderr.count("Traceback (most recent call last)") == 3
+    assert "in _buggy" in stderr  # the module's own frame
+    assert "bug/***" in stderr and API_KEY not in stderr
+    # Scored again after --time-sleep, not in a busy loop.
+    with sqlite3.connect(tmp_path / "state" / "journal.sqlite3") as db:
+        starts = [
+            t
+            for (t,) in db.execute(
+                "SELECT time FROM events WHERE assignment_id = ? AND state = 'scoring'"
+                " ORDER BY rowid",
+                (row["id"],),
+            )
+        ]
+    assert len(starts) == 3
+    assert min(b - a for a, b in zip(starts, starts[1:], strict=False)) >= 0.95
+
+
+def test_an_honest_submission_hit_once_by_a_bug_is_completed(tmp_path, env):
+    with Simulator({"tasks": [task(1, ["glitch/x"])]}, tmp_path) as sim:
+        result = run_validator(
+            loop_args("fixture", sim.api_url, "1", "--max-assignments", "1"), env
+        )
+        assert result.returncode == 0, result.stderr
+        assert [s["status"] for s in sim.submissions()] == ["completed"]
+    row = journal_rows(tmp_path)["1"]
+    assert (row["state"], row["outcome"], row["attempts"]) == ("submitted", "completed", 2)
+    assert "unexpected error in the module (attempt 1 of 3, scoring it again in 0.3s)" in (
+        result.stderr
+    )
+
+
 def test_recoverable_exception_exits_3_and_is_kept_for_after_the_fix(tmp_path, env):
     with Simulator({"tasks": [task(1, ["operator/x"])]}, tmp_path) as sim:
         args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
@@ -133,6 +206,24 @@ def test_recoverable_exception_exits_3_and_is_kept_for_after_the_fix(tmp_path, e
         assert result.returncode == 0, result.stderr
         assert [s["status"] for s in sim.submissions()] == ["completed"]
         assert len(sim.lookups()) == lookups_before  # scored from the journal, not looked up again
+
+
+def test_a_module_that_cannot_start_exits_3_and_fails_nothing(tmp_path, env):
+    # __init__ sees no submission: a bug there must not count against the assignments.
+    write_config(tmp_path, "fixture", {"broken_init": True})
+    with Simulator({"tasks": [task(1, ["ok/x"])]}, tmp_path) as sim:
+        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
+        result = run_validator(args, env)
+        assert result.returncode == 3, result.stderr
+        assert "module fixture cannot start: AttributeError: 'FixtureConfig'" in result.stderr
+        assert "Traceback (most recent call last)" in result.stderr
+        assert sim.submissions() == []
+        row = journal_rows(tmp_path)["1"]
+        assert (row["state"], row["attempts"]) == ("received", 0)  # kept, no attempt counted
+        write_config(tmp_path, "fixture", {})
+        result = run_validator(args, env)
+        assert result.returncode == 0, result.stderr
+        assert [s["status"] for s in sim.submissions()] == ["completed"]
 
 
 def test_invalid_config_exits_2_before_any_api_call(tmp_path, env):

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import REPO_ROOT, loop_args, run_validator, validator_env
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import REPO_ROOT, loop_args, run_validator, validator_env
 
 FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```\w*\n(?P<body>.*?)```", re.S)
 
@@ -23,7 +23,8 @@ def readme_module(tmp_path) -> dict[str, str]:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(body)
     assert not (tmp_path / "modules" / "__init__.py").exists()
-    return validator_env(tmp_path, PYTHONPATH=str(tmp_path))
+    # The secret its spec declares; without it the loop would not start.
+    return validator_env(tmp_path, PYTHONPATH=str(tmp_path), HELLO_API_KEY="hello-TEST-key")
 
 
 def test_readme_module_checks_an_input(tmp_path, readme_module):
@@ -32,6 +33,13 @@ def test_readme_module_checks_an_input(tmp_path, readme_module):
     result = run_validator(["hello", "--check", str(path)], readme_module)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == {"score": 2.0 * 7 / 7}
+
+
+def test_readme_module_requires_the_secret_its_spec_declares(readme_module):
+    del readme_module["HELLO_API_KEY"]
+    result = run_validator(["hello", "--task_ids", "5"], readme_module)
+    assert result.returncode == 2
+    assert "missing HELLO_API_KEY: the greeting service's key, for hello" in result.stderr
 
 
 def test_readme_module_validates_assignments(tmp_path, readme_module):

@@ -153,7 +153,7 @@ def test_a_copy_alone_in_a_directory_runs(tmp_path):
     runs = [
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "tests/lora/test_lora_templates.py"],
-        [sys.executable, "scripts/demo_loop.py"],
+        [sys.executable, "-m", "scripts.demo_loop"],
     ]  # fmt: skip
     for command in runs:
         done = subprocess.run(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.helpers.simulator import REPO_ROOT, Simulator, task
+from devkit.simulator.process import REPO_ROOT, Simulator, task
 
 NO_SUBMISSIONS = "No task submissions available to validate"
 RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"
@@ -384,7 +384,7 @@ def test_bad_data_file_exits_2_with_one_line(
     if content is not None:
         data_path.write_text(content)
     result = subprocess.run(
-        [sys.executable, "-m", "validator.simulator", "--data", str(data_path)],
+        [sys.executable, "-m", "devkit.simulator", "--data", str(data_path)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

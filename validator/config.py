@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from validator.base import BaseConfig
-from validator.exceptions import ConfigError
+from validator.errors import ConfigError
 
 
 def read_json_object(path: Path, holds: str) -> dict[str, Any]:

@@ -13,16 +13,23 @@ from pathlib import Path
 import click
 
 from validator.check import run_check
-from validator.exceptions import ConfigError, RecoverableException, TransientError
-from validator.exit_codes import ExitCode
+from validator.errors import (
+    ConfigError,
+    ExitCode,
+    OperatorError,
+    TransientError,
+    describe,
+    outcome_of,
+)
 from validator.fedledger import DEFAULT_API_URL, FedLedgerClient
 from validator.journal import DEFAULT_MIN_FREE_MB, Journal
 from validator.logs import setup_logging
-from validator.options import missing_required, normalise_secrets
-from validator.outcomes import Verdict, classify
-from validator.registry import REPO_ROOT, load_module_class
+from validator.options import missing_for_module, normalise_named_secrets, secret_names
+from validator.registry import REPO_ROOT, load_module_class, load_module_spec
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
+from validator.secrets import MalformedSecret
+from validator.spec import ModuleSpec
 
 log = logging.getLogger("validator")
 POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
@@ -50,7 +57,11 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
     help="Comma-separated task ids to validate, e.g. 12,34.",
 )
 @click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
-@click.option("--hf-token", envvar="HF_TOKEN", help="HuggingFace token (gated base models).")
+@click.option(
+    "--hf-token",
+    envvar="HF_TOKEN",
+    help="HuggingFace token; required by modules that declare it (lora).",
+)
 @click.option(
     "--time-sleep",
     envvar="TIME_SLEEP",
@@ -143,18 +154,25 @@ def main(
 ) -> None:
     """Validate FLock assignments of MODULE's tasks (e.g. `lora`; default: $VALIDATOR_MODULE,
     which a module's image sets). --task_ids defaults to $TASK_IDS."""
-    # Before anything can log: the stripped values are the ones used and redacted.
     try:
-        flock_api_key, hf_token = normalise_secrets(flock_api_key, hf_token)
-    except ConfigError as exc:
+        spec = load_module_spec(module)
+        # Before anything can log: the stripped values are the ones used and redacted.
+        secrets = _secrets(spec, flock_api_key, hf_token)
+    except MalformedSecret as exc:
         raise click.UsageError(str(exc)) from None
+    except ConfigError as exc:  # an unknown module, a spec that is not valid: one line
+        setup_logging(debug, [])
+        sys.exit(int(_exit_code_for(exc)))
     if check_input is None:
-        missing = missing_required(task_ids, flock_api_key, hf_token)
+        missing = missing_for_module(task_ids, secrets, spec)
         if missing:
             raise click.UsageError(missing)
-    setup_logging(debug, [flock_api_key, hf_token])
-    if hf_token:
-        os.environ["HF_TOKEN"] = hf_token  # huggingface_hub reads it from there
+    setup_logging(debug, [value for value in secrets.values() if value])
+    for name, value in secrets.items():
+        # The module (and huggingface_hub, for HF_TOKEN) reads its secrets from there.
+        if value:
+            os.environ[name] = value
+    flock_api_key = secrets["FLOCK_API_KEY"]
     try:
         pool = ModulePool(load_module_class(module), module, config_dir)
         if check_input is not None:
@@ -170,15 +188,22 @@ def main(
                 flock_api_key, api_url, retries=api_retries, backoff=api_backoff
             )
             code = _run_loop(settings, client, Journal(state_dir, min_free_mb), pool)
-    except ConfigError as exc:
-        code = _fail(ExitCode.USAGE, f"error: {exc}")
-    except RecoverableException as exc:
-        code = _fail(ExitCode.OPERATOR, f"operator action needed: {exc}")
     except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: Ctrl-C during start-up
         code = _fail(ExitCode.INTERRUPTED, "interrupted")
     except Exception as exc:
-        code = _crash(exc)
+        code = _exit_code_for(exc)
     sys.exit(int(code))
+
+
+def _secrets(
+    spec: ModuleSpec, flock_api_key: str | None, hf_token: str | None
+) -> dict[str, str | None]:
+    """Every secret this module's validator takes, by variable name, normalised; the two with
+    options from the command line, a module's own from the environment only."""
+    given = {"FLOCK_API_KEY": flock_api_key, "HF_TOKEN": hf_token}
+    return normalise_named_secrets(
+        {name: given.get(name, os.environ.get(name)) for name in secret_names(spec)}
+    )
 
 
 def _run_loop(
@@ -230,11 +255,14 @@ def _fail(code: ExitCode, message: str) -> ExitCode:
     return code
 
 
-def _crash(exc: Exception) -> ExitCode:
-    if classify(exc) is Verdict.DEVICE:
-        log.error("device fault, restart needed: %s: %s", type(exc).__name__, exc)
-        return ExitCode.RESTART
-    if classify(exc) is Verdict.OPERATOR:  # a full disk outside the loop, e.g. under --check
-        return _fail(ExitCode.OPERATOR, f"operator action needed: {type(exc).__name__}: {exc}")
-    log.exception("validator crashed: %s", exc)
-    return ExitCode.BUG
+def _exit_code_for(exc: Exception) -> ExitCode:
+    """An error outside the loop's scoring (start-up, --check, the loop itself): the exit code
+    its verdict has in validator.errors.OUTCOMES. Verdicts on which the loop would go on are
+    bugs here."""
+    outcome = outcome_of(exc)
+    if outcome.exit_code is None:
+        log.exception("validator crashed: %s", exc)
+        return ExitCode.BUG
+    # The validator's own errors say what to do; a library's needs its type to make sense.
+    message = str(exc) if isinstance(exc, OperatorError) else describe(exc)
+    return _fail(outcome.exit_code, f"{outcome.headline}: {message}")

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from requests.adapters import HTTPAdapter
 from urllib3.util import Retry
 
-from validator.exceptions import ConfigError, RecoverableException, TransientError
+from validator.errors import ConfigError, RecoverableException, TransientError
 
 log = logging.getLogger(__name__)
 

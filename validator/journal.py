@@ -26,8 +26,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from validator.exceptions import ConfigError, RecoverableException
-from validator.outcomes import disk_full
+from validator.errors import ConfigError, RecoverableException, disk_full
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -275,7 +274,7 @@ class Journal:
         self._move(assignment_id, State.FAILED, error=reason)
 
     def postpone(self, assignment_id: str, reason: str, not_before: float) -> None:
-        """Back to `received` for a later retry; this attempt does not count as a crash."""
+        """Back to `received` for a later retry; this attempt does not count towards the limit."""
         self._move(
             assignment_id,
             State.RECEIVED,
@@ -283,6 +282,10 @@ class Journal:
             not_before=not_before,
             attempts_delta=-1,
         )
+
+    def retry_later(self, assignment_id: str, reason: str, not_before: float) -> None:
+        """Back to `received` for a later retry; this attempt counts towards the limit."""
+        self._move(assignment_id, State.RECEIVED, error=reason, not_before=not_before)
 
     def defer_submit(self, assignment_id: str, reason: str, not_before: float) -> None:
         self._run(

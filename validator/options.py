@@ -2,33 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from validator.secrets import normalise_secret
+from validator.spec import CORE_SECRETS, ModuleSpec
 
 TASK_IDS_OPTION = "--task_ids / TASK_IDS"
 FLOCK_API_KEY_OPTION = "--flock-api-key / FLOCK_API_KEY"
 HF_TOKEN_OPTION = "--hf-token / HF_TOKEN"
+# Secrets that also have an option; a module's other secrets are env vars only.
+SECRET_OPTIONS = {"FLOCK_API_KEY": FLOCK_API_KEY_OPTION, "HF_TOKEN": HF_TOKEN_OPTION}
 
 
-def normalise_secrets(
-    flock_api_key: str | None, hf_token: str | None
-) -> tuple[str | None, str | None]:
-    """The key and token as they are to be used and redacted; raises MalformedSecret (a
-    ConfigError) naming the option of a value that no HTTP header could carry."""
-    return (
-        normalise_secret(flock_api_key, FLOCK_API_KEY_OPTION),
-        normalise_secret(hf_token, HF_TOKEN_OPTION),
-    )
+def secret_label(name: str) -> str:
+    """How the operator gives secret `name`: its option and variable, or the variable."""
+    return SECRET_OPTIONS.get(name, name)
 
 
-def missing_required(
-    task_ids: object, flock_api_key: str | None, hf_token: str | None
+def secret_names(spec: ModuleSpec) -> list[str]:
+    """Every secret a validator of this module takes: the core's, the HF token (used when given,
+    required only where declared), and the module's own."""
+    return list(dict.fromkeys([*CORE_SECRETS, "HF_TOKEN", *spec.secrets]))
+
+
+def normalise_named_secrets(values: Mapping[str, str | None]) -> dict[str, str | None]:
+    """The secrets as they are to be used and redacted, by variable name; raises
+    MalformedSecret (a ConfigError) naming the variable of a value no header could carry."""
+    return {name: normalise_secret(value, secret_label(name)) for name, value in values.items()}
+
+
+def missing_for_module(
+    task_ids: object, secrets: Mapping[str, str | None], spec: ModuleSpec
 ) -> str | None:
-    """The message for the first missing option that only `--check` may leave out, or None."""
-    for value, name in (
-        (task_ids, TASK_IDS_OPTION),
-        (flock_api_key, FLOCK_API_KEY_OPTION),
-        (hf_token, HF_TOKEN_OPTION),
-    ):
-        if not value:
-            return f"missing {name} (only --check runs without it)"
+    """The message for the first missing setting that only `--check` may leave out, or None."""
+    if not task_ids:
+        return f"missing {TASK_IDS_OPTION} (only --check runs without it)"
+    for name in (*CORE_SECRETS, *spec.secrets):
+        if not secrets.get(name):
+            needed = "" if name in CORE_SECRETS else f": {spec.secrets[name]}, for {spec.name}"
+            return f"missing {secret_label(name)}{needed} (only --check runs without it)"
     return None

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from validator.base import BaseValidationModule
-from validator.exceptions import ConfigError, RecoverableException, UnknownModuleError
+from validator.errors import ConfigError, RecoverableException, UnknownModuleError
+from validator.spec import ModuleSpec, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,6 +35,29 @@ def available_modules() -> list[str]:
     return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
 
 
+def _unknown(name: str, known: list[str]) -> UnknownModuleError:
+    listing = ", ".join(known) if known else "none found"
+    return UnknownModuleError(f"unknown module {name!r}; available modules: {listing}")
+
+
+def module_folder(name: str) -> Path:
+    """The folder of module `name`, found without importing it (its dependencies may be
+    missing here); raises UnknownModuleError listing what exists."""
+    known = available_modules()
+    if not name.isidentifier() or name not in known:
+        raise _unknown(name, known)
+    package = importlib.import_module("modules")
+    for root in package.__path__:
+        if (Path(root) / name / "__init__.py").is_file():
+            return Path(root) / name
+    raise _unknown(name, known)
+
+
+def load_module_spec(name: str) -> ModuleSpec:
+    """The spec of module `name` (`module.yaml`, or the defaults for a bare folder)."""
+    return load_spec(module_folder(name))
+
+
 def load_module_class(name: str) -> type[BaseValidationModule]:
     """Import `modules.<name>` and return its `MODULE` class.
 
@@ -42,8 +66,7 @@ def load_module_class(name: str) -> type[BaseValidationModule]:
     """
     known = available_modules()
     if not name.isidentifier() or name not in known:
-        listing = ", ".join(known) if known else "none found"
-        raise UnknownModuleError(f"unknown module {name!r}; available modules: {listing}")
+        raise _unknown(name, known)
     try:
         package = importlib.import_module(f"modules.{name}")
     except ModuleNotFoundError as exc:

@@ -13,18 +13,25 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import NoReturn
 
-from validator.exceptions import ConfigError, RecoverableException
-from validator.exit_codes import ExitCode
+from validator.errors import (
+    MAX_SCORING_ATTEMPTS,
+    OUTCOMES,
+    ExitCode,
+    JournalAction,
+    Outcome,
+    RecoverableException,
+    Verdict,
+    describe,
+    outcome_of,
+)
 from validator.fedledger import ApiUnavailable, Assignment, FedLedgerClient
 from validator.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
-from validator.outcomes import Verdict, classify
 from validator.scoring import ModulePool, score
 
 log = logging.getLogger(__name__)
 
-# Give up rescoring an assignment whose scoring killed the process this many times.
-MAX_SCORING_ATTEMPTS = 3
 # Stop retrying an assignment that keeps hitting transient faults after this long.
 PENDING_TTL_SECONDS = 24 * 3600
 
@@ -195,8 +202,7 @@ class Runner:
 
     def _score(self, entry: Entry) -> None:
         if entry.attempts >= MAX_SCORING_ATTEMPTS:
-            reason = f"scoring ended the process {entry.attempts} times (crash or device fault)"
-            self._decide_failed(entry, reason)
+            self._decide_failed(entry, _attempts_used_up(entry))
             return
         # Scoring with no room to record its result would spend a scoring attempt for nothing.
         self.journal.ensure_writable()
@@ -215,32 +221,58 @@ class Runner:
         self._submit(self._reload(entry))
 
     def _on_error(self, entry: Entry, exc: Exception) -> None:
-        verdict = classify(exc)
-        if verdict is Verdict.FAILED:
+        """Does what validator.errors.OUTCOMES says for the error's verdict."""
+        outcome = outcome_of(exc)
+        if outcome.journal is JournalAction.FAIL:
             log.warning(
-                "assignment %s: submission cannot be validated: %s: %s",
+                "assignment %s: %s: %s",
                 entry.id,
-                type(exc).__name__,
-                exc,
-                exc_info=log.isEnabledFor(logging.DEBUG),
+                outcome.headline,
+                describe(exc),
+                exc_info=outcome.traceback or log.isEnabledFor(logging.DEBUG),
             )
-            self._decide_failed(entry, f"{type(exc).__name__}: {exc}")
-        elif verdict is Verdict.TRANSIENT:
+            self._decide_failed(entry, describe(exc))
+        elif outcome.exit_code is not None:
+            self._stop(entry, exc, outcome)
+        elif outcome.journal is JournalAction.KEEP:
             self._postpone_transient(entry, exc)
-        elif verdict is Verdict.DEVICE:
-            # Left in `scoring`: the restarted process rescores it and counts the attempt.
-            raise Stop(
-                ExitCode.RESTART,
-                f"assignment {entry.id}: device fault, restart needed: {type(exc).__name__}: {exc}",
-            ) from exc
+        else:
+            self._retry_or_fail(entry, exc, outcome)
+
+    def _stop(self, entry: Entry, exc: Exception, outcome: Outcome) -> NoReturn:
+        assert outcome.exit_code is not None
+        if outcome.journal is JournalAction.COUNT:
+            # Left in `scoring` with its attempt counted: the next process rescores it.
+            message = f"assignment {entry.id}: {outcome.headline}: {describe(exc)}"
         else:
             message = f"assignment {entry.id} kept for a retry after you fix this: {exc}"
             try:
                 self.journal.postpone(entry.id, str(exc), 0)
             except JournalUnwritable as full:
                 message += f" (and {full})"
-            code = ExitCode.USAGE if isinstance(exc, ConfigError) else ExitCode.OPERATOR
-            raise Stop(code, message)
+        raise Stop(outcome.exit_code, message) from exc
+
+    def _retry_or_fail(self, entry: Entry, exc: Exception, outcome: Outcome) -> None:
+        """An unexpected error: scored again after --time-sleep, while the loop goes on with
+        other work, and failed once MAX_SCORING_ATTEMPTS attempts have been spent."""
+        last = entry.attempts >= MAX_SCORING_ATTEMPTS
+        then = "marking it failed" if last else f"scoring it again in {self.settings.time_sleep:g}s"
+        log.error(
+            "assignment %s: %s (attempt %d of %d, %s): %s",
+            entry.id,
+            outcome.headline,
+            entry.attempts,
+            MAX_SCORING_ATTEMPTS,
+            then,
+            describe(exc),
+            exc_info=exc if outcome.traceback else None,
+        )
+        if last:
+            reason = f"{outcome.headline} after {entry.attempts} attempts: {describe(exc)}"
+            self._decide_failed(entry, reason)
+            return
+        retry_at = time.time() + self.settings.time_sleep
+        self.journal.retry_later(entry.id, f"{outcome.headline}: {describe(exc)}", retry_at)
 
     def _postpone_transient(self, entry: Entry, exc: Exception) -> None:
         age = time.time() - entry.received_at
@@ -317,3 +349,14 @@ class Runner:
                 result.status,
                 result.detail,
             )
+
+
+def _attempts_used_up(entry: Entry) -> str:
+    """The reason for failing an assignment whose last attempt ended the process."""
+    unexpected = OUTCOMES[Verdict.UNEXPECTED].headline
+    if entry.error and entry.error.startswith(unexpected):
+        return (
+            f"{entry.attempts} scoring attempts without a result (unexpected errors, then the "
+            f"process ended); the last error recorded: {entry.error}"
+        )
+    return f"scoring ended the process {entry.attempts} times (crash or device fault)"

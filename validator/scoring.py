@@ -10,13 +10,25 @@ from pydantic import ValidationError
 
 from validator.base import BaseConfig, BaseMetrics, BaseValidationModule
 from validator.config import resolve_config
-from validator.exceptions import RecoverableException
+from validator.errors import (
+    OperatorError,
+    RecoverableException,
+    SubmissionRejected,
+    Verdict,
+    classify,
+    describe,
+)
 
 log = logging.getLogger(__name__)
 
 
-class InvalidInput(Exception):
+class InvalidInput(SubmissionRejected):
     """The assignment's input does not fit the module's input schema: the submission's fault."""
+
+
+class ModuleCannotStart(OperatorError):
+    """The module's __init__ raised what would be a submission's fault or a bug in validate():
+    no assignment is failed for it, the operator must look (exit 3)."""
 
 
 class ModulePool:
@@ -41,8 +53,21 @@ class ModulePool:
         key = config.model_dump_json()
         if key not in self._instances:
             log.info("starting module %s with config %s", self.module_name, key)
-            self._instances[key] = self.module_cls(config)
+            self._instances[key] = self._start(config)
         return self._instances[key]
+
+    def _start(self, config: BaseConfig) -> BaseValidationModule:
+        try:
+            return self.module_cls(config)
+        except Exception as exc:
+            # __init__ sees the operator's config and no submission: what would fail or count
+            # against a submission in validate() is the module's or the operator's problem here.
+            if classify(exc) not in (Verdict.REJECTED, Verdict.UNEXPECTED):
+                raise  # transient, device, operator: as in validate()
+            log.error("module %s cannot start", self.module_name, exc_info=exc)
+            raise ModuleCannotStart(
+                f"module {self.module_name} cannot start: {describe(exc)} (traceback above)"
+            ) from exc
 
 
 def score(module: BaseValidationModule, raw_input: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from validator.exceptions import ConfigError
+from validator.errors import ConfigError
 
 VISIBLE_ASCII = range(0x21, 0x7F)
 

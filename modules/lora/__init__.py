@@ -19,12 +19,7 @@ from modules.lora.base_models import (
 )
 from modules.lora.dataset import EncodedSet, EncodedSetCache, load_tokenizer
 from modules.lora.forward import default_max_batch_size, example_losses
-from modules.lora.hub import (
-    DownloadLimits,
-    SubmissionRejected,
-    fetch_adapter,
-    fetch_base_model,
-)
+from modules.lora.hub import DownloadLimits, fetch_adapter, fetch_base_model
 from modules.lora.metrics import (
     check_token_byte_ratio,
     eval_loss,
@@ -35,7 +30,7 @@ from modules.lora.schemas import LoraConfig, LoraInput, LoraMetrics
 from modules.lora.templates import get_template
 from modules.lora.validation_set import fetch_validation_set
 from validator.base import BaseValidationModule
-from validator.exceptions import ConfigError
+from validator.errors import ConfigError, SubmissionRejected
 
 log = logging.getLogger(__name__)
 

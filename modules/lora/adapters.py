@@ -22,6 +22,7 @@ from peft.tuners.lora import LoraLayer
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from modules.lora.pristine import BaseNotRestored, Key, PristineWeights
+from validator.errors import SubmissionRejected
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,8 @@ class _Shape(BaseModel):
     alpha_pattern: dict[str, StrictInt | StrictFloat] = Field(default_factory=dict)
 
 
-class AdapterRejected(ValueError):
-    """The adapter cannot be scored; the assignment is marked failed."""
+class AdapterRejected(SubmissionRejected):
+    """The adapter cannot be scored; the assignment is marked failed at once."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,10 @@ def applied_adapter(
 
 
 class BaseCorrupted(AdapterRejected):
-    """peft could not apply the adapter: the submission's fault."""
+    """peft could not load or apply the adapter's files (a tensor whose shape does not fit the
+    base, a safetensors file that does not parse, a dtype peft refuses): the submission's fault.
+    Whatever peft raised here is this, with its text as the reason; a device fault under it
+    still restarts the process (validator.errors.classify reads the chain)."""
 
 
 def _merge_targets(peft_model: PeftModel) -> Iterator[tuple[Key, torch.Tensor]]:

@@ -28,7 +28,12 @@ from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub import errors as hf
 from huggingface_hub.hf_api import ModelInfo
 
-from validator.exceptions import RecoverableException, TransientError, exception_chain
+from validator.errors import (
+    RecoverableException,
+    SubmissionRejected,
+    TransientError,
+    exception_chain,
+)
 from validator.safe_json import JsonRefused, loads_bounded
 
 log = logging.getLogger(__name__)
@@ -50,10 +55,6 @@ COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
 
 T = TypeVar("T")
-
-
-class SubmissionRejected(ValueError):
-    """The submission cannot be scored; the assignment is marked failed."""
 
 
 @dataclass

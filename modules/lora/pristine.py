@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import torch
 
-from validator.exceptions import DeviceError
+from validator.errors import DeviceError
 
 log = logging.getLogger(__name__)
 

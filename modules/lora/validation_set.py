@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 import requests
 
 from modules.lora.hub import TRANSIENT_STATUSES
-from validator.exceptions import RecoverableException, TransientError
+from validator.errors import RecoverableException, TransientError
 
 TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
 CHUNK = 1 << 20

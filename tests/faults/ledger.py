@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.simulator import Simulator
+from devkit.simulator.process import Simulator
 
 LOOKUP = "/tasks/request-validation-assignment/"
 UPDATE = "/tasks/update-validation-assignment/"
@@ -27,6 +27,16 @@ def journal_rows(state_dir: Path) -> dict[str, dict[str, Any]]:
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         db.row_factory = sqlite3.Row
         return {row["id"]: dict(row) for row in db.execute("SELECT * FROM assignments")}
+
+
+def journal_notes(state_dir: Path, assignment_id: str) -> list[str]:
+    """Every note the journal's history holds for an assignment, oldest first."""
+    path = state_dir / "journal.sqlite3"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute(
+            "SELECT note FROM events WHERE assignment_id = ? ORDER BY rowid", (assignment_id,)
+        )
+        return [note for (note,) in rows if note]
 
 
 def reached_api(request: dict[str, Any]) -> bool:

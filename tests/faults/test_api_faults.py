@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import loop_args, run_validator, validator_env
 from tests.faults.figures import record
 from tests.faults.ledger import LOOKUP, UPDATE, assert_each_submitted_once
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import loop_args, run_validator, validator_env
 
 ASSIGNMENTS = 3
 TASKS = [task(1, ["ok/a", "broken/b"]), task(2, ["ok/c"])]

@@ -16,10 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.faults.figures import record
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.tmpfs import fill, small_tmpfs
-from tests.helpers.validator_cli import (
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import (
     loop_args,
     run_validator,
     start_validator,
@@ -27,6 +25,8 @@ from tests.helpers.validator_cli import (
     wait_for,
     write_config,
 )
+from tests.faults.figures import record
+from tests.helpers.tmpfs import fill, small_tmpfs
 
 TMPFS_KIB = 2048
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import threading
 
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import wait_for
 from tests.faults.figures import record
 from tests.faults.ledger import LOOKUP, UPDATE, Ledger, journal_rows
 from tests.fixtures.modules.fixture import MODULE as FIXTURE_MODULE
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import wait_for
-from validator.exit_codes import ExitCode
+from validator.errors import ExitCode
 from validator.fedledger import FedLedgerClient
 from validator.journal import Journal
 from validator.runner import LoopSettings, Runner

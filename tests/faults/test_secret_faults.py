@@ -13,16 +13,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.figures import record
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import (
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import (
     REPO_ROOT,
     env_with_test_secrets,
     loop_args,
     run_validator,
     validator_env,
 )
-from validator.exceptions import ConfigError
+from tests.faults.figures import record
+from validator.errors import ConfigError
 from validator.fedledger import FedLedgerClient
 
 # Random-looking, and sharing no four characters with any message, so a found fragment is a leak.

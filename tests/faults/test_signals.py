@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.figures import record
-from tests.faults.ledger import Ledger, assert_each_submitted_once, journal_rows
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import (
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import (
     loop_args,
     run_validator,
     start_validator,
@@ -26,6 +24,8 @@ from tests.helpers.validator_cli import (
     wait_for,
     write_config,
 )
+from tests.faults.figures import record
+from tests.faults.ledger import Ledger, assert_each_submitted_once, journal_rows
 
 SLOW_SECONDS = 1.0
 SUBMIT_DOWN = {"endpoint": "update", "kind": "status", "status": 503, "count": None}

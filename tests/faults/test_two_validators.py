@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import time
 
-from tests.faults.figures import record
-from tests.faults.ledger import assert_each_submitted_once
-from tests.helpers.simulator import Simulator, task
-from tests.helpers.validator_cli import (
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import (
     loop_args,
     run_validator,
     start_validator,
@@ -19,6 +17,8 @@ from tests.helpers.validator_cli import (
     wait_for,
     write_config,
 )
+from tests.faults.figures import record
+from tests.faults.ledger import assert_each_submitted_once
 
 
 def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_path):

@@ -1,25 +1,17 @@
-"""What the Docker tests need: a real engine, the local stand-in base, and a copy of this repo
-with the test module `fixture` added under modules/, as a module author would add one."""
+"""The Docker tests' engine: a real one with the local stand-in base and the wheelhouse, or a
+failure that says how to get them (or how to opt out explicitly)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
-import uuid
-from pathlib import Path
 
 import docker
 import pytest
 from docker.errors import DockerException, ImageNotFound
 
-from tests.helpers.validator_cli import FIXTURE_MODULES, REPO_ROOT, env_with_test_secrets
+from devkit.docker_env import LOCAL_BASE, WHEELHOUSE
 
-LOCAL_BASE = "local/base:bookworm"
-WHEELHOUSE = REPO_ROOT / "docker" / "wheels"
 OPT_OUT = "FLOCK_SKIP_DOCKER_TESTS"
-FIXTURE_ENVIRONMENT = "name: fixture\ndependencies:\n  - python=3.11\n  - pip\n"
 
 
 def require_engine() -> docker.DockerClient:
@@ -42,51 +34,3 @@ def require_engine() -> docker.DockerClient:
     if not any(WHEELHOUSE.glob("*.whl")):
         pytest.fail(f"no wheels in {WHEELHOUSE}: run `make wheels`", pytrace=False)
     return client
-
-
-def make_module_repo(dest: Path) -> Path:
-    """A copy of the repo's tracked and untracked-but-not-ignored files, plus the wheelhouse,
-    plus modules/fixture."""
-    files = (
-        subprocess.run(
-            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            check=True,
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    for name in filter(None, files):
-        source = REPO_ROOT / name
-        if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
-    shutil.copytree(WHEELHOUSE, dest / "docker" / "wheels", dirs_exist_ok=True)
-    module = dest / "modules" / "fixture"
-    shutil.copytree(
-        FIXTURE_MODULES / "modules" / "fixture",
-        module,
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    (module / "environment.yml").write_text(FIXTURE_ENVIRONMENT)
-    return dest
-
-
-def launcher_env(**extra: str) -> dict[str, str]:
-    """Build settings of the stand-in image, and the secrets, as CI passes them."""
-    defaults = {
-        "VALIDATOR_BASE_IMAGE": LOCAL_BASE,
-        "VALIDATOR_ENV_INSTALLER": "pip",
-        "VALIDATOR_PIP_OPTIONS": "--no-index --find-links /opt/flock/wheels",
-    }
-    return env_with_test_secrets(**{**defaults, **extra})
-
-
-def unique_volumes() -> list[str]:
-    tag = uuid.uuid4().hex[:8]
-    return ["--state-volume", f"fv-test-state-{tag}", "--hf-cache-volume", f"fv-test-hf-{tag}"]
-
-
-def run_py_command(repo: Path, *args: str) -> list[str]:
-    return [sys.executable, str(repo / "run.py"), *args]

@@ -8,7 +8,6 @@ import importlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -19,20 +18,14 @@ from safetensors.torch import load_file
 from modules.lora.adapters import applied_adapter, plan_adapter
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "bench"
 
 
 @pytest.fixture(scope="module")
-def bench() -> Iterator[dict[str, ModuleType]]:
-    # The bench's modules import each other by their bare names, as they do run from bench/.
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield {
-            name: importlib.import_module(name)
-            for name in ("lora_gpu", "lora_shapes", "lora_adapter_cost")
-        }
-    finally:
-        sys.path.remove(str(BENCH))
+def bench() -> dict[str, ModuleType]:
+    return {
+        name: importlib.import_module(f"bench.{name}")
+        for name in ("lora_gpu", "lora_shapes", "lora_adapter_cost")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +131,8 @@ def test_target_verdicts(bench: dict[str, ModuleType]) -> None:
 
 def test_dry_run_counts_the_real_shapes() -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH / "lora_bench.py"), "--dry-run", "--device", "cuda"],
+        [sys.executable, "-m", "bench.lora_bench", "--dry-run", "--device", "cuda"],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
@@ -153,7 +147,8 @@ def test_cpu_mode_agrees_with_the_trainer_baseline() -> None:
     done = subprocess.run(
         [
             sys.executable,
-            str(BENCH / "lora_bench.py"),
+            "-m",
+            "bench.lora_bench",
             "--examples",
             "3",
             "--adapters",
@@ -161,6 +156,7 @@ def test_cpu_mode_agrees_with_the_trainer_baseline() -> None:
             "--context-length",
             "192",
         ],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,

@@ -2,7 +2,7 @@
 
 import yaml
 
-from tests.helpers.validator_cli import REPO_ROOT
+from devkit.validator_cli import REPO_ROOT
 
 
 def test_image_pins_equal_the_host_test_pins():

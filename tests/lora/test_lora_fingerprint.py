@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from devkit.tiny_models import build_model
 from modules.lora.fingerprint import BLOCK, KEYS, BaseFingerprint, _Weights, digest
-from tests.lora.tiny_models import build_model
 
 
 def flip_one_bit(tensor: torch.Tensor, index: int) -> None:

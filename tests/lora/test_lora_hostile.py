@@ -15,12 +15,14 @@ from peft import PeftModel
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+from devkit.hf_hub import LocalHub
+from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
 from modules.lora import LoraConfig, LoraInput, LoraModule
 from modules.lora.adapters import AdapterRejected
 from modules.lora.forward import example_losses
 from modules.lora.metrics import eval_loss
-from tests.helpers.hf_hub import LocalHub, served_hub
-from tests.lora.tiny_repos import KINDS, build_adapter, build_base, files_of
+from tests.helpers.served_hub import served_hub
+from validator.errors import SubmissionRejected, Verdict, classify
 
 CHAT = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "chat_sample.jsonl"
 PREFIX = "base_model.model."
@@ -287,3 +289,27 @@ def test_an_unknown_template_key_fails_before_any_download(world):
     with pytest.raises(ValueError, match="'qwen-9000' is not a chat-template key"):
         module().validate(request)
     assert len(world.hub.requests) == before
+
+
+@pytest.mark.parametrize("case", ["a shape mismatch", "not safetensors", "a truncated file"])
+def test_an_adapter_that_does_not_load_is_rejected_at_once(world, case):
+    # What peft or safetensors raise while loading the adapter (a RuntimeError, a
+    # SafetensorError) is the submission's fault: failed at once, never rescored as a bug.
+    repo = f"mallory/load-{slug(case)}"
+    if case == "a shape mismatch":
+        tensors, changes = shape_mismatch(world, "qwen")
+        world.add_hostile(repo, "qwen", tensors, **changes)
+    else:
+        honest = world.honest["qwen"]
+        weights = (honest / "adapter_model.safetensors").read_bytes()
+        broken = b"\x00" * 64 if case == "not safetensors" else weights[: len(weights) // 2]
+        world.hub.add_repo(
+            repo,
+            {
+                "adapter_config.json": honest / "adapter_config.json",
+                "adapter_model.safetensors": broken,
+            },
+        )
+    with pytest.raises(SubmissionRejected, match="the adapter does not fit its base model") as e:
+        module().validate(inputs(repo, "qwen"))
+    assert classify(e.value) is Verdict.REJECTED

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.hf_hub import LocalHub
 from modules.lora.hub import (
     DownloadLimits,
     SubmissionRejected,
@@ -18,8 +19,7 @@ from modules.lora.hub import (
     fetch_base_model,
 )
 from modules.lora.validation_set import fetch_validation_set
-from tests.helpers.hf_hub import LocalHub
-from validator.exceptions import RecoverableException, TransientError
+from validator.errors import RecoverableException, TransientError
 
 LIMITS = DownloadLimits(
     max_file_bytes=10_000, max_total_bytes=15_000, max_validation_set_bytes=1000

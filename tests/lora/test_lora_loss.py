@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+from devkit.tiny_models import build_model, make_lora, merged_copy
 from modules.lora.forward import UnsupportedArchitecture, example_losses
 from modules.lora.metrics import (
     HIGH_LOSS,
@@ -17,7 +18,6 @@ from modules.lora.metrics import (
     token_byte_ratio,
 )
 from modules.lora.records import EncodedExample
-from tests.lora.tiny_models import build_model, make_lora, merged_copy
 
 VOCAB = 640
 REL = 1e-5

@@ -14,14 +14,15 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 import modules.lora.dataset as lora_dataset
+from devkit.hf_hub import LocalHub
+from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
+from devkit.validator_cli import REPO_ROOT, run_validator, validator_env, write_config
 from modules.lora import LoraConfig, LoraInput, LoraModule
 from modules.lora.base_models import quantization_config
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
 from modules.lora.templates import get_template
-from tests.helpers.hf_hub import LocalHub, served_hub
-from tests.helpers.validator_cli import REPO_ROOT, run_validator, validator_env, write_config
-from tests.lora.tiny_repos import KINDS, build_adapter, build_base, files_of
-from validator.exceptions import ConfigError
+from tests.helpers.served_hub import served_hub
+from validator.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 CHAT, CALLS = DATA / "chat_sample.jsonl", DATA / "function_calling_sample.jsonl"

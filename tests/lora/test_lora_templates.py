@@ -14,6 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 import modules.lora.dataset as lora_dataset
+from devkit.tiny_tokenizer import build_tokenizer
 from modules.lora.dataset import (
     ChatLine,
     EncodedSetCache,
@@ -24,7 +25,6 @@ from modules.lora.dataset import (
     render_pieces,
 )
 from modules.lora.templates import DEFAULT_TABLE_PATH, UnknownTemplate, load_templates
-from tests.lora.tiny_tokenizer import build_tokenizer
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 

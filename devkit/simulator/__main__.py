@@ -1,4 +1,4 @@
-"""Command line of the Fed Ledger simulator: `python -m validator.simulator`."""
+"""Command line of the Fed Ledger simulator: `python -m devkit.simulator`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from validator.simulator.faults import FaultBook, load_fault_file
-from validator.simulator.server import API_PREFIX, SimulatorServer
-from validator.simulator.state import SimState, SimulatorConfigError, load_data_file
+from devkit.simulator.faults import FaultBook, load_fault_file
+from devkit.simulator.server import API_PREFIX, SimulatorServer
+from devkit.simulator.state import SimState, SimulatorConfigError, load_data_file
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

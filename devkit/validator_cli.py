@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from devkit import REPO_ROOT
+
 FIXTURE_MODULES = REPO_ROOT / "tests" / "fixtures"
 API_KEY = "sk-flock-TEST-9f8e7d6c5b4a"
 HF_TOKEN = "hf_TESTtoken1234567890abcdef"

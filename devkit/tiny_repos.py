@@ -8,8 +8,8 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.lora.tiny_models import build_model, make_lora, save_base
-from tests.lora.tiny_tokenizer import build_tokenizer
+from devkit.tiny_models import build_model, make_lora, save_base
+from devkit.tiny_tokenizer import build_tokenizer
 
 # (model architecture, tokenizer kind, a supported base-model name, a chat-template key)
 KINDS = {

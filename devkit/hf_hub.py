@@ -1,4 +1,5 @@
-"""A local stand-in for the HuggingFace Hub, so tests run the real `huggingface_hub` download code.
+"""A local stand-in for the HuggingFace Hub, so tests and demos run the real `huggingface_hub`
+download code.
 
 Repos live in a directory tree `root/<org>/<name>/<revision-or-commit>/...files`. The server
 answers the URLs huggingface_hub 0.29.1 builds (`/api/models/...` for `model_info`/`repo_info`,
@@ -22,8 +23,6 @@ import json
 import re
 import shutil
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -414,17 +413,3 @@ def _range_start(header: str | None, size: int) -> tuple[int, int]:
     if start >= size:
         raise _HubError(416, None, "range not satisfiable")
     return start, 206
-
-
-@contextmanager
-def served_hub(tmp: Path) -> Iterator[LocalHub]:
-    """A LocalHub under `tmp` that huggingface_hub in this process talks to, with a cache of
-    its own and no token, for a module-scoped fixture (monkeypatch is function-scoped)."""
-    import pytest  # here: scripts/demo.py uses this file without pytest
-
-    with pytest.MonkeyPatch.context() as patch, LocalHub(tmp / "hub") as hub:
-        patch.setenv("HF_ENDPOINT", hub.endpoint)
-        patch.setenv("HF_HOME", str(tmp / "hf-home"))
-        patch.setenv("HF_HUB_CACHE", str(tmp / "hf-home" / "hub"))
-        patch.delenv("HF_TOKEN", raising=False)
-        yield hub

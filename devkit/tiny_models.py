@@ -1,4 +1,5 @@
-"""Small random-weight causal LMs of real architectures, for tests that need no downloads."""
+"""Small random-weight causal LMs of real architectures, for tests, benchmarks and demos that
+need no downloads."""
 
 from __future__ import annotations
 

@@ -15,7 +15,9 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "data"
+from devkit import REPO_ROOT
+
+DATA_DIR = REPO_ROOT / "tests" / "fixtures" / "data"
 SAMPLE_FILES = ("chat_sample.jsonl", "function_calling_sample.jsonl")
 VOCAB_SIZE = 600
 

@@ -1,4 +1,4 @@
-"""Run the Fed Ledger simulator as a subprocess for a test.
+"""Run the Fed Ledger simulator as a subprocess, for a test, a benchmark or a demo.
 
 with Simulator({"tasks": [task(12, ["alice/adapter"])]}, tmp_path) as sim:
     requests.post(f"{sim.api_url}/tasks/request-validation-assignment/12")
@@ -20,7 +20,8 @@ from typing import IO, Any
 
 import requests
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+from devkit import REPO_ROOT
+
 STARTUP_TIMEOUT_S = 20.0
 LOOKUP_PATH = "/tasks/request-validation-assignment/"
 _LISTENING = re.compile(r"listening on (?P<api>(?P<root>http://[^/\s]+)/api/v1)\s*$")
@@ -161,7 +162,7 @@ class Simulator:
     def _command(self) -> list[str]:
         data_path = self.tmp_path / "sim-data.json"
         data_path.write_text(json.dumps(self.data))
-        command = [sys.executable, "-m", "validator.simulator", "--data", str(data_path)]
+        command = [sys.executable, "-m", "devkit.simulator", "--data", str(data_path)]
         command += ["--host", "127.0.0.1", "--port", "0"]
         command += ["--rate-limit-seconds", str(self.rate_limit_seconds)]
         command += ["--assignment-ttl-seconds", str(self.assignment_ttl_seconds)]

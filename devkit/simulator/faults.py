@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from validator.simulator.state import SimulatorConfigError, describe_errors, read_json_file
+from devkit.simulator.state import SimulatorConfigError, describe_errors, read_json_file
 
 Endpoint = Literal["list", "request", "update", "any"]
 FaultKind = Literal["status", "non_json", "empty", "delay", "drop"]

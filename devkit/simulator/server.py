@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, model_validator
 
-from validator.simulator.faults import (
+from devkit.simulator.faults import (
     FAULT_DETAIL,
     HTML_BODY,
     FaultBook,
@@ -26,7 +26,7 @@ from validator.simulator.faults import (
     endpoint_of,
     parse_rules,
 )
-from validator.simulator.state import NotFound, SimError, SimState, describe_errors
+from devkit.simulator.state import NotFound, SimError, SimState, describe_errors
 
 API_PREFIX = "/api/v1"
 CONTROL_PREFIX = "/_sim"

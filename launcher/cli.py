@@ -1,0 +1,250 @@
+"""The launcher's command line: `python run.py <module> [options]` on the GPU host.
+
+Builds the module's image when it is missing or its inputs changed (or uses `--image`), runs
+`python -m validator` in it with the GPUs, configs, volumes and tokens it needs, and hands it
+to the supervisor. Options it does not know itself are passed through to the validator.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import click
+from docker.errors import DockerException
+
+from launcher.containers import (
+    PASSED_ENV,
+    ContainerSpec,
+    device_requests,
+    state_volume_name,
+    volume_name,
+)
+from launcher.docker_errors import docker_client, lost_engine
+from launcher.errors import LaunchError, UsageError
+from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
+from launcher.supervisor import Supervisor, say
+from validator.errors import ConfigError, ExitCode
+from validator.options import missing_for_module, normalise_named_secrets
+from validator.spec import CORE_SECRETS, STATE_PATH, ModuleSpec, load_spec, module_folders
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def module_spec(repo_root: Path, module: str) -> ModuleSpec:
+    """The spec of the module run.py is to launch; raises UsageError for an unknown module
+    (listing those that exist), a spec that is not valid, or a missing environment file."""
+    folder = repo_root / "modules" / module
+    if not (module.isidentifier() and (folder / "__init__.py").is_file()):
+        known = ", ".join(module_folders(repo_root)) or "none found"
+        raise UsageError(f"unknown module {module!r}; available modules: {known}")
+    try:
+        spec = load_spec(folder)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if not (folder / spec.environment).is_file():
+        raise UsageError(
+            f"modules/{module}/{spec.environment} is missing: the module's image is built from it"
+        )
+    return spec
+
+
+@click.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "help_option_names": ["-h", "--help"],
+        "max_content_width": 100,
+    }
+)
+@click.argument("module")
+@click.option(
+    "--gpus",
+    help="all, none, or ids such as 0,1 [default: all for a module whose spec says gpu: true, "
+    "else none].",
+)
+@click.option("--image", help="Use this prebuilt image instead of building one.")
+@click.option("--rebuild", is_flag=True, help="Build the image even if it exists.")
+@click.option("--build-only", is_flag=True, help="Build (or find) the image, print its tag, exit.")
+@click.option(
+    "--base-image",
+    envvar="VALIDATOR_BASE_IMAGE",
+    default=PRODUCTION_BASE,
+    show_default=True,
+    help="Base of the module image.",
+)
+@click.option(
+    "--env-installer",
+    envvar="VALIDATOR_ENV_INSTALLER",
+    default="micromamba",
+    type=click.Choice(["micromamba", "pip"]),
+    show_default=True,
+    help="How the module's environment.yml is installed (pip: bases without conda).",
+)
+@click.option(
+    "--pip-options",
+    envvar="VALIDATOR_PIP_OPTIONS",
+    default="",
+    help="Extra pip options for image builds (e.g. a local wheelhouse).",
+)
+@click.option(
+    "--config-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=REPO_ROOT / "configs",
+    help="Mounted read-only as the validator's configs.",
+)
+@click.option("--state-volume", help="Journal volume [default: flock-validator-MODULE-state].")
+@click.option(
+    "--hf-cache-volume",
+    help="Volume for the HuggingFace cache of modules that declare one (base models survive "
+    "restarts) [default: flock-validator-hf-cache].",
+)
+@click.option("--network", default="host", show_default=True, help="Docker network mode.")
+@click.option(
+    "--restart-delay",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="First wait before a restart after exit 100; doubles up to 300 s.",
+)
+@click.option(
+    "--task_ids", "--task-ids", "task_ids", envvar="TASK_IDS", help="Comma-separated task ids."
+)
+@click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
+@click.option(
+    "--hf-token",
+    envvar="HF_TOKEN",
+    help="HuggingFace token; required by modules that declare it (lora). A module's other "
+    "secrets are read from the environment only.",
+)
+@click.option(
+    "--check",
+    "check_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Score one input JSON locally in the container; nothing is submitted.",
+)
+@click.pass_context
+def main(ctx: click.Context, **options) -> None:
+    """Run the validator for MODULE in its container. Other options go to the validator:
+    --time-sleep, --assignment-lookup-interval, --debug, --api-url, --max-assignments."""
+    try:
+        code = launch(LaunchOptions(passthrough=ctx.args, **options))
+    except LaunchError as exc:
+        say(f"error: {exc}")
+        code = exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C before the container runs, e.g. during a build
+        say("interrupted")
+        code = ExitCode.INTERRUPTED
+    except DockerException as exc:
+        say(f"error: {lost_engine(exc)}")
+        code = ExitCode.OPERATOR
+    sys.exit(int(code))
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The command line, as click parsed it; `passthrough` goes to the validator unchanged."""
+
+    passthrough: list[str]
+    module: str
+    gpus: str | None
+    image: str | None
+    rebuild: bool
+    build_only: bool
+    base_image: str
+    env_installer: str
+    pip_options: str
+    config_dir: Path
+    state_volume: str | None
+    hf_cache_volume: str | None
+    network: str
+    restart_delay: float
+    task_ids: str | None
+    flock_api_key: str | None
+    hf_token: str | None
+    check_file: Path | None
+
+    def build_spec(self, spec: ModuleSpec) -> BuildSpec:
+        return BuildSpec(
+            self.module,
+            REPO_ROOT,
+            self.base_image,
+            self.env_installer,
+            self.pip_options,
+            spec.environment,
+        )
+
+    def secrets(self, spec: ModuleSpec) -> dict[str, str | None]:
+        """The secrets the module's container gets, normalised: the core's and those its spec
+        declares, no other (an HF token goes only to a module that asks for one). The two with
+        options come from the command line, a module's own from the environment. Raises
+        UsageError for a malformed one: the validator would refuse it too, but only after
+        minutes of image building."""
+        given = {"FLOCK_API_KEY": self.flock_api_key, "HF_TOKEN": self.hf_token}
+        names = [*CORE_SECRETS, *spec.secrets]
+        try:
+            return normalise_named_secrets(
+                {name: given.get(name, os.environ.get(name)) for name in names}
+            )
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+
+    def inner_args(self, spec: ModuleSpec, secrets: dict[str, str | None]) -> list[str]:
+        """The validator's arguments; raises UsageError for what the validator would reject
+        anyway, before minutes of image building."""
+        if self.check_file is not None:
+            return list(self.passthrough)
+        missing = missing_for_module(self.task_ids, secrets, spec)
+        if missing:
+            raise UsageError(missing)
+        return ["--task_ids", str(self.task_ids), *self.passthrough]
+
+    def container(self, spec: ModuleSpec, image: str = "") -> ContainerSpec:
+        """What the module's container gets; raises UsageError for a missing or malformed
+        secret or a bad --gpus."""
+        secrets = self.secrets(spec)
+        gpus = self.gpus or ("all" if spec.gpu else "none")
+        device_requests(gpus)
+        return ContainerSpec(
+            image=image,
+            module=spec.name,
+            inner_args=self.inner_args(spec, secrets),
+            secrets={name: value for name, value in secrets.items() if value},
+            env_names=(*PASSED_ENV, *spec.env),
+            config_dir=self.config_dir,
+            volumes=self.volumes(spec),
+            gpus=gpus,
+            network=self.network,
+            check_file=self.check_file,
+            host_env=dict(os.environ),
+        )
+
+    def volumes(self, spec: ModuleSpec) -> dict[str, str]:
+        """Docker volume name -> container path: the module's journal and its spec's volumes."""
+        names = {key: volume_name(key) for key in spec.volumes}
+        if "hf-cache" in names and self.hf_cache_volume:
+            names["hf-cache"] = self.hf_cache_volume
+        state = self.state_volume or state_volume_name(self.module)
+        return {state: STATE_PATH, **{names[key]: path for key, path in spec.volumes.items()}}
+
+
+def launch(options: LaunchOptions) -> int:
+    module = options.module
+    spec = module_spec(REPO_ROOT, module)
+    # Whatever the validator would refuse is refused here, before minutes of image building.
+    container = None if options.build_only else options.container(spec)
+    client = docker_client()
+    if options.image:
+        tag = ensure_given_image(client, options.image)
+    else:
+        tag = ensure_image(client, options.build_spec(spec), options.rebuild)
+    if container is None:
+        print(tag)
+        return ExitCode.OK
+    container = replace(container, image=tag)
+    supervisor = Supervisor(client, container, options.restart_delay)
+    supervisor.install_signal_handlers()
+    say(f"starting {module} in {tag} (gpus: {container.gpus})")
+    return supervisor.run()

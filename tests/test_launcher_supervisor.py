@@ -1,0 +1,144 @@
+"""launcher/supervisor.py and launcher/docker_errors.py without a Docker engine: a stand-in
+client whose containers exit with the codes a test gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from docker.errors import APIError, DockerException
+
+from launcher.containers import ContainerSpec
+from launcher.docker_errors import docker_client, refused_to_run
+from launcher.errors import LaunchError
+from launcher.supervisor import Supervisor
+from validator.errors import ExitCode
+
+
+class FakeContainer:
+    def __init__(self, code: int) -> None:
+        self.code = code
+        self.removed = False
+
+    def attach(self, **_kwargs):
+        return iter([(b"validator says hello\n", None)])
+
+    def start(self) -> None:
+        pass
+
+    def wait(self) -> dict:
+        return {"StatusCode": self.code}
+
+    def remove(self, force: bool) -> None:
+        self.removed = force
+
+    def stop(self, timeout: int) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
+
+
+class FakeContainers:
+    def __init__(self, codes: list[int], refusal: APIError | None = None) -> None:
+        self.codes = codes
+        self.refusal = refusal
+        self.created: list[FakeContainer] = []
+
+    def create(self, **_kwargs) -> FakeContainer:
+        if self.refusal is not None:
+            raise self.refusal
+        self.created.append(FakeContainer(self.codes[len(self.created)]))
+        return self.created[-1]
+
+
+class FakeClient:
+    def __init__(self, codes: list[int], refusal: APIError | None = None) -> None:
+        self.containers = FakeContainers(codes, refusal)
+
+
+def supervise(
+    codes: list[int], refusal: APIError | None = None, check_file: Path | None = None
+) -> tuple[int, FakeClient]:
+    client = FakeClient(codes, refusal)
+    spec = ContainerSpec(
+        image="flock-validator-fixture:test",
+        module="fixture",
+        inner_args=["--task_ids", "1"],
+        secrets={},
+        config_dir=Path("."),
+        volumes={"state": "/data/state"},
+        gpus="none",
+        check_file=check_file,
+    )
+    return Supervisor(client, spec, restart_delay=0).run(), client  # type: ignore[arg-type]
+
+
+def test_a_restart_request_restarts_until_the_validator_is_done(capsys):
+    code, client = supervise([ExitCode.RESTART, ExitCode.RESTART, ExitCode.OK])
+    assert code == ExitCode.OK
+    assert len(client.containers.created) == 3
+    assert all(c.removed for c in client.containers.created)  # none left behind
+    err = capsys.readouterr().err
+    assert err.count("[run.py] the validator asked for a restart (exit 100)") == 2
+    assert "[run.py] the validator finished (exit 0)" in err
+
+
+def test_a_check_is_never_restarted(capsys, tmp_path):
+    # Scoring the one input again would fault again: run.py --check reports and stops.
+    check = tmp_path / "input.json"
+    check.write_text("{}")
+    code, client = supervise([ExitCode.RESTART, ExitCode.OK], check_file=check)
+    assert code == ExitCode.RESTART
+    assert len(client.containers.created) == 1
+    assert "a fault only a new process recovers from (exit 100)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (ExitCode.USAGE, "rejected its options or configuration (exit 2); fix them and rerun"),
+        (ExitCode.OPERATOR, "needs operator action (exit 3): see its last error above"),
+        (137, "the validator was killed (exit 137): out of memory, or killed from outside"),
+        (ExitCode.BUG, "the validator crashed (exit 1); see its log above"),
+    ],
+)
+def test_other_exits_stop_with_an_explanation(capsys, code, message):
+    got, client = supervise([code])
+    assert got == code
+    assert len(client.containers.created) == 1
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("explanation", "message"),
+    [
+        (
+            'could not select device driver "" with capabilities: [[gpu]]',
+            "cannot provide them (no NVIDIA Container Toolkit?). Install it, or run without "
+            "GPUs: --gpus none",
+        ),
+        (
+            "nvidia-container-cli: initialization error: nvml error: driver not loaded",
+            "the NVIDIA container runtime could not give the container its GPUs",
+        ),
+        ("no such image", "Docker refused to run the validator: no such image"),
+    ],
+)
+def test_docker_refusals_are_one_line(explanation, message):
+    error = refused_to_run(APIError("500 Server Error", explanation=explanation))
+    assert message in str(error)
+    assert "\n" not in str(error)
+    assert error.exit_code == ExitCode.OPERATOR
+    with pytest.raises(LaunchError, match="Docker refused"):
+        supervise([0], APIError("500", explanation="no such image"))
+
+
+def test_an_unreachable_engine_is_one_line(monkeypatch):
+    def no_engine():
+        raise DockerException("Error while fetching server API version")
+
+    monkeypatch.setattr("launcher.docker_errors.docker.from_env", no_engine)
+    with pytest.raises(LaunchError, match="^cannot reach the Docker engine .*docker group") as e:
+        docker_client()
+    assert e.value.exit_code == ExitCode.OPERATOR

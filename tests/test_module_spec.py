@@ -1,0 +1,149 @@
+"""Module specs (`modules/<name>/module.yaml`) and the Compose files written from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.cli import module_spec
+from launcher.compose import main as compose_main
+from launcher.compose import render, specs_with_files
+from launcher.errors import UsageError
+from validator.errors import ConfigError
+from validator.spec import ModuleSpec, discover_specs, load_spec
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_module(root, name, spec_text=None):
+    folder = root / "modules" / name
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("MODULE = None\n")
+    if spec_text is not None:
+        (folder / "module.yaml").write_text(spec_text)
+    return folder
+
+
+def test_the_lora_spec_says_what_its_container_needs():
+    spec = load_spec(REPO_ROOT / "modules" / "lora")
+    assert spec.gpu is True
+    assert set(spec.secrets) == {"HF_TOKEN"}
+    assert spec.volumes == {"hf-cache": "/data/hf-cache"}
+    assert (REPO_ROOT / "modules" / "lora" / spec.environment).is_file()
+
+
+def test_a_folder_without_a_spec_gets_the_defaults(tmp_path):
+    folder = write_module(tmp_path, "bare")
+    spec = load_spec(folder)
+    assert spec == ModuleSpec(name="bare")
+    assert (spec.gpu, spec.secrets, spec.env, spec.volumes) == (False, {}, [], {})
+    assert spec.needs("FLOCK_API_KEY") and not spec.needs("HF_TOKEN")
+
+
+def test_discovery_lists_package_folders_only(tmp_path):
+    write_module(tmp_path, "alpha", "name: alpha\ngpu: true\n")
+    write_module(tmp_path, "beta")
+    (tmp_path / "modules" / "notes").mkdir()  # no __init__.py: not a module
+    (tmp_path / "modules" / "not-a-name").mkdir()
+    (tmp_path / "modules" / "not-a-name" / "__init__.py").write_text("")
+    specs = discover_specs(tmp_path / "modules")
+    assert list(specs) == ["alpha", "beta"]
+    assert specs["alpha"].gpu and not specs["beta"].gpu
+    assert list(specs_with_files(tmp_path)) == ["alpha"]  # a bare folder gets no service
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name: other\n", "name 'other' must equal the folder's, 'judge'"),
+        ("name: judge\ngpus: true\n", "gpus: Extra inputs are not permitted"),
+        ("name: judge\ngpu: maybe\n", "gpu: Input should be a valid boolean"),
+        ("name: judge\nsecrets: {judge_key: x}\n", "secret 'judge_key': use upper-case"),
+        ("name: judge\nsecrets: {FLOCK_API_KEY: x}\n", "FLOCK_API_KEY is the core's own secret"),
+        ("name: judge\nsecrets: {VALIDATOR_KEY: x}\n", "VALIDATOR_* names are the validator's"),
+        ("name: judge\nenv: [TASK_IDS]\n", "TASK_IDS is passed by the core already"),
+        ("name: judge\nsecrets: {K: x}\nenv: [K]\n", "K is listed as a secret and as an env var"),
+        ("name: judge\nvolumes: {cache: /tmp/x}\n", "'/tmp/x' must be a path under /data/"),
+        ("name: judge\nvolumes: {cache: /data/state}\n", "'/data/state' is the validator's own"),
+        ("name: judge\nvolumes: {cache: /data/../etc}\n", "must be a path under /data/"),
+        ("name: judge\nenvironment: ../env.yml\n", "must be a file name in the module folder"),
+        ("name: judge\ncompose: {environment: {}}\n", "environment are written from the spec"),
+        ("- name\n", "must be a mapping of keys"),
+        ("name: [judge\n", "not valid YAML"),
+        ("name: !!python/object:os.system x\n", "not valid YAML"),  # safe_load: no objects
+    ],
+)
+def test_a_bad_spec_is_a_config_error_naming_file_and_key(tmp_path, text, message):
+    folder = write_module(tmp_path, "judge", text)
+    with pytest.raises(ConfigError) as error:
+        load_spec(folder)
+    assert str(error.value).startswith("modules/judge/module.yaml: ")
+    assert message in str(error.value)
+
+
+def test_the_committed_compose_files_are_what_the_specs_say():
+    compose, cpu = render(specs_with_files(REPO_ROOT))
+    assert (REPO_ROOT / "compose.yaml").read_text() == compose, "run `make compose`"
+    assert (REPO_ROOT / "compose.cpu.yaml").read_text() == cpu, "run `make compose`"
+    assert compose_main(["--check", "--repo", str(REPO_ROOT)]) == 0
+
+
+def test_a_spec_change_makes_the_compose_files_stale_until_regenerated(tmp_path, capsys):
+    write_module(tmp_path, "alpha", "name: alpha\n")
+    assert compose_main(["--repo", str(tmp_path)]) == 0
+    assert compose_main(["--check", "--repo", str(tmp_path)]) == 0
+    (tmp_path / "modules" / "alpha" / "module.yaml").write_text("name: alpha\ngpu: true\n")
+    assert compose_main(["--check", "--repo", str(tmp_path)]) == 1
+    assert "compose.yaml is not what the module specs say" in capsys.readouterr().err
+
+
+def test_a_service_is_derived_from_every_part_of_a_spec(tmp_path):
+    write_module(
+        tmp_path,
+        "judge",
+        "name: judge\nsecrets: {JUDGE_API_KEY: the judges' API key}\nenv: [JUDGE_BASE_URL]\n"
+        "volumes: {hf-cache: /data/hf-cache}\ncompose: {shm_size: 1g}\n",
+    )
+    write_module(tmp_path, "heavy", "name: heavy\ngpu: true\n")
+    compose, cpu = render(specs_with_files(tmp_path))
+    document = yaml.safe_load(compose)
+    judge = document["services"]["validator-judge"]
+    assert judge["build"]["args"]["MODULE"] == "judge"
+    assert judge["environment"]["JUDGE_API_KEY"].startswith("${JUDGE_API_KEY:?set JUDGE_API_KEY")
+    assert judge["environment"]["JUDGE_BASE_URL"] is None  # the host's value, only when set
+    assert judge["environment"]["TASK_IDS"].startswith("${TASK_IDS:?")
+    assert "HF_TOKEN" not in judge["environment"]  # not declared: not asked for
+    assert judge["volumes"] == [
+        "./configs:/app/configs:ro",
+        "hf-cache:/data/hf-cache",
+        "judge-state:/data/state",
+    ]
+    assert judge["shm_size"] == "1g"
+    assert "deploy" not in judge  # no GPU wanted: none reserved
+    assert "driver: nvidia" in yaml.safe_dump(document["services"]["validator-heavy"])
+    assert document["volumes"] == {
+        "hf-cache": {"name": "flock-validator-hf-cache"},
+        "judge-state": {"name": "flock-validator-judge-state"},
+        "heavy-state": {"name": "flock-validator-heavy-state"},
+    }
+    assert "validator-heavy:\n    deploy: !reset {}" in cpu
+    assert "validator-judge" not in cpu
+
+
+def test_run_py_names_what_keeps_a_module_from_launching(tmp_path):
+    folder = write_module(tmp_path, "bare")
+    write_module(tmp_path, "broken", "name: broken\ngpu: maybe\n")
+    with pytest.raises(
+        UsageError, match="unknown module 'nosuch'; available modules: bare, broken"
+    ):
+        module_spec(tmp_path, "nosuch")
+    with pytest.raises(UsageError, match="modules/bare/environment.yml is missing"):
+        module_spec(tmp_path, "bare")
+    (folder / "environment.yml").write_text("name: bare\n")
+    assert module_spec(tmp_path, "bare") == ModuleSpec(
+        name="bare"
+    )  # another's bad spec is no matter
+    with pytest.raises(UsageError, match="modules/broken/module.yaml: gpu:"):
+        module_spec(tmp_path, "broken")

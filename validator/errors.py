@@ -1,0 +1,235 @@
+"""The failure contract, in one place (docs/module-api.md, "Exceptions and outcomes").
+
+- the exceptions the validator and its modules raise on purpose, under `ValidatorError`;
+- `ExitCode`, the contract between `python -m validator` and the launcher;
+- `Verdict`, what an exception raised while scoring means, decided by `classify()`;
+- `OUTCOMES`, the one table from a verdict to what happens to the assignment in the journal and
+  to the process. The runner, `--check` and the entrypoint act on it; run.py acts on the exit
+  codes.
+
+Nothing heavy is imported here: run.py imports this module on the host.
+"""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+import requests
+
+# --- exceptions --------------------------------------------------------------------------------
+
+
+class ValidatorError(Exception):
+    """The root of the exceptions that the validator and its modules raise on purpose."""
+
+
+class SubmissionRejected(ValidatorError, ValueError):
+    """The submission itself cannot be validated (a repo that does not exist, a malformed
+    adapter, a file that does not load): the assignment is marked failed at once, with this
+    message as the reason. Raise it `from` the library's error, so that the log keeps both."""
+
+
+class OperatorError(ValidatorError):
+    """A problem on the validator's side that the operator can fix (missing token, a base model
+    the token cannot read, a missing dependency, disk full). The assignment is not marked failed;
+    it stays in the journal for a retry after the fix, and the process exits with code 3.
+    Modules know it as `RecoverableException`."""
+
+
+RecoverableException = OperatorError
+
+
+class ConfigError(OperatorError):
+    """Invalid configuration or command line; exit code 2."""
+
+
+class TransientError(ValidatorError):
+    """A fault outside both the validator and the submission (network, 5xx). Retried after
+    --time-sleep; if it persists for a day the assignment is dropped, never marked failed."""
+
+
+class DeviceError(ValidatorError):
+    """The accelerator is in a state only a fresh process can clear (e.g. a CUDA device-side
+    assert). The process exits with code 100 so that the launcher restarts it; the assignment is
+    rescored after the restart, and marked failed after MAX_SCORING_ATTEMPTS attempts."""
+
+
+class UnknownModuleError(ConfigError):
+    """The module named on the command line does not exist in `modules/`."""
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and what it was raised from or during: libraries wrap the error that decides the
+    outcome (an OSError of a failed write, an HTTP error inside LocalEntryNotFound)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def describe(exc: BaseException) -> str:
+    """`TypeName: message`, the form of an error in logs and in the journal's reasons."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+# --- exit codes --------------------------------------------------------------------------------
+
+
+class ExitCode(IntEnum):
+    """How `python -m validator` ends. run.py restarts the container on RESTART only, stops with
+    an explanation on USAGE and OPERATOR, and reports any other code as a crash."""
+
+    OK = 0  # --max-assignments reached, or stopped by a signal
+    BUG = 1  # a bug in the validator itself; under --check: the submission would be failed
+    USAGE = 2  # bad option, unknown module, invalid config: fix and rerun
+    OPERATOR = 3  # OperatorError (RecoverableException): do not restart; fix and rerun
+    RESTART = 100  # a fault that a fresh process may cure (the device)
+    INTERRUPTED = 130  # a second signal cut scoring short
+
+
+# --- verdicts, and what each one does ----------------------------------------------------------
+
+# Scoring attempts an assignment gets when they end in an unexpected error or end the process
+# (crash, device fault, kill); the next one marks it failed. Counted in the journal.
+MAX_SCORING_ATTEMPTS = 3
+
+
+class Verdict(Enum):
+    REJECTED = "rejected"  # the submission is at fault
+    UNEXPECTED = "unexpected"  # a bug in the module, or an error nobody foresaw
+    TRANSIENT = "transient"  # the network or a server
+    DEVICE = "device"  # the accelerator needs a fresh process
+    OPERATOR = "operator"  # the operator must fix something
+    CONFIG = "config"  # the configuration or command line is invalid
+
+
+class JournalAction(Enum):
+    """What happens to the assignment. A kept one is scored again after --time-sleep by this
+    process when the process goes on, and first thing by the next process when it exits."""
+
+    FAIL = "mark it failed now, with the reason"
+    KEEP = "keep it for a retry; the attempt does not count"
+    COUNT = f"keep it for a retry, counting the attempt; failed after {MAX_SCORING_ATTEMPTS}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: Verdict
+    journal: JournalAction
+    exit_code: ExitCode | None  # None: the process goes on with its other work
+    headline: str  # how the log line about it starts
+    traceback: bool  # whether that line carries the traceback (always for a bug)
+
+
+OUTCOMES: dict[Verdict, Outcome] = {
+    row.verdict: row
+    for row in (
+        Outcome(
+            Verdict.REJECTED, JournalAction.FAIL, None, "submission cannot be validated", False
+        ),
+        Outcome(
+            Verdict.UNEXPECTED, JournalAction.COUNT, None, "unexpected error in the module", True
+        ),
+        Outcome(Verdict.TRANSIENT, JournalAction.KEEP, None, "transient fault", False),
+        Outcome(
+            Verdict.DEVICE,
+            JournalAction.COUNT,
+            ExitCode.RESTART,
+            "device fault, restart needed",
+            False,
+        ),
+        Outcome(
+            Verdict.OPERATOR, JournalAction.KEEP, ExitCode.OPERATOR, "operator action needed", False
+        ),
+        Outcome(Verdict.CONFIG, JournalAction.KEEP, ExitCode.USAGE, "error", False),
+    )
+}
+
+
+# --- classification ----------------------------------------------------------------------------
+
+# Error texts of a GPU that only a new process can recover from.
+DEVICE_FAULT_MARKERS = (
+    "CUDA error",
+    "device-side assert",
+    "CUBLAS_STATUS",
+    "CUDNN_STATUS",
+    "cuDNN error",
+    "NCCL error",
+    "illegal memory access",
+)
+# Only errno values and SQLite's own code count as a full disk, never an error's text: a
+# submission can put any text into an error message, and must not be able to stop validators.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+SQLITE_FULL = 13
+SQLITE_FULL_MESSAGE = "database or disk is full"  # Python 3.10 has no sqlite_errorcode
+
+
+def classify(exc: BaseException) -> Verdict:
+    """What `exc`, raised while scoring, means. Only types and errno decide, never an error's
+    text (a submission can put any text into one), except the device-fault markers, which can
+    only restart the process, a number of times that MAX_SCORING_ATTEMPTS bounds."""
+    if isinstance(exc, ConfigError):
+        return Verdict.CONFIG
+    if isinstance(exc, OperatorError) or disk_full(exc):
+        return Verdict.OPERATOR
+    if _transient(exc):
+        return Verdict.TRANSIENT
+    if device_fault(exc):
+        return Verdict.DEVICE
+    # ValueError: SubmissionRejected, and what libraries raise for bad input (pydantic's
+    # ValidationError, JSON and Unicode decoding errors).
+    if isinstance(exc, ValueError):
+        return Verdict.REJECTED
+    if isinstance(exc, requests.HTTPError) and 400 <= _status(exc) < 500:
+        return Verdict.REJECTED  # what the submission names is missing or private
+    return Verdict.UNEXPECTED
+
+
+def outcome_of(exc: BaseException) -> Outcome:
+    return OUTCOMES[classify(exc)]
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, TransientError | requests.ConnectionError | requests.Timeout):
+        return True
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    return isinstance(exc, requests.HTTPError) and _status(exc) >= 500
+
+
+def _status(exc: requests.HTTPError) -> int:
+    return exc.response.status_code if exc.response is not None else 0
+
+
+def device_fault(exc: BaseException) -> bool:
+    """A DeviceError, torch's OutOfMemoryError (by name: no torch here) or a GPU library's
+    fault text, in `exc` or anything it was raised from: a wrapped CUDA error still poisons the
+    process. Texts of ValueErrors are not read; they carry what submissions wrote."""
+    for err in exception_chain(exc):
+        if isinstance(err, DeviceError) or type(err).__name__ == "OutOfMemoryError":
+            return True
+        if not isinstance(err, ValueError) and any(m in str(err) for m in DEVICE_FAULT_MARKERS):
+            return True
+    return False
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` or anything it was raised from is a full disk or an exceeded quota (a
+    download dir, the HF cache, the journal): the operator's to fix, never the submission's."""
+    for err in exception_chain(exc):
+        if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+            return True
+        if isinstance(err, sqlite3.Error):
+            code = getattr(err, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF == SQLITE_FULL:
+                return True
+            if code is None and str(err) == SQLITE_FULL_MESSAGE:
+                return True
+    return False
