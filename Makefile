@@ -12,7 +12,7 @@ install: $(VENV)/.installed
 
 # The requirements, then the repository itself in editable mode (pyproject.toml), so that
 # validator, launcher, devkit and bench import by name from tests, scripts and benches.
-$(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt requirements-lora.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt requirements-lora.txt requirements-rl.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
@@ -34,13 +34,18 @@ format: install
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-# The lora validator end to end, offline, through its image built from the local stand-in base
-# (VALIDATOR_BASE_IMAGE=... make demo builds from another base). Needs a Docker engine.
+# The lora and rl validators end to end, offline, through their images built from the local
+# stand-in base (VALIDATOR_BASE_IMAGE=... builds from another base; DEMO=rl runs one). Needs a
+# Docker engine.
+DEMO ?= lora rl
 demo: install wheels base-image
-	VALIDATOR_BASE_IMAGE=$${VALIDATOR_BASE_IMAGE:-local/base:bookworm} \
-	VALIDATOR_ENV_INSTALLER=$${VALIDATOR_ENV_INSTALLER:-pip} \
-	VALIDATOR_PIP_OPTIONS="$${VALIDATOR_PIP_OPTIONS:---no-index --find-links /opt/flock/wheels}" \
-	$(PY) -m scripts.demo
+	@for module in $(DEMO); do \
+		echo "== demo: $$module"; \
+		VALIDATOR_BASE_IMAGE=$${VALIDATOR_BASE_IMAGE:-local/base:bookworm} \
+		VALIDATOR_ENV_INSTALLER=$${VALIDATOR_ENV_INSTALLER:-pip} \
+		VALIDATOR_PIP_OPTIONS="$${VALIDATOR_PIP_OPTIONS:---no-index --find-links /opt/flock/wheels}" \
+		$(PY) -m scripts.demo$$([ "$$module" = lora ] || echo _$$module) || exit 1; \
+	done
 
 # The validator loop alone (no Docker, no torch) against the Fed Ledger simulator, in seconds.
 demo-loop: install
@@ -69,12 +74,16 @@ up:
 simulator: install
 	$(PY) -m devkit.simulator --data $(DATA) --port 8765
 
-# Wheels of the orchestrator's and the lora module's requirements, for image builds that cannot
-# reach PyPI (CI); torch comes as the CPU build where pip finds one locally. wheels/ is read by
-# the image build's first stage only: no module image holds it, and no image tag depends on it.
+# Wheels of the orchestrator's requirements and of every module's environment (the `pip:`
+# section of its environment.yml), for image builds that cannot reach PyPI (CI); torch comes as
+# the CPU build where pip finds one locally. wheels/ is read by the image build's first stage
+# only: no module image holds it, and no image tag depends on it.
 wheels: install
-	$(PY) -m pip download --quiet --only-binary=:all: -d wheels \
-		-r requirements.txt -r requirements-lora.txt
+	@for module in $(MODULES); do \
+		$(PY) docker/pip_requirements.py modules/$$module/environment.yml \
+			> wheels/requirements-$$module.txt 2>/dev/null || exit 1; done
+	$(PY) -m pip download --quiet --only-binary=:all: -d wheels -r requirements.txt \
+		$(foreach module,$(MODULES),-r wheels/requirements-$(module).txt)
 
 base-image:
 	bash scripts/local-base-image.sh

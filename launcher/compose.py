@@ -30,8 +30,9 @@ HEADER = f"""\
 # Written by `make compose` from modules/*/{SPEC_FILE}; edit the specs, not this file.
 #
 # `docker compose up -d validator-<module>` runs a module's validator; set FLOCK_API_KEY,
-# TASK_IDS and the module's own secrets (its spec's `secrets:`) in the environment or in a
-# .env file beside this file. Compose restarts a validator on any failing exit (up to 5 times);
+# TASK_IDS and the module's own secrets (its spec's `secrets:`, e.g. HF_TOKEN for lora) in the
+# environment or in a .env file beside this file; a validator without its secrets exits 2 and
+# says which. Compose restarts a validator on any failing exit (up to 5 times);
 # run.py is the smarter launcher: it restarts only on exit 100 and stops with an explanation on
 # 2 and 3.
 """
@@ -65,11 +66,12 @@ def service(spec: ModuleSpec) -> dict[str, Any]:
     environment = {
         "FLOCK_API_KEY": _required("FLOCK_API_KEY", "your Fed Ledger API key"),
         "TASK_IDS": _required("TASK_IDS", "the task ids to validate, e.g. 12,34"),
-        **{name: _required(name, what) for name, what in spec.secrets.items()},
         **CORE_ENVIRONMENT,
         # No value: Compose passes the host's when it is set and leaves it unset otherwise (an
-        # empty HF_ENDPOINT would be taken as the endpoint).
-        **{name: None for name in spec.env},
+        # empty HF_ENDPOINT would be taken as the endpoint). A module's secrets too: Compose
+        # interpolates every service of the file, so a `:?` here would make `up validator-rl`
+        # demand lora's HF_TOKEN; the validator refuses to start without them (exit 2).
+        **{name: None for name in [*spec.secrets, *spec.env]},
     }
     body: dict[str, Any] = {
         "build": {

@@ -121,19 +121,20 @@ def run_validator(api_url: str, hub_url: str, count: int) -> int:
             subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True)
 
 
-def check_like_a_trainer(request: Path, hub_url: str, scored: float) -> int:
-    """What a trainer runs before submitting; it must agree with the validator's score."""
-    print(f"\n$ python run.py lora --check {request.name}  # {request.read_text()}", flush=True)
+def check_in_image(module: str, request: Path, hub_url: str, metric: str) -> float | None:
+    """`run.py MODULE --check REQUEST`, as a trainer runs it before submitting: the metric it
+    prints, or None (with its stderr shown) when it failed."""
+    print(f"\n$ python run.py {module} --check {request.name}  # {request.read_text()}", flush=True)
     result = subprocess.run(
         [
             sys.executable,
             str(REPO_ROOT / "run.py"),
-            "lora",
+            module,
             "--gpus",
             "none",
             "--check",
             str(request),
-        ],
+        ],  # fmt: skip
         cwd=REPO_ROOT,
         env={**os.environ, "HF_ENDPOINT": hub_url},
         capture_output=True,
@@ -141,8 +142,15 @@ def check_like_a_trainer(request: Path, hub_url: str, scored: float) -> int:
     )
     if result.returncode != 0:
         print(result.stderr[-2000:])
-        return result.returncode
-    checked = json.loads(result.stdout.strip().splitlines()[-1])["loss"]
+        return None
+    return json.loads(result.stdout.strip().splitlines()[-1])[metric]
+
+
+def check_like_a_trainer(request: Path, hub_url: str, scored: float) -> int:
+    """What a trainer runs before submitting; it must agree with the validator's score."""
+    checked = check_in_image("lora", request, hub_url, "loss")
+    if checked is None:
+        return 1
     difference = abs(checked - scored) / abs(scored)
     print(
         f"--check loss={checked:.8f}; the validator submitted loss={scored:.8f} "
@@ -153,14 +161,11 @@ def check_like_a_trainer(request: Path, hub_url: str, scored: float) -> int:
 
 
 def print_results(sim: Simulator, code: int) -> None:
-    repos = {
-        a["id"]: a["task_submission"]["data"]["hg_repo_id"] for a in sim.state()["assignments"]
-    }
     print(f"\nrun.py exit code {code}; the Fed Ledger received:")
-    for result in sim.submissions():
+    for repo, result in sim.results_by_repo().items():
         data = result["data"] or {}
         scores = ", ".join(f"{k}={data[k]:.4f}" for k in ("loss", "eval_loss") if k in data)
-        print(f"  {repos[result['assignment_id']]:22} {result['status']:9} {scores}")
+        print(f"  {repo:22} {result['status']:9} {scores}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ import uuid
 import pytest
 
 from devkit.docker_env import launcher_env, make_module_repo
+from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
+from devkit.tiny_policies import linear_policy, npz_bytes, to_bytes, validation_arrays
 from devkit.validator_cli import REPO_ROOT
 from tests.helpers.docker_env import require_engine
 
@@ -29,6 +31,21 @@ services:
       - fixture-state:/data/state
 volumes:
   fixture-state:
+    name: ${STATE_VOLUME}
+"""
+
+# The generated rl service as it is, made to stop after its work and to keep its journal in a
+# volume of this test.
+RL_OVERRIDE = """
+services:
+  validator-rl:
+    command: ["rl", "--max-assignments", "2", "--assignment-lookup-interval", "0.2"]
+    restart: "no"
+    volumes: !override
+      - ./configs:/app/configs:ro
+      - rl-state:/data/state
+volumes:
+  rl-state:
     name: ${STATE_VOLUME}
 """
 
@@ -59,11 +76,17 @@ def test_compose_config_is_valid_and_requires_the_secrets(engine):
     assert result.returncode == 0, result.stderr
     assert "MODULE: lora" in result.stdout
     assert "BASE_IMAGE: local/base:bookworm" in result.stdout  # overridable from the environment
-    for variable in ("FLOCK_API_KEY", "HF_TOKEN", "TASK_IDS"):
+    for variable in ("FLOCK_API_KEY", "TASK_IDS"):
         missing = {**env, variable: ""}
         result = compose(REPO_ROOT, "config", "-q", env=missing)
         assert result.returncode != 0
         assert f"set {variable}" in result.stderr
+    # A module's own secret is the validator's to require (exit 2 naming it), not Compose's:
+    # Compose interpolates every service, and `up validator-rl` must not demand lora's token.
+    without_token = {k: v for k, v in env.items() if k != "HF_TOKEN"}
+    result = compose(REPO_ROOT, "config", "validator-rl", env=without_token)
+    assert result.returncode == 0, result.stderr
+    assert "HF_TOKEN" not in result.stdout
 
 
 def test_compose_cpu_override_drops_the_gpu_reservation(engine):
@@ -90,3 +113,36 @@ def test_compose_up_completes_assignments(engine, tmp_path):
             compose(repo, *files, "down", env=env)
             engine.volumes.get(volume).remove(force=True)
     assert "finished 2 assignments" in result.stdout + result.stderr
+
+
+def test_compose_up_validator_rl_runs_the_generated_service(engine, tmp_path):
+    # Not a line of the rl service is written here but what stops it: no GPU runtime, no HF
+    # token, and the default compose.yaml alone (rl reserves no GPU).
+    repo = make_module_repo(tmp_path / "repo")
+    (repo / "compose.rl-test.yaml").write_text(RL_OVERRIDE)
+    project, volume = f"fvtest{uuid.uuid4().hex[:8]}", f"fv-test-rl-{uuid.uuid4().hex[:8]}"
+    files = ["-p", project, "-f", "compose.yaml", "-f", "compose.rl-test.yaml"]
+    x, info = validation_arrays(64, 4, 2)
+    with LocalHub(tmp_path / "hub") as hub:
+        hub.add_repo("flock/sets", {"val.npz": npz_bytes(X=x, Info=info)})
+        hub.add_repo("alice/policy", {"model.onnx": to_bytes(linear_policy(4, 2))})
+        data = {"validation_set_url": f"{hub.endpoint}/flock/sets/resolve/main/val.npz"}
+        submissions = ["alice/policy", "missing/policy"]
+        with Simulator({"tasks": [task(1, submissions, max_params=100, **data)]}, tmp_path) as sim:
+            env = launcher_env(
+                TASK_IDS="1",
+                FLOCK_API_URL=sim.api_url,
+                STATE_VOLUME=volume,
+                HF_ENDPOINT=hub.endpoint,
+            )
+            del env["HF_TOKEN"]
+            try:
+                result = compose(repo, *files, "up", "--build", "validator-rl", env=env)
+                assert result.returncode == 0, result.stdout + result.stderr
+                results = sim.results_by_repo()
+            finally:
+                compose(repo, *files, "down", env=env)
+                engine.volumes.get(volume).remove(force=True)
+    assert results["alice/policy"]["status"] == "completed"
+    assert isinstance(results["alice/policy"]["data"]["average_reward"], float)
+    assert results["missing/policy"]["status"] == "failed"

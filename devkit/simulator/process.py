@@ -148,6 +148,12 @@ class Simulator:
     def submissions(self) -> list[dict[str, Any]]:
         return self.state()["submissions"]
 
+    def results_by_repo(self) -> dict[str, dict[str, Any]]:
+        """The last submitted result of each submission, by its hg_repo_id."""
+        state = self.state()
+        repos = {a["id"]: a["task_submission"]["data"]["hg_repo_id"] for a in state["assignments"]}
+        return {repos[r["assignment_id"]]: r for r in state["submissions"]}
+
     def lookups(self, task_id: int | str | None = None) -> list[dict[str, Any]]:
         """Request-log entries of assignment lookups, optionally of one task."""
         found = []

@@ -28,8 +28,8 @@ from modules.lora.metrics import (
 )
 from modules.lora.schemas import LoraConfig, LoraInput, LoraMetrics
 from modules.lora.templates import get_template
-from modules.lora.validation_set import fetch_validation_set
 from validator.base import BaseValidationModule
+from validator.downloads import fetch_validation_set
 from validator.errors import ConfigError, SubmissionRejected
 
 log = logging.getLogger(__name__)

@@ -4,35 +4,31 @@ A submission is hostile (docs/lora-scoring.md, "Untrusted submissions"): we pin 
 score to a commit, fetch only the allow-listed adapter files, never pickle weights or code, and
 check sizes from the Hub's listing before any byte is downloaded and again on what was written.
 
-Everything goes through `huggingface_hub`, so `HF_ENDPOINT`, `HF_HUB_CACHE`/`HF_HOME` and
-`HF_TOKEN` work. huggingface_hub reads the first two into constants when it is imported, so we
-read them again on every call and pass them explicitly (`endpoint=`, `cache_dir=`).
+Every call goes through validator/hub.py: huggingface_hub with one error translation, and
+`HF_ENDPOINT`, `HF_HUB_CACHE`/`HF_HOME` and `HF_TOKEN` read at call time.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import os
-import re
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import requests
-from huggingface_hub import HfApi, hf_hub_download, snapshot_download
-from huggingface_hub import errors as hf
-from huggingface_hub.hf_api import ModelInfo
+from huggingface_hub import snapshot_download
 
-from validator.errors import (
-    RecoverableException,
-    SubmissionRejected,
-    TransientError,
-    exception_chain,
+from validator.errors import RecoverableException, SubmissionRejected, TransientError
+from validator.hub import (
+    cache_dir,
+    commit_of,
+    download,
+    endpoint,
+    file_sizes,
+    hub_call,
+    model_info,
 )
 from validator.safe_json import JsonRefused, loads_bounded
 
@@ -50,11 +46,6 @@ BASE_MODEL_FILES = tuple(
     "config.json generation_config.json tokenizer.json tokenizer_config.json tokenizer.model"
     " special_tokens_map.json added_tokens.json vocab.json vocab.txt merges.txt".split()
 )
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-# Statuses that say "try again later" rather than "this request is wrong".
-TRANSIENT_STATUSES = frozenset({408, 425, 429})
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -71,91 +62,6 @@ class FetchedSubmission:
     is_lora: bool
     adapter_config: dict[str, Any] | None
     ignored_files: list[str] = field(default_factory=list)
-
-
-# -- configuration read at call time ----------------------------------------------------------
-
-
-def _endpoint() -> str | None:
-    value = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/")
-    return value or None
-
-
-def _cache_dir() -> str | None:
-    if os.environ.get("HF_HUB_CACHE"):
-        return os.environ["HF_HUB_CACHE"]
-    if os.environ.get("HF_HOME"):
-        return os.path.join(os.environ["HF_HOME"], "hub")
-    return None  # the library's own default
-
-
-def _api() -> HfApi:
-    return HfApi(endpoint=_endpoint())
-
-
-# -- error translation ------------------------------------------------------------------------
-
-
-def _classify(exc: BaseException, what: str, submission: bool) -> Exception | None:
-    """The project exception for a failed hub call, or None when it is not a hub problem."""
-    # Private/gated/missing is the submitter's doing; for a base model it is the operator's.
-    blame: type[Exception] = SubmissionRejected if submission else RecoverableException
-    hint = "" if submission else " Check the repo id, and that HF_TOKEN has been granted access."
-    for err in exception_chain(exc):
-        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-            return RecoverableException(f"no disk space left while downloading {what}: {err}")
-        if isinstance(err, hf.HFValidationError):
-            return blame(f"{what}: invalid repo id or revision: {err}")
-        if isinstance(err, hf.RevisionNotFoundError):
-            return blame(f"{what}: revision not found on the Hub.{hint}")
-        if isinstance(err, hf.GatedRepoError):
-            return blame(f"{what}: repo is gated and our HF_TOKEN has no access to it.{hint}")
-        if isinstance(err, hf.RepositoryNotFoundError):
-            return blame(f"{what}: repo not found (or private) on the Hub.{hint}")
-        if isinstance(err, hf.LocalEntryNotFoundError):
-            continue  # a network failure or 5xx wrapped by the library; its cause says which
-        if isinstance(err, hf.EntryNotFoundError):
-            return blame(f"{what}: file listed by the Hub is missing at that commit")
-        response = getattr(err, "response", None)
-        if isinstance(err, requests.HTTPError) and response is not None:
-            return _classify_status(response, what, blame, hint)
-        if isinstance(err, (requests.ConnectionError, requests.Timeout, hf.FileMetadataError)):
-            return TransientError(f"{what}: could not reach the Hub: {err}")
-    if any(isinstance(err, hf.LocalEntryNotFoundError) for err in exception_chain(exc)):
-        return TransientError(f"{what}: could not reach the Hub: {exc}")
-    return None
-
-
-def _classify_status(
-    response: requests.Response, what: str, blame: type[Exception], hint: str
-) -> Exception:
-    status = response.status_code
-    if status >= 500 or status in TRANSIENT_STATUSES:
-        return TransientError(f"{what}: the Hub answered HTTP {status}")
-    message = response.headers.get("X-Error-Message", "")
-    if status in (401, 403) and "Invalid credentials" in message:
-        return RecoverableException(f"{what}: the Hub refused HF_TOKEN (HTTP {status})")
-    return blame(f"{what}: the Hub answered HTTP {status}.{hint}")
-
-
-def _hub_call(call: Callable[[], T], what: str, *, submission: bool) -> T:
-    try:
-        return call()
-    except Exception as exc:
-        translated = _classify(exc, what, submission)
-        if translated is None:
-            raise
-        raise translated from exc
-
-
-def _model_info(repo_id: str, what: str, *, submission: bool, **kwargs: Any) -> ModelInfo:
-    call = partial(_api().model_info, repo_id, **kwargs)
-    return _hub_call(call, what, submission=submission)
-
-
-def _download(repo_id: str, name: str, what: str, *, submission: bool, **kwargs: Any) -> Path:
-    call = partial(hf_hub_download, repo_id, name, endpoint=_endpoint(), **kwargs)
-    return Path(_hub_call(call, what, submission=submission))
 
 
 # -- submissions ------------------------------------------------------------------------------
@@ -175,13 +81,13 @@ def fetch_adapter(
     """
     what = f"submission {repo_id}@{revision or 'main'}"
     # One listing gives both the commit and its files, so they cannot disagree.
-    info = _model_info(
+    info = model_info(
         repo_id, what, submission=True, revision=revision or "main", files_metadata=True,
         token=token,
     )  # fmt: skip
-    commit = _commit_of(info.sha, what)
+    commit = commit_of(info.sha, what)
     what = f"submission {repo_id}@{commit}"
-    sizes = {s.rfilename: (s.lfs.size if s.lfs else s.size) for s in info.siblings or []}
+    sizes = file_sizes(info)
     if ADAPTER_CONFIG not in sizes:
         return FetchedSubmission(dest, commit, False, None, sorted(sizes))
     _check_weight_format(sizes, what)
@@ -196,7 +102,7 @@ def fetch_adapter(
     for name in ADAPTER_FILES:  # the config first: no weights are fetched for a broken one
         # force_download: never reuse a file already in dest (hf_hub_download falls back to one
         # when the Hub is unreachable); revision=commit: what we score is what we recorded.
-        paths.append(_download(
+        paths.append(download(
             repo_id, name, what, submission=True, revision=commit, local_dir=dest, token=token,
             force_download=True,
         ))  # fmt: skip
@@ -207,12 +113,6 @@ def fetch_adapter(
     shutil.rmtree(dest / ".cache", ignore_errors=True)
     ignored = sorted(set(sizes) - set(ADAPTER_FILES))
     return FetchedSubmission(dest, commit, True, config, ignored)
-
-
-def _commit_of(sha: str | None, what: str) -> str:
-    if sha is None or not COMMIT_RE.match(sha):
-        raise TransientError(f"{what}: the Hub did not return a commit sha (got {sha!r})")
-    return sha
 
 
 def _check_weight_format(sizes: dict[str, int | None], what: str) -> None:
@@ -277,22 +177,22 @@ def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
     """
     what = f"base model {repo_id}"
     try:
-        info = _model_info(repo_id, what, submission=False, token=token)
+        info = model_info(repo_id, what, submission=False, token=token)
     except TransientError:
         cached = _cached_snapshot(repo_id)
         if cached is None:
             raise
         log.warning("%s: the Hub is unreachable, using the cached snapshot %s", what, cached)
         return cached
-    commit = _commit_of(info.sha, what)
+    commit = commit_of(info.sha, what)
     files = {s.rfilename for s in info.siblings or []}
     weights = _base_weight_files(repo_id, commit, files, token, what)
     patterns = [name for name in BASE_MODEL_FILES if name in files] + weights
     call = partial(
-        snapshot_download, repo_id, allow_patterns=patterns, cache_dir=_cache_dir(),
-        endpoint=_endpoint(), token=token,
+        snapshot_download, repo_id, allow_patterns=patterns, cache_dir=cache_dir(),
+        endpoint=endpoint(), token=token,
     )  # fmt: skip
-    path = Path(_hub_call(call, what, submission=False))
+    path = Path(hub_call(call, what, submission=False))
     if not (path / "config.json").is_file():
         raise RecoverableException(f"{what}: the snapshot at {path} has no config.json")
     return path
@@ -302,9 +202,9 @@ def _base_weight_files(
     repo_id: str, commit: str, files: set[str], token: str | None, what: str
 ) -> list[str]:
     if SAFETENSORS_INDEX in files:
-        index_path = _download(
+        index_path = download(
             repo_id, SAFETENSORS_INDEX, what, submission=False, revision=commit,
-            cache_dir=_cache_dir(), token=token,
+            cache_dir=cache_dir(), token=token,
         )  # fmt: skip
         weight_map = json.loads(Path(index_path).read_text()).get("weight_map", {})
         shards = sorted(set(weight_map.values()))
@@ -324,7 +224,7 @@ def _base_weight_files(
 
 def _cached_snapshot(repo_id: str) -> Path | None:
     try:
-        path = snapshot_download(repo_id, cache_dir=_cache_dir(), local_files_only=True)
+        path = snapshot_download(repo_id, cache_dir=cache_dir(), local_files_only=True)
     except Exception:  # noqa: BLE001 - any failure just means "not cached"
         return None
     return Path(path) if (Path(path) / "config.json").is_file() else None

@@ -18,7 +18,7 @@ from modules.lora.hub import (
     fetch_adapter,
     fetch_base_model,
 )
-from modules.lora.validation_set import fetch_validation_set
+from validator.downloads import fetch_validation_set
 from validator.errors import RecoverableException, TransientError
 
 LIMITS = DownloadLimits(

@@ -1,4 +1,5 @@
-"""The validation set of an assignment: an http(s) download with a size cap, or a local path."""
+"""An assignment's validation set: an http(s) download with a size cap, or a local path. Shared
+by the modules (docs/module-api.md, "Helpers for modules"); needs only `requests`."""
 
 from __future__ import annotations
 
@@ -9,22 +10,26 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 
-from modules.lora.hub import TRANSIENT_STATUSES
 from validator.errors import RecoverableException, TransientError
 
 TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
+# Statuses that say "try again later" rather than "this request is wrong".
+TRANSIENT_STATUSES = frozenset({408, 425, 429})
 CHUNK = 1 << 20
 
 
-def fetch_validation_set(url_or_path: str, dest: Path, max_bytes: int) -> Path:
+def fetch_validation_set(
+    url_or_path: str, dest: Path, max_bytes: int, default_name: str = "validation_set.jsonl"
+) -> Path:
     """The validation set as a local file: downloaded over http(s), or a local path in place.
 
-    `dest` is the file to write, or a directory to write it into. The set comes from the Fed
-    Ledger API, not the submitter, so a bad one is a ValueError rather than SubmissionRejected.
+    `dest` is the file to write, or a directory to write it into (under the URL's file name, or
+    `default_name`). The set comes from the Fed Ledger API, not the submitter, so a bad one is a
+    ValueError rather than SubmissionRejected: validators fail the assignment, as upstream does.
     """
     scheme = urlsplit(url_or_path).scheme.lower()
     if scheme in ("http", "https"):
-        return _download_validation_set(url_or_path, dest, max_bytes)
+        return _download_validation_set(url_or_path, dest, max_bytes, default_name)
     if scheme == "" or (len(scheme) == 1 and os.name == "nt"):  # "C:\..." on Windows
         return _local_validation_set(Path(url_or_path).expanduser(), max_bytes)
     raise ValueError(
@@ -42,8 +47,8 @@ def _local_validation_set(path: Path, max_bytes: int) -> Path:
     return path.resolve()
 
 
-def _download_validation_set(url: str, dest: Path, max_bytes: int) -> Path:
-    target = dest / _url_filename(url) if dest.is_dir() else dest
+def _download_validation_set(url: str, dest: Path, max_bytes: int, default_name: str) -> Path:
+    target = dest / _url_filename(url, default_name) if dest.is_dir() else dest
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     try:
@@ -62,9 +67,9 @@ def _download_validation_set(url: str, dest: Path, max_bytes: int) -> Path:
     return target
 
 
-def _url_filename(url: str) -> str:
+def _url_filename(url: str, default_name: str) -> str:
     name = Path(unquote(urlsplit(url).path)).name
-    return name if name and not name.startswith(".") else "validation_set.jsonl"
+    return name if name and not name.startswith(".") else default_name
 
 
 def _check_validation_response(response: requests.Response, url: str, max_bytes: int) -> None:

@@ -1,0 +1,107 @@
+"""The rl module: scores a submitted ONNX allocation policy by its average reward on the
+task's validation set, as the network's rl validator does (docs/rl-scoring.md), treating the
+file as hostile (docs/rl-scoring.md, "What is refused")."""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from modules.rl.hub import fetch_policy
+from modules.rl.inference import Limits, run_policy
+from modules.rl.policy import inspect_policy
+from modules.rl.reward import average_reward, rewards
+from modules.rl.schemas import PENALTY_REWARD, RlConfig, RlInput, RlMetrics
+from modules.rl.validation_set import load_validation_set
+from validator.base import BaseValidationModule
+from validator.downloads import fetch_validation_set
+
+log = logging.getLogger(__name__)
+
+
+class RlModule(BaseValidationModule):
+    config_schema = RlConfig
+    input_data_schema = RlInput
+    metrics_schema = RlMetrics
+    # The Fed Ledger's task type for rl tasks is not one this project has seen: no check.
+    task_type = ""
+
+    def __init__(self, config: RlConfig) -> None:
+        super().__init__(config)
+        self.limits = Limits(
+            threads=config.inference_threads,
+            seconds=config.inference_seconds,
+            memory_bytes=config.inference_memory_bytes,
+        )
+        self._work: Path | None = None
+
+    def validate(self, data: RlInput) -> RlMetrics:
+        config = self.config
+        self._work = work = Path(tempfile.mkdtemp(prefix="rl-", dir=config.work_dir))
+        policy = fetch_policy(
+            data.hg_repo_id,
+            data.revision,
+            data.model_filename,
+            work / "policy",
+            config.max_model_bytes,
+            config.max_external_data_bytes,
+        )
+        log.info(
+            "scoring %s/%s at commit %s (revision %s)",
+            data.hg_repo_id,
+            data.model_filename,
+            policy.commit,
+            data.revision,
+        )
+        graph = inspect_policy(policy.model, policy.folder)
+        if graph.parameter_count > data.max_params:
+            log.warning(
+                "%s has %d parameters, over max_params %d: average_reward %g",
+                data.hg_repo_id,
+                graph.parameter_count,
+                data.max_params,
+                PENALTY_REWARD,
+            )
+            return RlMetrics(average_reward=PENALTY_REWARD)
+        path = fetch_validation_set(
+            data.validation_set_url, work / "validation", config.max_validation_set_bytes,
+            default_name="validation_set.npz",
+        )  # fmt: skip
+        validation = load_validation_set(path, config.max_validation_set_unpacked_bytes)
+        log.info(
+            "validation set: %d rows, %d features, %d venues",
+            validation.features.shape[0],
+            validation.features.shape[1],
+            validation.venues,
+        )
+        actions = run_policy(
+            policy.model,
+            validation.features,
+            validation.venues,
+            config.per_device_eval_batch_size,
+            self.limits,
+            work / "inference",
+        )
+        mean = average_reward(rewards(actions, validation.info))
+        return RlMetrics(average_reward=_submitted(mean))
+
+    def cleanup(self) -> None:
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+            self._work = None
+
+
+def _submitted(value: np.float32) -> float:
+    if not math.isfinite(float(value)):
+        log.warning("average reward is %s: submitting %g", value, PENALTY_REWARD)
+        return PENALTY_REWARD
+    return float(value)
+
+
+MODULE = RlModule
+__all__ = ["MODULE", "RlConfig", "RlInput", "RlMetrics", "RlModule"]

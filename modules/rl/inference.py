@@ -1,0 +1,109 @@
+"""Runs a policy in modules/rl/sandbox.py, a child process the validator can always stop: the
+policy is hostile, and onnxruntime can neither be interrupted inside one operator nor bounded in
+memory from within (docs/rl-scoring.md, "Running the policy")."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from validator.errors import SubmissionRejected
+
+log = logging.getLogger(__name__)
+
+SANDBOX = Path(__file__).with_name("sandbox.py")
+MAX_RESULT_BYTES = 64 * 1024
+STDERR_TAIL = 2000
+
+
+@dataclass(frozen=True)
+class Limits:
+    threads: int
+    seconds: float
+    memory_bytes: int
+
+
+def run_policy(
+    model: Path, features: np.ndarray, venues: int, batch_size: int, limits: Limits, work: Path
+) -> np.ndarray:
+    """The policy's actions for every row, float32 (rows, venues); raises SubmissionRejected
+    when the policy does not fit, fails, or runs over a limit."""
+    work.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "features": work / "features.npy",
+        "actions": work / "actions.npy",
+        "result": work / "result.json",
+        "request": work / "request.json",
+    }
+    np.save(paths["features"], np.ascontiguousarray(features, dtype=np.float32))
+    request = {
+        "model": str(model),
+        "threads": limits.threads,
+        "memory_bytes": limits.memory_bytes,
+        "venues": venues,
+        "batch_size": batch_size,
+        **{name: str(paths[name]) for name in ("features", "actions", "result")},
+    }
+    paths["request"].write_text(json.dumps(request))
+    _run_sandbox(paths["request"], limits, work)
+    result = _read_result(paths["result"])
+    if "rejected" in result:
+        raise SubmissionRejected(str(result["rejected"]))
+    actions = np.load(paths["actions"], allow_pickle=False)
+    if actions.dtype != np.float32 or actions.shape != (features.shape[0], venues):
+        raise RuntimeError(f"the sandbox returned {actions.dtype} {actions.shape}")
+    return actions
+
+
+def _run_sandbox(request: Path, limits: Limits, work: Path) -> None:
+    # -I: no PYTHON* variables, no user site, no current directory on the path. The child's
+    # environment holds no secret (no FLOCK_API_KEY, no HF_TOKEN).
+    command = [sys.executable, "-I", str(SANDBOX), str(request)]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(work),
+        "OMP_NUM_THREADS": str(limits.threads),
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+    process = subprocess.Popen(
+        command,
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _, stderr = process.communicate(timeout=limits.seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise SubmissionRejected(
+            f"the policy did not finish within {limits.seconds:g} s (inference_seconds); stopped"
+        ) from None
+    if process.returncode != 0:
+        tail = stderr.decode(errors="replace")[-STDERR_TAIL:]
+        if process.returncode < 0 or "MemoryError" in tail or "bad_alloc" in tail:
+            # Killed by a signal (the kernel's OOM killer, an allocation past the limit) or out
+            # of memory: the policy's doing, since the features alone fit easily.
+            raise SubmissionRejected(
+                f"the policy's process ended abnormally (exit {process.returncode}), most likely "
+                f"over its memory limit of {limits.memory_bytes} bytes: {tail.strip()[-300:]}"
+            )
+        raise RuntimeError(f"the policy sandbox failed (exit {process.returncode}): {tail}")
+
+
+def _read_result(path: Path) -> dict:
+    if not path.is_file() or path.stat().st_size > MAX_RESULT_BYTES:
+        raise RuntimeError(f"the policy sandbox left no result in {path}")
+    result = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(result, dict):
+        raise RuntimeError(f"the policy sandbox wrote {result!r}")
+    return result

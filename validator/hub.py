@@ -1,0 +1,134 @@
+"""Hugging Face Hub calls for modules, through `huggingface_hub` (which a module using this must
+have in its environment; the core itself does not need it): one error translation from the
+library's exceptions to the failure contract, and the settings read at call time.
+
+A submitter's repo that is missing, private, gated or lacks a file is SubmissionRejected; the
+same for an operator's repo (a base model) is RecoverableException; network faults, 5xx and
+rate limits are TransientError; a full disk stops the validator. `HF_ENDPOINT`,
+`HF_HUB_CACHE`/`HF_HOME` and `HF_TOKEN` work as in the library: it reads the first two into
+constants when imported, so they are read again on every call and passed explicitly.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import requests
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import errors as hf
+from huggingface_hub.hf_api import ModelInfo
+
+from validator.downloads import TRANSIENT_STATUSES
+from validator.errors import (
+    RecoverableException,
+    SubmissionRejected,
+    TransientError,
+    exception_chain,
+)
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+T = TypeVar("T")
+
+
+def endpoint() -> str | None:
+    value = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/")
+    return value or None
+
+
+def cache_dir() -> str | None:
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    return None  # the library's own default
+
+
+def api() -> HfApi:
+    return HfApi(endpoint=endpoint())
+
+
+# -- error translation ------------------------------------------------------------------------
+
+
+def _classify(exc: BaseException, what: str, submission: bool) -> Exception | None:
+    """The project exception for a failed hub call, or None when it is not a hub problem."""
+    # Private/gated/missing is the submitter's doing; for a base model it is the operator's.
+    blame: type[Exception] = SubmissionRejected if submission else RecoverableException
+    hint = "" if submission else " Check the repo id, and that HF_TOKEN has been granted access."
+    for err in exception_chain(exc):
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return RecoverableException(f"no disk space left while downloading {what}: {err}")
+        if isinstance(err, hf.HFValidationError):
+            return blame(f"{what}: invalid repo id or revision: {err}")
+        if isinstance(err, hf.RevisionNotFoundError):
+            return blame(f"{what}: revision not found on the Hub.{hint}")
+        if isinstance(err, hf.GatedRepoError):
+            return blame(f"{what}: repo is gated and our HF_TOKEN has no access to it.{hint}")
+        if isinstance(err, hf.RepositoryNotFoundError):
+            return blame(f"{what}: repo not found (or private) on the Hub.{hint}")
+        if isinstance(err, hf.LocalEntryNotFoundError):
+            continue  # a network failure or 5xx wrapped by the library; its cause says which
+        if isinstance(err, hf.EntryNotFoundError):
+            return blame(f"{what}: file listed by the Hub is missing at that commit")
+        response = getattr(err, "response", None)
+        if isinstance(err, requests.HTTPError) and response is not None:
+            return _classify_status(response, what, blame, hint)
+        if isinstance(err, (requests.ConnectionError, requests.Timeout, hf.FileMetadataError)):
+            return TransientError(f"{what}: could not reach the Hub: {err}")
+    if any(isinstance(err, hf.LocalEntryNotFoundError) for err in exception_chain(exc)):
+        return TransientError(f"{what}: could not reach the Hub: {exc}")
+    return None
+
+
+def _classify_status(
+    response: requests.Response, what: str, blame: type[Exception], hint: str
+) -> Exception:
+    status = response.status_code
+    if status >= 500 or status in TRANSIENT_STATUSES:
+        return TransientError(f"{what}: the Hub answered HTTP {status}")
+    message = response.headers.get("X-Error-Message", "")
+    if status in (401, 403) and "Invalid credentials" in message:
+        return RecoverableException(f"{what}: the Hub refused HF_TOKEN (HTTP {status})")
+    return blame(f"{what}: the Hub answered HTTP {status}.{hint}")
+
+
+def hub_call(call: Callable[[], T], what: str, *, submission: bool) -> T:
+    """`call()`, its hub errors translated; `what` names the repo in messages, `submission`
+    says whose fault a missing repo or file is."""
+    try:
+        return call()
+    except Exception as exc:
+        translated = _classify(exc, what, submission)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def model_info(repo_id: str, what: str, *, submission: bool, **kwargs: Any) -> ModelInfo:
+    call = partial(api().model_info, repo_id, **kwargs)
+    return hub_call(call, what, submission=submission)
+
+
+def download(repo_id: str, name: str, what: str, *, submission: bool, **kwargs: Any) -> Path:
+    call = partial(hf_hub_download, repo_id, name, endpoint=endpoint(), **kwargs)
+    return Path(hub_call(call, what, submission=submission))
+
+
+def commit_of(sha: str | None, what: str) -> str:
+    """The 40-hex commit a listing resolved to: what is scored, downloaded and logged."""
+    if sha is None or not COMMIT_RE.match(sha):
+        raise TransientError(f"{what}: the Hub did not return a commit sha (got {sha!r})")
+    return sha
+
+
+def file_sizes(info: ModelInfo) -> dict[str, int | None]:
+    """The repo's files at the listed commit and their sizes (LFS size for LFS files); None
+    where the listing was made without `files_metadata=True`."""
+    return {s.rfilename: (s.lfs.size if s.lfs else s.size) for s in info.siblings or []}
