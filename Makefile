@@ -5,10 +5,15 @@ MODULE ?= lora
 # Every module that has a spec (modules/<name>/module.yaml): images and Compose services derive
 # from the specs, never from a list kept here.
 MODULES := $(patsubst modules/%/module.yaml,%,$(wildcard modules/*/module.yaml))
+# Modules whose stack conflicts with the dev venv's (requirements-<name>.txt not included by
+# requirements-dev.txt): each gets its own venv .venv-<name>, where tests/<name>/ runs.
+STACKS := $(shell for m in $(MODULES); do [ -f requirements-$$m.txt ] && \
+	! grep -q "requirements-$$m.txt" requirements-dev.txt && echo $$m; done)
+STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 
-.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench gpu-kit
+.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-llm-judge gpu-kit
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(STACK_VENVS)
 
 # The requirements, then the repository itself in editable mode (pyproject.toml), so that
 # validator, launcher, devkit and bench import by name from tests, scripts and benches.
@@ -19,11 +24,22 @@ $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt 
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
+# A module's own venv: its stack, the launcher's and the test tools, and this repository.
+.venv-%/.installed: requirements-%.txt requirements.txt requirements-host.txt pyproject.toml
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-$*/bin/python -m pip install --quiet -r requirements-$*.txt -r requirements-host.txt \
+		"pytest>=8,<10"
+	.venv-$*/bin/python -m pip install --quiet --no-deps --editable .
+	touch $@
+
 # The test suite. The Docker tests need a running engine (`make docker-engine` starts one on a
 # Debian machine without); FLOCK_SKIP_DOCKER_TESTS=1 opts out of them explicitly.
 test: install wheels
 	@if [ "$$FLOCK_SKIP_DOCKER_TESTS" != 1 ]; then bash scripts/local-base-image.sh; fi
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(foreach m,$(STACKS),--ignore=tests/$(m))
+	@for m in $(STACKS); do echo "== tests/$$m in .venv-$$m"; \
+		.venv-$$m/bin/python -m pytest -q tests/$$m || exit 1; done
 
 lint: install
 	$(PY) -m ruff check .
@@ -34,17 +50,18 @@ format: install
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-# The lora and rl validators end to end, offline, through their images built from the local
-# stand-in base (VALIDATOR_BASE_IMAGE=... builds from another base; DEMO=rl runs one). Needs a
-# Docker engine.
-DEMO ?= lora rl
+# The lora, rl and llm_judge validators end to end, offline, through their images built from
+# the local stand-in base (VALIDATOR_BASE_IMAGE=... builds from another base; DEMO=rl runs one;
+# a module with its own venv runs its demo there). Needs a Docker engine.
+DEMO ?= lora rl llm_judge
 demo: install wheels base-image
 	@for module in $(DEMO); do \
 		echo "== demo: $$module"; \
 		VALIDATOR_BASE_IMAGE=$${VALIDATOR_BASE_IMAGE:-local/base:bookworm} \
 		VALIDATOR_ENV_INSTALLER=$${VALIDATOR_ENV_INSTALLER:-pip} \
 		VALIDATOR_PIP_OPTIONS="$${VALIDATOR_PIP_OPTIONS:---no-index --find-links /opt/flock/wheels}" \
-		$(PY) -m scripts.demo$$([ "$$module" = lora ] || echo _$$module) || exit 1; \
+		python=$(PY); [ -x .venv-$$module/bin/python ] && python=.venv-$$module/bin/python; \
+		$$python -m scripts.demo$$([ "$$module" = lora ] || echo _$$module) || exit 1; \
 	done
 
 # The validator loop alone (no Docker, no torch) against the Fed Ledger simulator, in seconds.
@@ -82,8 +99,11 @@ wheels: install
 	@for module in $(MODULES); do \
 		$(PY) docker/pip_requirements.py modules/$$module/environment.yml \
 			> wheels/requirements-$$module.txt 2>/dev/null || exit 1; done
-	$(PY) -m pip download --quiet --only-binary=:all: -d wheels -r requirements.txt \
-		$(foreach module,$(MODULES),-r wheels/requirements-$(module).txt)
+	$(PY) -m pip download --quiet --only-binary=:all: -d wheels -r requirements.txt
+	@# One module at a time: their stacks may pin different versions of one package.
+	@for module in $(MODULES); do \
+		$(PY) -m pip download --quiet --only-binary=:all: -d wheels \
+			-r wheels/requirements-$$module.txt || exit 1; done
 
 base-image:
 	bash scripts/local-base-image.sh
@@ -101,6 +121,10 @@ bench-launcher: install wheels base-image
 # The lora module's scoring against the reference's way (load, merge, Trainer.evaluate), CPU.
 bench: install
 	$(PY) -m bench.lora_bench
+
+# The llm_judge module's batched generation against one prompt at a time (CPU, its own venv).
+bench-llm-judge: install
+	.venv-llm_judge/bin/python -m bench.llm_judge_generation
 
 # Pinned wheels for running `make bench`'s GPU mode on a machine without network
 # (bench/gpu_session.sh there; see bench/README.md).

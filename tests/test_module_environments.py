@@ -12,7 +12,10 @@ SPECS = discover_specs(REPO_ROOT / "modules")
 PROTOCOL_PINS = {
     "lora": ("transformers==4.49.0", "huggingface-hub==0.29.1"),
     "rl": ("onnxruntime==1.32.0", "numpy==2.4.6"),
+    "llm_judge": ("transformers==5.3.0", "peft==0.18.1", "huggingface-hub==1.5.0"),
 }
+# Stacks that conflict with the dev venv's: their tests run in .venv-<name> (Makefile STACKS).
+OWN_VENV = {"llm_judge"}
 
 
 def pip_section(name: str) -> list[str]:
@@ -33,7 +36,10 @@ def test_image_pins_equal_the_host_test_pins(name):
     assert sorted(pip_section(name)) == sorted(host)
     for pin in PROTOCOL_PINS[name]:
         assert pin in host
-    assert f"-r requirements-{name}.txt" in (REPO_ROOT / "requirements-dev.txt").read_text()
+    in_dev_venv = f"-r requirements-{name}.txt" in (REPO_ROOT / "requirements-dev.txt").read_text()
+    assert in_dev_venv != (name in OWN_VENV)
+    if name in OWN_VENV:
+        assert (REPO_ROOT / "tests" / name / "conftest.py").is_file()
 
 
 def test_every_module_with_host_requirements_is_checked():

@@ -12,6 +12,8 @@ constants when imported, so they are read again on every call and passed explici
 from __future__ import annotations
 
 import errno
+import json
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import requests
-from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub import errors as hf
 from huggingface_hub.hf_api import ModelInfo
 
@@ -31,6 +33,18 @@ from validator.errors import (
     TransientError,
     exception_chain,
 )
+
+log = logging.getLogger(__name__)
+
+# huggingface_hub 0.x raises requests' errors, 1.x httpx's (a module's stack picks the line).
+HTTP_ERRORS: tuple[type[BaseException], ...] = (requests.HTTPError, hf.HfHubHTTPError)
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (requests.ConnectionError, requests.Timeout)
+try:
+    import httpx
+
+    NETWORK_ERRORS += (httpx.TransportError,)
+except ImportError:  # huggingface_hub 0.x does not need it
+    pass
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -78,18 +92,16 @@ def _classify(exc: BaseException, what: str, submission: bool) -> Exception | No
         if isinstance(err, hf.EntryNotFoundError):
             return blame(f"{what}: file listed by the Hub is missing at that commit")
         response = getattr(err, "response", None)
-        if isinstance(err, requests.HTTPError) and response is not None:
+        if isinstance(err, HTTP_ERRORS) and response is not None:
             return _classify_status(response, what, blame, hint)
-        if isinstance(err, (requests.ConnectionError, requests.Timeout, hf.FileMetadataError)):
+        if isinstance(err, (*NETWORK_ERRORS, hf.FileMetadataError)):
             return TransientError(f"{what}: could not reach the Hub: {err}")
     if any(isinstance(err, hf.LocalEntryNotFoundError) for err in exception_chain(exc)):
         return TransientError(f"{what}: could not reach the Hub: {exc}")
     return None
 
 
-def _classify_status(
-    response: requests.Response, what: str, blame: type[Exception], hint: str
-) -> Exception:
+def _classify_status(response: Any, what: str, blame: type[Exception], hint: str) -> Exception:
     status = response.status_code
     if status >= 500 or status in TRANSIENT_STATUSES:
         return TransientError(f"{what}: the Hub answered HTTP {status}")
@@ -132,3 +144,76 @@ def file_sizes(info: ModelInfo) -> dict[str, int | None]:
     """The repo's files at the listed commit and their sizes (LFS size for LFS files); None
     where the listing was made without `files_metadata=True`."""
     return {s.rfilename: (s.lfs.size if s.lfs else s.size) for s in info.siblings or []}
+
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+# Everything a base model needs besides its weights; weights are picked from the listing.
+BASE_MODEL_FILES = tuple(
+    "config.json generation_config.json tokenizer.json tokenizer_config.json tokenizer.model"
+    " special_tokens_map.json added_tokens.json vocab.json vocab.txt merges.txt"
+    " chat_template.jinja".split()
+)
+
+
+# -- base models (trusted: the operator's supported list) ---------------------------------------
+
+
+def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
+    """A local snapshot of a (trusted) base model through the normal HF cache.
+
+    Only config, tokenizer and safetensors weights are fetched; when the repo has a shard index,
+    only the shards it names (some repos also carry a consolidated copy of the weights).
+    """
+    what = f"base model {repo_id}"
+    try:
+        info = model_info(repo_id, what, submission=False, token=token)
+    except TransientError:
+        cached = _cached_snapshot(repo_id)
+        if cached is None:
+            raise
+        log.warning("%s: the Hub is unreachable, using the cached snapshot %s", what, cached)
+        return cached
+    commit = commit_of(info.sha, what)
+    files = {s.rfilename for s in info.siblings or []}
+    weights = _base_weight_files(repo_id, commit, files, token, what)
+    patterns = [name for name in BASE_MODEL_FILES if name in files] + weights
+    call = partial(
+        snapshot_download, repo_id, allow_patterns=patterns, cache_dir=cache_dir(),
+        endpoint=endpoint(), token=token,
+    )  # fmt: skip
+    path = Path(hub_call(call, what, submission=False))
+    if not (path / "config.json").is_file():
+        raise RecoverableException(f"{what}: the snapshot at {path} has no config.json")
+    return path
+
+
+def _base_weight_files(
+    repo_id: str, commit: str, files: set[str], token: str | None, what: str
+) -> list[str]:
+    if SAFETENSORS_INDEX in files:
+        index_path = download(
+            repo_id, SAFETENSORS_INDEX, what, submission=False, revision=commit,
+            cache_dir=cache_dir(), token=token,
+        )  # fmt: skip
+        weight_map = json.loads(Path(index_path).read_text()).get("weight_map", {})
+        shards = sorted(set(weight_map.values()))
+        missing = [s for s in shards if s not in files or not s.endswith(".safetensors")]
+        if not shards or missing:
+            raise RecoverableException(
+                f"{what}: {SAFETENSORS_INDEX} names missing shards {missing}"
+            )
+        return [SAFETENSORS_INDEX, *shards]
+    if "model.safetensors" in files:
+        return ["model.safetensors"]
+    raise RecoverableException(
+        f"{what}: no safetensors weights (model.safetensors or {SAFETENSORS_INDEX}); "
+        "pickle weights are never loaded"
+    )
+
+
+def _cached_snapshot(repo_id: str) -> Path | None:
+    try:
+        path = snapshot_download(repo_id, cache_dir=cache_dir(), local_files_only=True)
+    except Exception:  # noqa: BLE001 - any failure just means "not cached"
+        return None
+    return Path(path) if (Path(path) / "config.json").is_file() else None

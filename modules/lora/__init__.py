@@ -19,7 +19,7 @@ from modules.lora.base_models import (
 )
 from modules.lora.dataset import EncodedSet, EncodedSetCache, load_tokenizer
 from modules.lora.forward import default_max_batch_size, example_losses
-from modules.lora.hub import DownloadLimits, fetch_adapter, fetch_base_model
+from modules.lora.hub import DownloadLimits, fetch_adapter
 from modules.lora.metrics import (
     check_token_byte_ratio,
     eval_loss,
@@ -31,6 +31,7 @@ from modules.lora.templates import get_template
 from validator.base import BaseValidationModule
 from validator.downloads import fetch_validation_set
 from validator.errors import ConfigError, SubmissionRejected
+from validator.hub import fetch_base_model
 
 log = logging.getLogger(__name__)
 

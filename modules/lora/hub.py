@@ -10,24 +10,17 @@ Every call goes through validator/hub.py: huggingface_hub with one error transla
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import snapshot_download
-
-from validator.errors import RecoverableException, SubmissionRejected, TransientError
+from validator.errors import SubmissionRejected, TransientError
 from validator.hub import (
-    cache_dir,
     commit_of,
     download,
-    endpoint,
     file_sizes,
-    hub_call,
     model_info,
 )
 from validator.safe_json import JsonRefused, loads_bounded
@@ -40,12 +33,6 @@ ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS)
 # Real adapter configs are about 1 KiB; a larger one is an attack on the journal and logs.
 MAX_CONFIG_BYTES = 1024 * 1024
 PICKLE_SUFFIXES = (".bin", ".pt", ".pkl", ".pth")
-SAFETENSORS_INDEX = "model.safetensors.index.json"
-# Everything a base model needs besides its weights; weights are picked from the listing.
-BASE_MODEL_FILES = tuple(
-    "config.json generation_config.json tokenizer.json tokenizer_config.json tokenizer.model"
-    " special_tokens_map.json added_tokens.json vocab.json vocab.txt merges.txt".split()
-)
 
 
 @dataclass
@@ -164,67 +151,3 @@ def _read_adapter_config(path: Path, what: str) -> dict[str, Any]:
             f"{what}: {ADAPTER_CONFIG} must be a JSON object, got {type(config).__name__}"
         )
     return config
-
-
-# -- base models ------------------------------------------------------------------------------
-
-
-def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
-    """A local snapshot of a (trusted) base model through the normal HF cache.
-
-    Only config, tokenizer and safetensors weights are fetched; when the repo has a shard index,
-    only the shards it names (some repos also carry a consolidated copy of the weights).
-    """
-    what = f"base model {repo_id}"
-    try:
-        info = model_info(repo_id, what, submission=False, token=token)
-    except TransientError:
-        cached = _cached_snapshot(repo_id)
-        if cached is None:
-            raise
-        log.warning("%s: the Hub is unreachable, using the cached snapshot %s", what, cached)
-        return cached
-    commit = commit_of(info.sha, what)
-    files = {s.rfilename for s in info.siblings or []}
-    weights = _base_weight_files(repo_id, commit, files, token, what)
-    patterns = [name for name in BASE_MODEL_FILES if name in files] + weights
-    call = partial(
-        snapshot_download, repo_id, allow_patterns=patterns, cache_dir=cache_dir(),
-        endpoint=endpoint(), token=token,
-    )  # fmt: skip
-    path = Path(hub_call(call, what, submission=False))
-    if not (path / "config.json").is_file():
-        raise RecoverableException(f"{what}: the snapshot at {path} has no config.json")
-    return path
-
-
-def _base_weight_files(
-    repo_id: str, commit: str, files: set[str], token: str | None, what: str
-) -> list[str]:
-    if SAFETENSORS_INDEX in files:
-        index_path = download(
-            repo_id, SAFETENSORS_INDEX, what, submission=False, revision=commit,
-            cache_dir=cache_dir(), token=token,
-        )  # fmt: skip
-        weight_map = json.loads(Path(index_path).read_text()).get("weight_map", {})
-        shards = sorted(set(weight_map.values()))
-        missing = [s for s in shards if s not in files or not s.endswith(".safetensors")]
-        if not shards or missing:
-            raise RecoverableException(
-                f"{what}: {SAFETENSORS_INDEX} names missing shards {missing}"
-            )
-        return [SAFETENSORS_INDEX, *shards]
-    if "model.safetensors" in files:
-        return ["model.safetensors"]
-    raise RecoverableException(
-        f"{what}: no safetensors weights (model.safetensors or {SAFETENSORS_INDEX}); "
-        "pickle weights are never loaded"
-    )
-
-
-def _cached_snapshot(repo_id: str) -> Path | None:
-    try:
-        path = snapshot_download(repo_id, cache_dir=cache_dir(), local_files_only=True)
-    except Exception:  # noqa: BLE001 - any failure just means "not cached"
-        return None
-    return Path(path) if (Path(path) / "config.json").is_file() else None

@@ -1,0 +1,128 @@
+"""The llm_judge module: the submitted model (a LoRA adapter on a supported Qwen3.5 base, or a
+full model) answers the validation set's prompts, LLM judges behind an OpenAI-compatible API
+grade every answer, and `score` is the mean graded quality, as the network's llm_judge
+validator computes it (docs/llm-judge-scoring.md)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from modules.llm_judge.conversation import Prompt, read_prompts
+from modules.llm_judge.generation import Request, Sampling, assignment_seed, generate, render
+from modules.llm_judge.judging import Judge, aggregate, load_rubrics, rubric_prompt
+from modules.llm_judge.loading import ModelCannotLoad, load
+from modules.llm_judge.schemas import (
+    PENALTY_SCORE,
+    LlmJudgeConfig,
+    LlmJudgeInput,
+    LlmJudgeMetrics,
+)
+from modules.llm_judge.submission import fetch_submission
+from validator.base import BaseValidationModule
+from validator.downloads import fetch_validation_set
+
+log = logging.getLogger(__name__)
+
+
+class LlmJudgeModule(BaseValidationModule):
+    config_schema = LlmJudgeConfig
+    input_data_schema = LlmJudgeInput
+    metrics_schema = LlmJudgeMetrics
+    task_type = ""  # the Fed Ledger's type for these tasks is not known here: no check
+
+    def __init__(self, config: LlmJudgeConfig) -> None:
+        super().__init__(config)
+        self.rubrics = load_rubrics(config.prompt_files)
+        # Asks the endpoint for its models now: a wrong URL or key stops the validator at
+        # start-up (exit 3), before any assignment is taken.
+        self.judge = Judge.from_environment(config)
+        self.sampling = Sampling(
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+            max_new_tokens=config.max_new_tokens,
+            token_budget=config.generation_token_budget,
+            max_batch=config.max_generation_batch,
+        )
+        self._work: Path | None = None
+
+    def validate(self, data: LlmJudgeInput) -> LlmJudgeMetrics:
+        config = self.config
+        self._work = work = Path(tempfile.mkdtemp(prefix="llm_judge-", dir=config.work_dir))
+        submission = fetch_submission(
+            data.hg_repo_id,
+            data.revision,
+            work / "submission",
+            config.supported_base_models,
+            config.max_adapter_total_bytes,
+            config.max_model_total_bytes,
+            data.max_params,
+        )
+        kind = f"LoRA on {submission.base_model}" if submission.base_model else "full model"
+        log.info("scoring %s (%s) at commit %s", data.hg_repo_id, kind, submission.commit)
+        if (submission.parameter_count or 0) > data.max_params:
+            return _penalty(f"{submission.parameter_count} parameters, over {data.max_params}")
+        path = fetch_validation_set(
+            data.validation_set_url, work / "validation.jsonl", config.max_validation_set_bytes
+        )
+        prompts = read_prompts(path)
+        models = self.judge.resolve_models(data.eval_args.eval_model_list)
+        try:
+            loaded = load(submission)
+        except ModelCannotLoad as exc:
+            return _penalty(f"the model cannot be loaded: {exc}")
+        if loaded.parameter_count > data.max_params:
+            return _penalty(f"{loaded.parameter_count} parameters, over {data.max_params}")
+        seed = assignment_seed(data.hg_repo_id, submission.commit, data.validation_set_url)
+        requests = [
+            Request(
+                index, repeat, render(loaded.tokenizer, p.messages, p.tools, data.context_length)
+            )
+            for index, p in enumerate(prompts)
+            for repeat in range(data.eval_args.gen_require)
+        ]
+        answers = generate(loaded.model, loaded.tokenizer, requests, self.sampling, seed)
+        del loaded
+        _free_memory()
+        log.info("%d answers generated; %d judge models: %s", len(answers), len(models), models)
+        judged = [
+            rubric_prompt(self.rubrics, data.eval_args.prompt_id, prompts[index], answer)
+            for (index, _repeat), answer in sorted(answers.items())
+        ]
+        replies = self.judge.grade_all(
+            judged, models, data.eval_args.eval_require, data.eval_args.temperature
+        )
+        return LlmJudgeMetrics(score=aggregate(replies))
+
+    def cleanup(self) -> None:
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+            self._work = None
+
+
+def _penalty(reason: str) -> LlmJudgeMetrics:
+    log.warning("%s: score %g", reason, PENALTY_SCORE)
+    return LlmJudgeMetrics(score=PENALTY_SCORE)
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+MODULE = LlmJudgeModule
+__all__ = [
+    "MODULE",
+    "LlmJudgeConfig",
+    "LlmJudgeInput",
+    "LlmJudgeMetrics",
+    "LlmJudgeModule",
+    "Prompt",
+]

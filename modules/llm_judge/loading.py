@@ -1,0 +1,70 @@
+"""Loading the submitted model for generation: a LoRA adapter merged into its supported base as
+the reference merges it, or a full model of an architecture transformers implements. Nothing
+is ever loaded with remote code or from pickle weights."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from modules.llm_judge.submission import Submission
+from validator.hub import fetch_base_model
+
+log = logging.getLogger(__name__)
+
+
+class ModelCannotLoad(Exception):
+    """The submission's model does not load: upstream submits score -999 for it."""
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    parameter_count: int
+
+
+def pick_device() -> tuple[str, torch.dtype]:
+    if torch.cuda.is_available():
+        return "cuda", torch.bfloat16
+    return "cpu", torch.float32
+
+
+def load(submission: Submission) -> LoadedModel:
+    """The merged or full model, on the GPU when there is one, ready to generate."""
+    device, dtype = pick_device()
+    if submission.base_model is not None:
+        # The base is the operator's (a supported, trusted repo): its download problems are
+        # the operator's, not the submission's, and are raised as they are.
+        source = fetch_base_model(submission.base_model)
+    else:
+        source = submission.path
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            str(source),
+            dtype=dtype,
+            use_safetensors=True,
+            trust_remote_code=False,
+            output_loading_info=True,
+        )
+        # transformers fills weights a checkpoint lacks with random values; such a model would
+        # score differently on every validator.
+        if info.get("missing_keys"):
+            missing = sorted(info["missing_keys"])
+            raise ModelCannotLoad(f"the weights lack {len(missing)} tensors, e.g. {missing[:3]}")
+        tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
+        if submission.base_model is not None:
+            model = PeftModel.from_pretrained(model, str(submission.path)).merge_and_unload()
+    except (torch.OutOfMemoryError, ModelCannotLoad):
+        raise  # out of memory: the host's limit, not the submission's fault
+    except Exception as exc:  # noqa: BLE001 - whatever stops loading scores -999, as upstream
+        raise ModelCannotLoad(f"{type(exc).__name__}: {str(exc)[:500]}") from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = model.to(device).eval()
+    return LoadedModel(model, tokenizer, sum(p.numel() for p in model.parameters()))

@@ -1,0 +1,64 @@
+"""The llm_judge module's config, input and metrics schemas (docs/llm-judge-scoring.md).
+
+`LlmJudgeConfig` holds every operator setting's default; `configs/llm_judge.json` sets the
+supported base models. `EvalArgs` is what a task's `eval_args` may say, with upstream's
+defaults.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from validator.base import BaseConfig, BaseInputData, BaseMetrics
+
+GIB = 1024**3
+# What upstream submits for a model over max_params or one that cannot be loaded.
+PENALTY_SCORE = -999.0
+
+
+class EvalArgs(BaseModel):
+    """A task's `eval_args`; keys it does not know are ignored, as upstream ignores them."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    gen_require: int = Field(1, ge=1, le=16)  # answers generated per prompt
+    eval_require: int = Field(3, ge=1, le=16)  # grades per judge model per answer
+    temperature: float = Field(0.1, ge=0, le=2)  # the judges' sampling temperature
+    prompt_id: int = 1  # 1 direct, 2 against the reference answer, 3 function call; else 1
+    eval_model_list: list[str] = Field(default_factory=list)  # empty: every model listed
+
+
+class LlmJudgeConfig(BaseConfig):
+    supported_base_models: list[str] = Field(min_length=1)
+    # Generation (the submitted model): upstream's sampling.
+    temperature: float = Field(0.7, ge=0)
+    top_p: float = Field(0.8, gt=0, le=1)
+    top_k: int = Field(20, ge=0)
+    max_new_tokens: int = Field(2048, gt=0)
+    generation_token_budget: int = Field(65536, gt=0)  # prompt + new tokens per batch
+    max_generation_batch: int = Field(64, gt=0)
+    # Judging.
+    judge_timeout_seconds: float = Field(120.0, gt=0)
+    judge_retries: int = Field(3, ge=0)  # upstream's count
+    judge_concurrency: int = Field(8, gt=0)  # judge calls in flight at once
+    # Other wording of the rubric prompts (files); unset: the module's own prompts/.
+    prompt_files: dict[int, str] = Field(default_factory=dict)
+    # Downloads.
+    max_adapter_total_bytes: int = Field(4 * GIB, gt=0)
+    max_model_total_bytes: int = Field(80 * GIB, gt=0)
+    max_validation_set_bytes: int = Field(1 * GIB, gt=0)
+    work_dir: str | None = None
+
+
+class LlmJudgeInput(BaseInputData):
+    hg_repo_id: str
+    revision: str = "main"
+    validation_set_url: str
+    base_model: str
+    context_length: int = Field(gt=0)
+    max_params: int = Field(gt=0)
+    eval_args: EvalArgs = Field(default_factory=EvalArgs)
+
+
+class LlmJudgeMetrics(BaseMetrics):
+    score: float

@@ -1,0 +1,169 @@
+"""The submitted model: a LoRA adapter on a supported base, or a full model, fetched pinned to
+the commit its revision resolves to (also for full models, which upstream fetches at `main`),
+only the files needed, safetensors only, never remote code, within size caps
+(docs/llm-judge-scoring.md, "The submission")."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import transformers
+from transformers import AutoConfig
+
+from validator.errors import SubmissionRejected, TransientError
+from validator.hub import (
+    SAFETENSORS_INDEX,
+    api,
+    commit_of,
+    download,
+    file_sizes,
+    hub_call,
+    model_info,
+)
+from validator.safe_json import JsonRefused, loads_bounded
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+MAX_JSON_BYTES = 1024 * 1024
+# A full model's files besides its weights: its config and tokenizer (data, never code).
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
+
+
+@dataclass(frozen=True)
+class Submission:
+    path: Path
+    commit: str
+    base_model: str | None  # the supported base a LoRA adapter names; None: a full model
+    parameter_count: int | None  # a full model's, from its safetensors headers
+
+
+def fetch_submission(
+    repo_id: str,
+    revision: str,
+    dest: Path,
+    supported_bases: list[str],
+    max_adapter_bytes: int,
+    max_model_bytes: int,
+    max_params: int,
+) -> Submission:
+    """The submission's files in `dest`. A full model over `max_params` (counted from its
+    safetensors headers) comes back without its weights: it scores -999 unloaded."""
+    what = f"submission {repo_id}@{revision}"
+    info = model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
+    commit = commit_of(info.sha, what)
+    what = f"submission {repo_id}@{commit}"
+    sizes = file_sizes(info)
+    if ADAPTER_CONFIG in sizes:
+        return _fetch_adapter(
+            repo_id, commit, sizes, dest, supported_bases, max_adapter_bytes, what
+        )
+    return _fetch_full_model(repo_id, commit, sizes, dest, max_model_bytes, max_params, what)
+
+
+def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what) -> Submission:
+    if ADAPTER_WEIGHTS not in sizes:
+        raise SubmissionRejected(
+            f"{what}: {ADAPTER_CONFIG} without {ADAPTER_WEIGHTS}{_pickles(sizes)}"
+        )
+    _check_total({name: sizes[name] for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS)}, limit, what)
+    config_path = _get(repo_id, commit, ADAPTER_CONFIG, dest, what)
+    config = _read_json(config_path, what)
+    base = config.get("base_model_name_or_path")
+    if base not in supported_bases:
+        raise SubmissionRejected(
+            f"{what}: base_model_name_or_path {str(base)[:200]!r} is not a supported base "
+            f"({', '.join(supported_bases)})"
+        )
+    _get(repo_id, commit, ADAPTER_WEIGHTS, dest, what)
+    _tidy(dest)
+    return Submission(dest, commit, base, None)
+
+
+def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> Submission:
+    if "config.json" not in sizes:
+        raise SubmissionRejected(f"{what}: neither {ADAPTER_CONFIG} nor config.json: not a model")
+    if "model.safetensors" not in sizes and SAFETENSORS_INDEX not in sizes:
+        raise SubmissionRejected(f"{what}: no safetensors weights{_pickles(sizes)}")
+    config_path = _get(repo_id, commit, "config.json", dest, what)
+    _check_architecture(config_path, what)
+    # The parameter count from the safetensors headers, before any weight is downloaded.
+    metadata = hub_call(
+        lambda: api().get_safetensors_metadata(repo_id, revision=commit), what, submission=True
+    )
+    count = sum(metadata.parameter_count.values())
+    if count > max_params:
+        _tidy(dest)
+        return Submission(dest, commit, None, count)
+    weights = (
+        sorted(set(metadata.weight_map.values())) if metadata.sharded else ["model.safetensors"]
+    )
+    wanted = [name for name in (*MODEL_FILES, *weights) if name in sizes and name != "config.json"]
+    if metadata.sharded:
+        wanted.append(SAFETENSORS_INDEX)
+    _check_total({name: sizes[name] for name in [*wanted, "config.json"]}, limit, what)
+    for name in wanted:
+        _get(repo_id, commit, name, dest, what)
+    _tidy(dest)
+    return Submission(dest, commit, None, count)
+
+
+def _check_architecture(config_path: Path, what: str) -> None:
+    """Only architectures transformers implements itself: a config that asks for remote code
+    (`auto_map`) or names a class transformers does not have is refused."""
+    config = _read_json(config_path, what)
+    if "auto_map" in config:
+        raise SubmissionRejected(f"{what}: config.json asks for remote code (auto_map); never run")
+    architectures = config.get("architectures") or []
+    unknown = [a for a in architectures if not hasattr(transformers, str(a))]
+    if not architectures or unknown:
+        raise SubmissionRejected(
+            f"{what}: architectures {architectures!r} are not ones transformers implements"
+        )
+    try:
+        AutoConfig.from_pretrained(str(config_path.parent), trust_remote_code=False)
+    except (ValueError, KeyError, OSError) as exc:
+        raise SubmissionRejected(f"{what}: config.json cannot be read: {exc}") from exc
+
+
+def _get(repo_id: str, commit: str, name: str, dest: Path, what: str) -> Path:
+    return download(
+        repo_id, name, what, submission=True, revision=commit, local_dir=dest, force_download=True
+    )
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        data = loads_bounded(path.read_bytes(), f"{what}: {path.name}", max_bytes=MAX_JSON_BYTES)
+    except JsonRefused as exc:
+        raise SubmissionRejected(str(exc)) from exc
+    if not isinstance(data, dict):
+        raise SubmissionRejected(f"{what}: {path.name} must be a JSON object")
+    return data
+
+
+def _check_total(sizes: dict[str, int | None], limit: int, what: str) -> None:
+    if any(size is None for size in sizes.values()):
+        raise TransientError(f"{what}: the Hub listing has no file sizes")
+    total = sum(size for size in sizes.values() if size is not None)
+    if total > limit:
+        raise SubmissionRejected(f"{what}: the files add up to {total} bytes, over {limit}")
+
+
+def _pickles(sizes: dict[str, int | None]) -> str:
+    pickles = sorted(name for name in sizes if name.endswith(PICKLE_SUFFIXES))
+    return f" (pickle weights {', '.join(pickles)} are never loaded)" if pickles else ""
+
+
+def _tidy(dest: Path) -> None:
+    # hf_hub_download keeps its bookkeeping in dest/.cache; only the model's files belong there.
+    shutil.rmtree(dest / ".cache", ignore_errors=True)

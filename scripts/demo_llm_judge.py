@@ -1,0 +1,97 @@
+"""`make demo` (third part): the llm_judge validator end to end, offline, through its image.
+
+Builds a tiny Qwen3.5-architecture base, a LoRA adapter on it and a pickle-only adapter here,
+serves them and a validation set from a HuggingFace-style hub on 127.0.0.1, starts a local
+OpenAI-compatible judge and the Fed Ledger simulator with one task of those submissions, runs
+`python run.py llm_judge` (no GPU here) until they are finished, and prints what the simulator
+received. Runs in the llm_judge stack (.venv-llm_judge; the Makefile picks it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from devkit.hf_hub import LocalHub
+from devkit.judge_server import LocalJudge
+from devkit.simulator.process import Simulator, task
+from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
+from devkit.tiny_repos import files_of
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BASE = "Qwen/Qwen3.5-0.8B"
+KEY = "sk-demo-judge-key-0123456789"
+SET = REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl"
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="flock-demo-llm-judge-") as tmp_name:
+        tmp = Path(tmp_name)
+        print("building a tiny Qwen3.5-architecture base and adapters ...", flush=True)
+        base = build_chat_base(tmp / "base")
+        with LocalHub(tmp / "hub") as hub, LocalJudge(["judge-a", "judge-b-low"], KEY) as judge:
+            hub.add_repo(BASE, files_of(base))
+            for seed in (1, 2):
+                adapter = build_chat_adapter(base, tmp / f"adapter{seed}", BASE, seed)
+                hub.add_repo(f"trainer{seed}/qwen35-lora", files_of(adapter))
+            hub.add_repo(
+                "mallory/pickle", {"adapter_config.json": b"{}", "adapter_model.bin": b"\x80"}
+            )
+            hub.add_repo("flock/sets", {"chat.jsonl": SET.read_bytes()})
+            repos = ["trainer1/qwen35-lora", "trainer2/qwen35-lora", "mallory/pickle"]
+            data = {
+                "validation_set_url": f"{hub.endpoint}/flock/sets/resolve/main/chat.jsonl",
+                "base_model": "qwen1.5", "context_length": 1024, "max_params": 10**9,
+                "eval_args": {"eval_require": 2},
+            }  # fmt: skip
+            configs = tmp / "configs"
+            configs.mkdir()
+            (configs / "llm_judge.json").write_text(
+                json.dumps({"supported_base_models": [BASE], "max_new_tokens": 16})
+            )
+            with Simulator({"tasks": [task(1, repos, **data)]}, tmp) as sim:
+                code = run_validator(sim.api_url, hub.endpoint, judge.endpoint, configs, len(repos))
+                results = sim.results_by_repo()
+            calls = len(judge.requests)
+        print(f"\nrun.py exit code {code}; {calls} judge calls; the Fed Ledger received:")
+        for repo, result in results.items():
+            value = (result["data"] or {}).get("score")
+            print(
+                f"  {repo:22} {result['status']:9} {'' if value is None else f'score={value:.4f}'}"
+            )
+        return code
+
+
+def run_validator(api_url: str, hub_url: str, judge_url: str, configs: Path, count: int) -> int:
+    volumes = f"flock-validator-demo-lj-{uuid.uuid4().hex[:8]}"
+    command = [
+        sys.executable, str(REPO_ROOT / "run.py"), "llm_judge",
+        "--gpus", os.environ.get("GPUS", "none"), "--task_ids", "1", "--api-url", api_url,
+        "--max-assignments", str(count),
+        "--assignment-lookup-interval", "0.5", "--time-sleep", "2",
+        "--state-volume", f"{volumes}-state", "--hf-cache-volume", f"{volumes}-hf",
+        "--config-dir", str(configs),
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub_url,
+        "FLOCK_API_KEY": "demo-key",
+        "HF_TOKEN": "demo-token",
+        "OPENAI_BASE_URL": judge_url,
+        "OPENAI_API_KEY": KEY,
+    }
+    print(f"$ python run.py llm_judge --task_ids 1 --max-assignments {count} ...", flush=True)
+    try:
+        return subprocess.call(command, cwd=REPO_ROOT, env=env)
+    finally:
+        for name in (f"{volumes}-state", f"{volumes}-hf"):
+            subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

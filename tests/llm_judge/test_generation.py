@@ -1,0 +1,118 @@
+"""Batched generation with the tiny Qwen3.5-architecture model: the batches give what one
+prompt at a time gives, the token budget and the out-of-memory halving shape the batches, and
+the assignment's seed makes a rescore sample the same answers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from devkit.tiny_chat_models import build_chat_base
+from modules.llm_judge.generation import (
+    Request,
+    Sampling,
+    assignment_seed,
+    generate,
+    render,
+)
+
+GREEDY = Sampling(
+    temperature=0, top_p=1.0, top_k=0, max_new_tokens=12, token_budget=10**6, max_batch=64
+)
+SAMPLED = Sampling(
+    temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=12, token_budget=10**6, max_batch=64
+)
+QUESTIONS = [
+    "Hi",
+    "Can you help me find a recipe with chicken, bell peppers and rice?",
+    "What is the weather like?",
+    "Please convert 100 US dollars to euros, and tell me the rate you used for it.",
+    "Thanks!",
+]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    path = build_chat_base(tmp_path_factory.mktemp("base"))
+    model = AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    return model, AutoTokenizer.from_pretrained(str(path))
+
+
+def requests_for(tokenizer, repeats: int = 1) -> list[Request]:
+    return [
+        Request(i, r, render(tokenizer, [{"role": "user", "content": q}], None, 4096))
+        for i, q in enumerate(QUESTIONS)
+        for r in range(repeats)
+    ]
+
+
+def test_render_uses_the_template_with_a_generation_prompt_and_thinking_off(base):
+    _, tokenizer = base
+    ids = render(tokenizer, [{"role": "user", "content": "Hi"}], None, 4096)
+    text = tokenizer.decode(ids)
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert render(tokenizer, [{"role": "user", "content": "Hi"}], None, 5) == ids[-5:]
+
+
+def test_batches_give_what_one_prompt_at_a_time_gives(base):
+    model, tokenizer = base
+    requests = requests_for(tokenizer)
+    batched = generate(model, tokenizer, requests, GREEDY, seed=1)
+    one_by_one = {}
+    for request in requests:
+        one = Sampling(**{**GREEDY.__dict__, "max_batch": 1})
+        one_by_one.update(generate(model, tokenizer, [request], one, seed=1))
+    assert batched == one_by_one
+    assert set(batched) == {(i, 0) for i in range(len(QUESTIONS))}
+    assert any(text.strip() for text in batched.values())
+
+
+def test_the_same_seed_samples_the_same_answers_and_another_does_not(base):
+    model, tokenizer = base
+    requests = requests_for(tokenizer, repeats=2)
+    seed = assignment_seed("task 7", "assignment 12", "0" * 40)
+    first = generate(model, tokenizer, requests, SAMPLED, seed)
+    assert generate(model, tokenizer, requests, SAMPLED, seed) == first
+    assert generate(model, tokenizer, requests, SAMPLED, seed + 1) != first
+    assert len(first) == 2 * len(QUESTIONS)
+
+
+class Batches:
+    """Records the batch sizes generate() asks the model for; raises CUDA's out-of-memory
+    error above `fits` rows, as a GPU would (none exists here)."""
+
+    def __init__(self, model, fits: int) -> None:
+        self.model, self.fits, self.sizes = model, fits, []
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def generate(self, **kwargs):
+        rows = kwargs["input_ids"].shape[0]
+        self.sizes.append(rows)
+        if rows > self.fits:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return self.model.generate(**kwargs)
+
+
+def test_out_of_memory_halves_the_batch_and_loses_nothing(base):
+    model, tokenizer = base
+    requests = requests_for(tokenizer, repeats=2)  # 10 rows
+    recorder = Batches(model, fits=3)
+    answers = generate(recorder, tokenizer, requests, GREEDY, seed=1)
+    assert recorder.sizes[:3] == [10, 5, 2]
+    assert max(s for s in recorder.sizes if s <= 3) <= 3
+    assert answers == generate(model, tokenizer, requests, GREEDY, seed=1)
+
+
+def test_the_token_budget_bounds_each_batch(base):
+    model, tokenizer = base
+    requests = requests_for(tokenizer)
+    longest = max(len(r.ids) for r in requests)
+    budget = 2 * (longest + GREEDY.max_new_tokens)
+    recorder = Batches(model, fits=100)
+    generate(
+        recorder, tokenizer, requests, Sampling(**{**GREEDY.__dict__, "token_budget": budget}), 1
+    )
+    assert max(recorder.sizes) <= 2 and sum(recorder.sizes) == len(requests)

@@ -1,0 +1,160 @@
+"""The llm_judge module end to end in its stack: a tiny Qwen3.5-architecture base and adapter
+served by the local Hub through huggingface_hub 1.5, a validation set over HTTP, and the local
+OpenAI-compatible judge reached through the real openai client."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from devkit.judge_server import LocalJudge
+from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
+from devkit.tiny_repos import files_of
+from devkit.validator_cli import REPO_ROOT, run_validator, validator_env
+from modules.llm_judge import LlmJudgeConfig, LlmJudgeModule
+from tests.helpers.served_hub import served_hub
+from validator.errors import RecoverableException
+from validator.scoring import score
+
+BASE = "Qwen/Qwen3.5-0.8B"
+KEY = "sk-judge-TEST-1234567890"
+CHAT = (REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("llm-judge")
+    base = build_chat_base(tmp / "base")
+    adapter = build_chat_adapter(base, tmp / "adapter", BASE, seed=1)
+    with served_hub(tmp) as hub, LocalJudge(["judge-a", "judge-b-low"], KEY) as judge:
+        hub.add_repo(BASE, files_of(base))
+        hub.add_repo("alice/lora", files_of(adapter))
+        hub.add_repo("flock/sets", {"chat.jsonl": CHAT})
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("OPENAI_BASE_URL", judge.endpoint)
+            patch.setenv("OPENAI_API_KEY", KEY)
+            yield hub, judge, base, tmp
+
+
+def module(**config) -> LlmJudgeModule:
+    settings = {"supported_base_models": [BASE], "max_new_tokens": 8, **config}
+    return LlmJudgeModule(LlmJudgeConfig(**settings))
+
+
+def scored(world, repo="alice/lora", eval_args=None, max_params=10**9, **config):
+    hub, *_ = world
+    raw = {
+        "hg_repo_id": repo,
+        "validation_set_url": f"{hub.endpoint}/flock/sets/resolve/main/chat.jsonl",
+        "base_model": "qwen1.5",
+        "context_length": 512,
+        "max_params": max_params,
+        "eval_args": eval_args or {"eval_require": 2},
+    }
+    judged = module(**config)
+    try:
+        return score(judged, raw)
+    finally:
+        judged.cleanup()
+
+
+def expected_score(judge, since: int) -> float:
+    grades = [
+        judge.grade_of(r["answer"], r["model"])
+        for r in judge.requests[since:]
+        if r["status"] == 200
+    ]
+    return sum(s * c for s, c in grades) / len(grades) / 10
+
+
+def test_the_score_is_the_mean_graded_quality_of_the_generated_answers(world, caplog):
+    _, judge, _, _ = world
+    since = len(judge.requests)
+    with caplog.at_level(logging.INFO):
+        metrics = scored(world)
+    calls = judge.requests[since:]
+    assert len(calls) == 10 * 2 * 2  # 10 prompts x 2 judge models x eval_require 2
+    assert {c["model"] for c in calls} == {"judge-a", "judge-b-low"}
+    assert metrics["score"] == pytest.approx(expected_score(judge, since))
+    assert "alice/lora (LoRA on Qwen/Qwen3.5-0.8B) at commit" in caplog.text
+    assert KEY not in caplog.text
+
+
+def test_a_rescore_generates_the_same_answers(world):
+    _, judge, _, _ = world
+    since = len(judge.requests)
+    first = scored(world, eval_args={"eval_require": 1, "eval_model_list": ["judge-a"]})
+    middle = len(judge.requests)
+    again = scored(world, eval_args={"eval_require": 1, "eval_model_list": ["judge-a"]})
+    answers = sorted(r["answer"] for r in judge.requests[since:middle])
+    assert answers == sorted(r["answer"] for r in judge.requests[middle:])
+    assert first == again
+
+
+def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world):
+    hub, judge, base, _ = world
+    hub.add_repo("bob/full", files_of(base))
+    files = {**files_of(base), "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
+    hub.add_repo("carol/broken", files)
+    since = len(judge.requests)
+    assert scored(world, repo="bob/full", max_params=10) == {"score": -999.0}
+    assert scored(world, repo="carol/broken") == {"score": -999.0}
+    assert len(judge.requests) == since  # nothing was generated, nothing judged
+
+
+def test_a_judge_that_goes_away_keeps_the_assignment(world):
+    _, judge, _, _ = world
+    judged = module(judge_retries=1)
+    judge.fail_next(1000, status=503)
+    raw = {"hg_repo_id": "alice/lora", "base_model": "qwen1.5", "context_length": 512,
+           "validation_set_url": f"{world[0].endpoint}/flock/sets/resolve/main/chat.jsonl",
+           "max_params": 10**9}  # fmt: skip
+    try:
+        with pytest.raises(RecoverableException, match=judge.endpoint):
+            score(judged, raw)
+    finally:
+        judge.fail_next(0)
+        judged.cleanup()
+
+
+def test_check_as_a_subprocess_prints_the_score_and_no_secret(world, tmp_path):
+    hub, judge, _, _ = world
+    request = tmp_path / "input.json"
+    request.write_text(json.dumps({
+        "hg_repo_id": "alice/lora", "base_model": "qwen1.5", "context_length": 512,
+        "validation_set_url": f"{hub.endpoint}/flock/sets/resolve/main/chat.jsonl",
+        "max_params": 10**9, "eval_args": {"eval_require": 1},
+    }))  # fmt: skip
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "llm_judge.json").write_text(
+        json.dumps({"supported_base_models": [BASE], "max_new_tokens": 8})
+    )
+    env = validator_env(
+        tmp_path, HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf"),
+        OPENAI_BASE_URL=judge.endpoint, OPENAI_API_KEY=KEY,
+    )  # fmt: skip
+    result = run_validator(["llm_judge", "--debug", "--check", str(request)], env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads(result.stdout.strip().splitlines()[-1])
+    assert 0 < metrics["score"] <= 1
+    assert KEY not in result.stdout + result.stderr
+
+
+def test_a_wrong_judge_key_stops_the_validator_with_exit_3(world, tmp_path):
+    hub, judge, _, _ = world
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "llm_judge.json").write_text(
+        json.dumps({"supported_base_models": [BASE]})
+    )
+    env = validator_env(
+        tmp_path, OPENAI_BASE_URL=judge.endpoint, OPENAI_API_KEY="sk-wrong-0000000000"
+    )
+    request = tmp_path / "input.json"
+    request.write_text(json.dumps({"hg_repo_id": "x/y", "base_model": "q", "context_length": 8,
+                                   "validation_set_url": "v", "max_params": 1}))  # fmt: skip
+    result = run_validator(["llm_judge", "--check", str(request)], env, timeout=120)
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert judge.endpoint in result.stderr
+    assert "sk-wrong-0000000000" not in result.stderr

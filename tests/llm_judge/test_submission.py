@@ -1,0 +1,132 @@
+"""The submitted model's download through the real huggingface_hub 1.5 code against the local
+Hub: pinned to the resolved commit (full models too), only the files needed, safetensors only,
+no remote code, the parameter count from safetensors headers before any weight is fetched."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
+from devkit.tiny_repos import files_of
+from modules.llm_judge.loading import ModelCannotLoad, load
+from modules.llm_judge.submission import fetch_submission
+from tests.helpers.served_hub import served_hub
+from validator.errors import SubmissionRejected, TransientError
+
+BASE = "Qwen/Qwen3.5-0.8B"
+SUPPORTED = [BASE]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("judge-hub")
+    base = build_chat_base(tmp / "base")
+    adapter = build_chat_adapter(base, tmp / "adapter", BASE, seed=1)
+    with served_hub(tmp) as hub:
+        hub.add_repo(BASE, files_of(base))
+        yield hub, base, adapter, tmp
+
+
+def fetch(world, repo: str, revision: str = "main", max_params: int = 10**9):
+    hub, *_, tmp = world
+    dest = tmp / "work" / repo.replace("/", "_") / revision
+    return fetch_submission(repo, revision, dest, SUPPORTED, 10**9, 10**10, max_params)
+
+
+def test_an_adapter_is_fetched_at_its_commit_and_merged_into_its_base(world):
+    hub, base, adapter, _ = world
+    commit = hub.add_repo("alice/lora", {**files_of(adapter), "evil.py": b"import os\n"})
+    before = len(hub.file_requests())
+    submission = fetch(world, "alice/lora")
+    assert (submission.commit, submission.base_model) == (commit, BASE)
+    assert sorted(hub.file_requests()[before:]) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    loaded = load(submission)
+    assert loaded.parameter_count > 0
+    assert not any("lora_" in name for name, _ in loaded.model.named_parameters())  # merged
+
+
+def test_a_full_model_is_pinned_and_counted_from_its_headers(world):
+    hub, base, _, _ = world
+    commit = hub.add_repo("bob/full", files_of(base))
+    hub.add_repo("bob/full", {**files_of(base), "config.json": b"{}"}, revision="other")
+    submission = fetch(world, "bob/full")
+    assert submission.commit == commit and submission.base_model is None
+    loaded = load(submission)
+    assert submission.parameter_count == loaded.parameter_count
+    assert all(f"/resolve/{commit}/" in p for m, p, s in hub.requests if "/bob/full/resolve/" in p)
+
+
+def test_a_full_model_over_max_params_is_never_downloaded(world):
+    hub, base, _, _ = world
+    hub.add_repo("carol/big", files_of(base))
+    submission = fetch(world, "carol/big", max_params=10)
+    assert submission.parameter_count > 10
+    # Only the header was read (ranged requests); no weight file reached the work dir.
+    assert sorted(p.name for p in submission.path.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            {"adapter_config.json": b"{}", "adapter_model.bin": b"\x80"},
+            "pickle weights adapter_model.bin",
+        ),
+        ({"config.json": b"{}", "pytorch_model.bin": b"\x80"}, "no safetensors weights"),
+        ({"README.md": b"hi"}, "not a model"),
+    ],
+    ids=["pickle-adapter", "pickle-model", "nothing"],
+)
+def test_what_cannot_be_a_safe_submission_is_refused(world, files, message):
+    hub, *_ = world
+    hub.add_repo("mallory/x", files)
+    with pytest.raises(SubmissionRejected, match=message):
+        fetch(world, "mallory/x")
+
+
+def test_an_adapter_on_an_unsupported_base_is_refused(world):
+    hub, _, adapter, _ = world
+    files = files_of(adapter)
+    config = json.loads(files["adapter_config.json"].read_text())
+    config["base_model_name_or_path"] = "evil/base"
+    hub.add_repo("mallory/base", {**files, "adapter_config.json": json.dumps(config).encode()})
+    with pytest.raises(SubmissionRejected, match="'evil/base' is not a supported base"):
+        fetch(world, "mallory/base")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"auto_map": {"AutoModelForCausalLM": "evil.Model"}}, "remote code"),
+        ({"architectures": ["EvilForCausalLM"]}, "not ones transformers implements"),
+    ],
+)
+def test_remote_code_and_unknown_architectures_are_refused(world, change, message):
+    hub, base, _, _ = world
+    config = {**json.loads((base / "config.json").read_text()), **change}
+    hub.add_repo("mallory/arch", {**files_of(base), "config.json": json.dumps(config).encode()})
+    with pytest.raises(SubmissionRejected, match=message):
+        fetch(world, "mallory/arch")
+
+
+def test_a_model_that_does_not_load_is_reported_for_minus_999(world):
+    hub, base, _, _ = world
+    files = {**files_of(base), "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
+    hub.add_repo("dave/broken", files)
+    submission = fetch(world, "dave/broken", max_params=10**9)
+    with pytest.raises(ModelCannotLoad):
+        load(submission)
+
+
+def test_hub_faults_under_huggingface_hub_1_are_transient(world):
+    # huggingface_hub 1.x raises httpx's errors, not requests': the translation covers both.
+    hub, *_ = world
+    hub.add_repo("erin/flaky", {"README.md": b"x"})
+    hub.fail_next(10, status=503, match="erin/flaky")
+    with pytest.raises(TransientError, match="the Hub answered HTTP 503"):
+        fetch(world, "erin/flaky")
