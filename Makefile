@@ -57,9 +57,9 @@ DEMO ?= lora rl llm_judge
 demo: install wheels base-image
 	@for module in $(DEMO); do \
 		echo "== demo: $$module"; \
-		VALIDATOR_BASE_IMAGE=$${VALIDATOR_BASE_IMAGE:-local/base:bookworm} \
+		export VALIDATOR_BASE_IMAGE=$${VALIDATOR_BASE_IMAGE:-local/base:bookworm} \
 		VALIDATOR_ENV_INSTALLER=$${VALIDATOR_ENV_INSTALLER:-pip} \
-		VALIDATOR_PIP_OPTIONS="$${VALIDATOR_PIP_OPTIONS:---no-index --find-links /opt/flock/wheels}" \
+		VALIDATOR_PIP_OPTIONS="$${VALIDATOR_PIP_OPTIONS:---no-index --find-links /opt/flock/wheels}"; \
 		python=$(PY); [ -x .venv-$$module/bin/python ] && python=.venv-$$module/bin/python; \
 		$$python -m scripts.demo$$([ "$$module" = lora ] || echo _$$module) || exit 1; \
 	done
