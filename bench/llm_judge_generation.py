@@ -32,22 +32,29 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--batch", type=int, default=64, help="rows per batch at most")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     with tempfile.TemporaryDirectory() as tmp:
         model, tokenizer = _model(Path(tmp), args.hidden, args.layers)
+        if args.device == "cuda":  # bf16 on a GPU, as the module loads models there
+            model = model.to("cuda", torch.bfloat16)
         prompts = read_prompts(DATA / "chat_sample.jsonl")
         prompts = (prompts + read_prompts(DATA / "function_calling_sample.jsonl"))[: args.prompts]
         requests = [Request(i, 0, render(tokenizer, p.messages, p.tools, 2048))
                     for i, p in enumerate(prompts)]  # fmt: skip
         model.generation_config.suppress_tokens = _stop_tokens(tokenizer)
-        sampling = Sampling(0, 1.0, 0, args.new_tokens, token_budget=1 << 20, max_batch=64)
+        sampling = Sampling(0, 1.0, 0, args.new_tokens, token_budget=1 << 22, max_batch=args.batch)
         single = Sampling(0, 1.0, 0, args.new_tokens, token_budget=1 << 20, max_batch=1)
         tokens = len(requests) * args.new_tokens
+        generate(model, tokenizer, requests[:2], sampling, seed=1)  # warm-up (kernels, caches)
         ours = _timed(lambda: generate(model, tokenizer, requests, sampling, seed=1))
         baseline = _timed(lambda: [generate(model, tokenizer, [r], single, 1) for r in requests])
+    where = torch.cuda.get_device_name() if args.device == "cuda" else (
+        f"{torch.get_num_threads()} CPU threads")  # fmt: skip
     print(f"{len(requests)} prompts x {args.new_tokens} new tokens, hidden {args.hidden}, "
-          f"{args.layers} layers, {torch.get_num_threads()} CPU threads")  # fmt: skip
+          f"{args.layers} layers, {where}")  # fmt: skip
     print(f"batched:          {tokens / ours:8.1f} tokens/s ({ours:.2f} s)")
     print(f"one at a time:    {tokens / baseline:8.1f} tokens/s ({baseline:.2f} s)")
     print(f"ratio:            {baseline / ours:8.2f}x")
