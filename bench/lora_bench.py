@@ -49,6 +49,7 @@ from bench.lora_shapes import CPU_SHAPE, GPU_SHAPES, Shape, forward_flops, total
 from bench.lora_sides import SideProcess
 from devkit.tiny_models import build_model, make_lora, save_base
 from devkit.tiny_tokenizer import build_tokenizer
+from modules.lora.forward import default_max_batch_size
 from modules.lora.records import EncodedExample
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -281,10 +282,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--token-budget", type=int, default=Batching.token_budget, help="the module's config"
     )
     parser.add_argument(
-        "--max-batch-size", type=int, default=Batching.max_batch_size, help="the module's config"
+        "--max-batch-size",
+        type=int,
+        default=None,
+        help="the module's config [default: what the module picks on the device]",
     )
     args = parser.parse_args(argv)
-    args.batching = Batching(args.token_budget, args.max_batch_size)
+    # Unset in the config, the module batches 1 conversation on a CPU and 64 on a GPU; the
+    # bench must measure what an operator runs.
+    max_batch_size = args.max_batch_size or default_max_batch_size(args.device)
+    args.batching = Batching(args.token_budget, max_batch_size)
     if args.adapters < 2:
         parser.error("--adapters must be at least 2: one cold assignment, then steady state")
     return args
