@@ -1,35 +1,55 @@
 """A local OpenAI-compatible judge for the llm_judge tests and demo: a real HTTP server on
-127.0.0.1 speaking `GET /v1/models` and `POST /v1/chat/completions`, so that the module's real
-`openai` client code runs.
+127.0.0.1 speaking `GET /v1/models` and `POST /v1/chat/completions` in the OpenAI wire format,
+so that the module's real `openai` client code runs. Every request needs
+`Authorization: Bearer <api_key>` (401 otherwise, as OpenAI answers it); a chat completion for a
+model it does not list is a 404.
 
-Grades are deterministic: the graded answer is the text between the lines `<answer>` and
-`</answer>` of the last user message (the rubric prompts put it there); its score is
-1 + (length of the stripped answer mod 10), its confidence 0.5 for a model whose name has a
-`low` part and 1.0 otherwise (`LocalJudge.grade_of`). Faults are queued and each one takes the
-next chat completion: `fail_next` (an HTTP status, optionally with Retry-After),
-`malformed_next` (a reply that is not JSON), `reply_next` (a given reply text) and `slow_next`.
+Grades are deterministic: the graded answer is the text of the last block between a line
+`<answer>` and a line `</answer>` in the last message (the rubric prompts put the answer there,
+after the conversation and the reference); its score is 1 + (length of the stripped answer mod
+10), its confidence 0.5 for a model whose name has a dash-separated `low` part and 1.0 otherwise
+(`LocalJudge.grade_of`). So "ok" grades 3, "a longer answer" (15 characters) 6.
+
+Faults are queued; each takes the next chat completion, whatever its model: `fail_next` (an
+HTTP status, optionally with Retry-After; `models=True`: of the next model listings instead),
+`malformed_next` (a reply that is not JSON), `reply_next` (a given reply text) and `slow_next`
+(a reply after a delay). `requests` logs every chat completion: model, temperature,
+reasoning_effort, chat_template_kwargs, the prompt, the answer found in it, the status and the
+content sent. `peak_in_flight` is the most completions it was answering at once.
+
+    with LocalJudge(["judge-a", "judge-b-low"], "sk-test") as judge:
+        client = openai.OpenAI(base_url=judge.endpoint, api_key="sk-test")
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-ANSWER = re.compile(r"<answer>\n(.*)\n</answer>", re.S)
+OPEN, CLOSE = "<answer>\n", "\n</answer>"
+
+
+def answer_in(text: str) -> str:
+    """The answer block's text (see the module's docstring); "" when there is none."""
+    end = text.rfind(CLOSE)
+    start = text.rfind(OPEN, 0, end) if end >= 0 else -1
+    return text[start + len(OPEN) : end] if start >= 0 else ""
 
 
 class LocalJudge:
     def __init__(
         self, models: list[str] | None = None, api_key: str = "sk-judge-TEST-1234567890"
     ) -> None:
-        self.models = list(models or ["judge-a", "judge-b-low"])
+        self.models = ["judge-a", "judge-b-low"] if models is None else list(models)
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
+        self.peak_in_flight = 0
+        self._in_flight = 0
         self._faults: list[tuple[str, Any]] = []
+        self._model_faults: list[tuple[str, Any]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -37,64 +57,87 @@ class LocalJudge:
         handler = type("Handler", (_Handler,), {"judge": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        # A short poll interval keeps shutdown fast.
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            self._server = None
 
     @property
     def endpoint(self) -> str:
+        """The base URL, as OPENAI_BASE_URL takes it: http://127.0.0.1:PORT/v1."""
         assert self._server is not None, "LocalJudge is not started"
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     @staticmethod
     def grade_of(answer: str, model: str) -> tuple[int, float]:
+        """(score, confidence) the judge gives `answer` as `model`, when no fault is queued."""
         confidence = 0.5 if "low" in model.lower().split("-") else 1.0
         return 1 + len(answer.strip()) % 10, confidence
 
     # -- faults --------------------------------------------------------------------------------
 
-    def fail_next(self, n: int, status: int = 429, retry_after: float | None = None) -> None:
-        """The next `n` completions answer `status`; n=0 clears every queued fault."""
+    def fail_next(
+        self, n: int, status: int = 429, retry_after: float | None = None, *, models: bool = False
+    ) -> None:
+        """The next `n` completions (model listings with `models=True`) answer `status`, with
+        `Retry-After: retry_after` when given; n=0 clears every queued fault, of any kind."""
         with self._lock:
             if n == 0:
                 self._faults.clear()
-            self._faults += [("status", (status, retry_after))] * n
+                self._model_faults.clear()
+            queue = self._model_faults if models else self._faults
+            queue += [("status", (status, retry_after))] * n
 
     def malformed_next(self, n: int) -> None:
+        """The next `n` completions reply prose with no JSON in it."""
         self.reply_next(n, "I think it is a good answer.")
 
     def reply_next(self, n: int, content: str) -> None:
+        """The next `n` completions reply `content` as the assistant's message."""
         with self._lock:
             self._faults += [("reply", content)] * n
 
     def slow_next(self, n: int, seconds: float) -> None:
+        """The next `n` completions wait `seconds` before their (normal) reply."""
         with self._lock:
             self._faults += [("slow", seconds)] * n
 
-    def _take_fault(self) -> tuple[str, Any] | None:
+    def _take_fault(self, models: bool = False) -> tuple[str, Any] | None:
         with self._lock:
-            return self._faults.pop(0) if self._faults else None
+            queue = self._model_faults if models else self._faults
+            return queue.pop(0) if queue else None
 
     def _log(self, entry: dict[str, Any]) -> None:
         with self._lock:
             self.requests.append(entry)
+
+    def _enter(self, delta: int) -> None:
+        with self._lock:
+            self._in_flight += delta
+            self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
 
 
 class _Handler(BaseHTTPRequestHandler):
     judge: LocalJudge
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
+        pass  # the judge keeps its own log
 
     def do_GET(self) -> None:  # noqa: N802
         if not self._authorized():
             return
         if self.path.rstrip("/") != "/v1/models":
-            return self._send(404, {"error": {"message": "not found", "type": "invalid_request"}})
+            return self._error(404, "not found", "invalid_request_error")
+        fault = self.judge._take_fault(models=True)
+        if fault is not None:
+            status, retry_after = fault[1]
+            headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+            return self._error(status, "injected fault", "server_error", headers=headers)
         data = [
             {"id": m, "object": "model", "created": 0, "owned_by": "local"}
             for m in self.judge.models
@@ -103,34 +146,49 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
+        raw = self.rfile.read(length)
         if not self._authorized():
             return
         if self.path.rstrip("/") != "/v1/chat/completions":
-            return self._send(404, {"error": {"message": "not found", "type": "invalid_request"}})
+            return self._error(404, "not found", "invalid_request_error")
+        try:
+            body = json.loads(raw or b"{}")
+            text = str(body["messages"][-1]["content"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            return self._error(400, "a JSON body with messages is required", "invalid_request")
+        self.judge._enter(1)
+        try:
+            self._complete(body, text)
+        finally:
+            self.judge._enter(-1)
+
+    def _complete(self, body: dict[str, Any], text: str) -> None:
         model = body.get("model", "")
-        text = body["messages"][-1]["content"] if body.get("messages") else ""
-        found = ANSWER.search(text)
-        answer = found.group(1) if found else ""
+        answer = answer_in(text)
         entry = {
             "model": model,
             "temperature": body.get("temperature"),
             "reasoning_effort": body.get("reasoning_effort"),
             "chat_template_kwargs": body.get("chat_template_kwargs"),
+            "prompt": text,
             "answer": answer,
         }
+        if model not in self.judge.models:
+            self.judge._log({**entry, "status": 404})
+            message = f"The model `{model}` does not exist"
+            return self._error(404, message, "invalid_request_error", "model_not_found")
         fault = self.judge._take_fault()
-        content = None
-        if fault and fault[0] == "status":
-            status, retry_after = fault[1]
+        kind, value = fault if fault else ("", None)
+        if kind == "status":
+            status, retry_after = value
             self.judge._log({**entry, "status": status})
             headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-            return self._send(status, {"error": {"message": "injected", "type": "server"}}, headers)
-        if fault and fault[0] == "slow":
-            time.sleep(fault[1])
-        if fault and fault[0] == "reply":
-            content = fault[1]
-        if content is None:
+            return self._error(status, "injected fault", "server_error", headers=headers)
+        if kind == "slow":
+            time.sleep(value)
+        if kind == "reply":
+            content = value
+        else:
             score, confidence = LocalJudge.grade_of(answer, model)
             reasoning = "length-based test grade"
             content = json.dumps({"score": score, "confidence": confidence, "reasoning": reasoning})
@@ -145,10 +203,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _authorized(self) -> bool:
         if self.headers.get("Authorization") == f"Bearer {self.judge.api_key}":
             return True
-        error = {"message": "Incorrect API key provided", "type": "invalid_request_error",
-                 "code": "invalid_api_key"}  # fmt: skip
-        self._send(401, {"error": error})
+        # OpenAI's wording, without the key it was given.
+        self._error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
         return False
+
+    def _error(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        error = {"message": message, "type": kind, "param": None, "code": code}
+        self._send(status, {"error": error}, headers)
 
     def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
