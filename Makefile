@@ -11,7 +11,7 @@ STACKS := $(shell for m in $(MODULES); do [ -f requirements-$$m.txt ] && \
 	! grep -q "requirements-$$m.txt" requirements-dev.txt && echo $$m; done)
 STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 
-.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-llm-judge gpu-kit
+.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge gpu-kit browser report
 
 install: $(VENV)/.installed $(STACK_VENVS)
 
@@ -108,11 +108,25 @@ wheels: install
 base-image:
 	bash scripts/local-base-image.sh
 
+# Debian's headless Chromium and ChromeDriver for the page tests (tests/helpers/browser.py);
+# FLOCK_SKIP_BROWSER_TESTS=1 opts out of those tests instead. Needs root on a Debian machine.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then echo "chromium: present"; \
+	else DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		chromium chromium-driver >/dev/null || { apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		chromium chromium-driver >/dev/null; }; fi
+
 # A Docker engine, Compose v2 and the local stand-in base image, on a Debian machine that has
 # none running (CI, a development sandbox). Needs root.
 docker-engine: install wheels
 	bash scripts/docker-engine.sh
 	bash scripts/local-base-image.sh
+
+# What a state dir says happened: `make report STATE=./state` (text; see README for --html).
+STATE ?= state
+report: install
+	$(PY) -m validator report --state-dir $(STATE)
 
 # Time from `python run.py` to the validator's first API call, image already built.
 bench-launcher: install wheels base-image
@@ -121,6 +135,11 @@ bench-launcher: install wheels base-image
 # The lora module's scoring against the reference's way (load, merge, Trainer.evaluate), CPU.
 bench: install
 	$(PY) -m bench.lora_bench
+
+# The lora module's model work per assignment at Qwen2.5-1.5B/3B sizes, ours against the
+# reference's reload and merge (CPU; about 12 GiB of memory and 10 GiB of disk).
+bench-model-work: install
+	$(PY) -m bench.lora_model_work
 
 # The llm_judge module's batched generation against one prompt at a time (CPU, its own venv).
 bench-llm-judge: install

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import torch
 import transformers
+from accelerate.state import AcceleratorState
+from accelerate.utils import extract_model_from_parallel
 from peft import PeftModel
 from transformers import (
     AutoModelForCausalLM,
@@ -41,8 +44,14 @@ def sft_collate(batch: list[dict[str, list[int]]], pad_token_id: int) -> dict[st
 
 
 def trainer_eval_loss(
-    model: PreTrainedModel, examples: list[EncodedExample], pad_token_id: int, work: Path
+    model: PreTrainedModel,
+    examples: list[EncodedExample],
+    pad_token_id: int,
+    work: Path,
+    mixed_precision: str = "no",
 ) -> float:
+    """`Trainer.evaluate()`'s eval_loss; `mixed_precision` "fp16" is the network's GPU config
+    (`fp16: true`), "bf16" the same regime in bfloat16 (which a CPU can run)."""
     rows = [
         {
             "input_ids": list(e.input_ids),
@@ -58,6 +67,8 @@ def trainer_eval_loss(
         use_cpu=not torch.cuda.is_available(),
         remove_unused_columns=False,
         disable_tqdm=True,
+        fp16=mixed_precision == "fp16",
+        bf16=mixed_precision == "bf16",
     )
     trainer = Trainer(
         model=model,
@@ -66,7 +77,15 @@ def trainer_eval_loss(
         data_collator=lambda batch: sft_collate(batch, pad_token_id),
     )
     trainer.remove_callback(PrinterCallback)  # it prints every metrics dict
-    return float(trainer.evaluate()["eval_loss"])
+    try:
+        return float(trainer.evaluate()["eval_loss"])
+    finally:
+        # accelerate wrapped the model's forward in its autocast, TrainingArguments left its
+        # mixed precision in the environment and accelerate in a process-wide state: the model,
+        # and the next Trainer in this process, would inherit them.
+        extract_model_from_parallel(model, keep_fp32_wrapper=False)
+        os.environ.pop("ACCELERATE_MIXED_PRECISION", None)
+        AcceleratorState._reset_state(reset_partial_state=True)
 
 
 class BaselineSide:

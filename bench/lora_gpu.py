@@ -30,6 +30,7 @@ from bench.lora_adapter_cost import (
     time_adapter_cycle,
     write_random_adapter,
 )
+from bench.lora_agreement import autocast_for, forward_regime, measure_agreement, print_agreement
 from bench.lora_common import GIB, Batching, print_versions, synchronize
 from bench.lora_shapes import (
     CPU_SHAPE,
@@ -49,6 +50,8 @@ TARGET_PEAK_FRACTION = 0.40
 TARGET_RATIO = 5.0
 TARGET_MEMORY_BYTES = 23 * GIB
 TARGET_SHAPE = "7b"
+# The reference's Trainer path is slow (batch 1, full logits): its agreement runs on a subset.
+AGREEMENT_EXAMPLES = 16
 
 
 def synthetic_examples(
@@ -150,7 +153,9 @@ def hf_losses(model: PreTrainedModel, examples: list[EncodedExample]) -> list[fl
             ids = torch.tensor([example.input_ids]).to(model.device)
             mask = torch.tensor([example.target_mask]).to(model.device)
             labels = torch.where(mask == 1, ids, torch.full_like(ids, -100))
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
+            # The reference's Trainer wraps its forward in this regime (accelerate's autocast).
+            with forward_regime(model):
+                out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
             losses.append(out.loss.detach().float())  # no sync per step, like the Trainer
     return torch.stack(losses).tolist()
 
@@ -164,6 +169,7 @@ def ours_losses(
         token_budget=batching.token_budget,
         max_batch_size=batching.max_batch_size,
         pad_token_id=0,
+        autocast=autocast_for(model),
     )
 
 
@@ -297,7 +303,8 @@ def measure_shape(
     peak: float | None,
 ) -> Comparison:
     """Everything GPU mode measures on one model, printed as it goes: the scoring comparison,
-    then the model work per assignment on both sides. Any device, so the tests run it."""
+    then the model work per assignment on both sides, then the bpc agreement with the
+    reference's Trainer path. Any device, so the tests run it."""
     started = time.perf_counter()
     model = build_model(shape, dtype, device)
     print(f"\n{shape.name}: built in {time.perf_counter() - started:.1f} s")
@@ -309,6 +316,9 @@ def measure_shape(
         cycle = time_adapter_cycle(model, adapter, base_name)
         print_adapter_cycle(cycle, rank)
         model.save_pretrained(Path(tmp) / "base")  # safetensors, read back by the reference
+        print_agreement(
+            measure_agreement(model, examples[:AGREEMENT_EXAMPLES], batching.max_batch_size)
+        )
         _release(model)
         model, reload_seconds = reference_reload(Path(tmp) / "base", adapter, dtype, device)
         _release(model)

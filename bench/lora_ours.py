@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 from bench.lora_common import BASE_NAME, TEMPLATE, Batching
 from bench.lora_measure import Assignment, MemoryMark, Phases
 from modules.lora.adapters import applied_adapter, plan_adapter
-from modules.lora.base_models import BaseModelCache, pick_dtype
+from modules.lora.base_models import BaseModelCache
 from modules.lora.dataset import EncodedSetCache, load_tokenizer
 from modules.lora.forward import distinct_scored, example_losses
 from modules.lora.metrics import eval_loss, score_metrics
@@ -43,7 +43,7 @@ class OursSide:
             fetch=lambda repo_id: base_dir,
             load_tokenizer=load_tokenizer,
             device="cpu",
-            dtype=pick_dtype("cpu", fp16=False),
+            dtype=torch.float32,
         )
         self.known = EncodedSetCache()
 

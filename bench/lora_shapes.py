@@ -60,6 +60,11 @@ GPU_SHAPES = {
     "1.5b": Shape("Qwen2.5-1.5B", 151936, 1536, 8960, 28, 12, 2, tied=True),
     "7b": Shape("Qwen2.5-7B", 152064, 3584, 18944, 28, 28, 4, tied=False),
 }
+# The CPU model-work bench's shapes (`make bench-model-work`): what a CPU validator loads.
+MODEL_WORK_SHAPES = {
+    "1.5b": GPU_SHAPES["1.5b"],
+    "3b": Shape("Qwen2.5-3B", 151936, 2048, 11008, 36, 16, 2, tied=True),
+}
 # Small enough for 2 CPU cores, with a real vocabulary so the lm_head costs what it would.
 CPU_SHAPE = Shape("bench-qwen2-40M", 32000, 512, 1536, 8, 8, 2, tied=True)
 

@@ -25,6 +25,7 @@ from launcher.containers import (
 from launcher.docker_errors import docker_client, lost_engine
 from launcher.errors import LaunchError, UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
+from launcher.report import run_report
 from launcher.supervisor import Supervisor, say
 from validator.errors import ConfigError, ExitCode
 from validator.options import missing_for_module, normalise_named_secrets
@@ -110,6 +111,13 @@ def module_spec(repo_root: Path, module: str) -> ModuleSpec:
     help="First wait before a restart after exit 100; doubles up to 300 s.",
 )
 @click.option(
+    "--stop-timeout",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Seconds a stop (Ctrl-C, SIGTERM) waits for the assignment in progress before the "
+    "validator is killed [default: the module's stop_grace_seconds].",
+)
+@click.option(
     "--task_ids", "--task-ids", "task_ids", envvar="TASK_IDS", help="Comma-separated task ids."
 )
 @click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
@@ -161,6 +169,7 @@ class LaunchOptions:
     hf_cache_volume: str | None
     network: str
     restart_delay: float
+    stop_timeout: int | None
     task_ids: str | None
     flock_api_key: str | None
     hf_token: str | None
@@ -233,6 +242,15 @@ class LaunchOptions:
 def launch(options: LaunchOptions) -> int:
     module = options.module
     spec = module_spec(REPO_ROOT, module)
+    if options.passthrough[:1] == ["report"]:  # no key, task ids or GPU needed for it
+        client = docker_client()
+        tag = (
+            ensure_given_image(client, options.image)
+            if options.image
+            else ensure_image(client, options.build_spec(spec), options.rebuild)
+        )
+        state = options.state_volume or state_volume_name(module)
+        return run_report(client, tag, state, options.passthrough[1:])
     # Whatever the validator would refuse is refused here, before minutes of image building.
     container = None if options.build_only else options.container(spec)
     client = docker_client()
@@ -244,7 +262,8 @@ def launch(options: LaunchOptions) -> int:
         print(tag)
         return ExitCode.OK
     container = replace(container, image=tag)
-    supervisor = Supervisor(client, container, options.restart_delay)
+    stop_timeout = options.stop_timeout or spec.stop_grace_seconds
+    supervisor = Supervisor(client, container, options.restart_delay, stop_timeout)
     supervisor.install_signal_handlers()
     say(f"starting {module} in {tag} (gpus: {container.gpus})")
     return supervisor.run()

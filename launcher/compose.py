@@ -83,7 +83,8 @@ def service(spec: ModuleSpec) -> dict[str, Any]:
         "network_mode": "host",
         "init": True,
         "restart": "on-failure:5",
-        "stop_grace_period": "30s",
+        # The validator finishes the assignment in progress on a stop (README, "Stopping").
+        "stop_grace_period": f"{spec.stop_grace_seconds}s",
         "environment": environment,
         "volumes": [
             f"./configs:{CONFIG_PATH}:ro",
@@ -93,7 +94,24 @@ def service(spec: ModuleSpec) -> dict[str, Any]:
     }
     if spec.gpu:
         body["deploy"] = GPU_RESERVATION
+    if spec.status_port is not None:
+        environment["VALIDATOR_HTTP_PORT"] = str(spec.status_port)
+        body["healthcheck"] = healthcheck(spec.status_port)
     return {**body, **spec.compose}
+
+
+def healthcheck(port: int) -> dict[str, Any]:
+    """Unhealthy when the loop made no progress for --health-stale-seconds (/healthz: 503).
+    The start period covers a first base model's download and load."""
+    url = f"http://127.0.0.1:{port}/healthz"
+    probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout=5)"
+    return {
+        "test": ["CMD", "python", "-c", probe],
+        "interval": "60s",
+        "timeout": "10s",
+        "retries": 3,
+        "start_period": "900s",
+    }
 
 
 def render(specs: dict[str, ModuleSpec]) -> tuple[str, str]:

@@ -16,7 +16,6 @@ from launcher.containers import ContainerSpec
 from launcher.docker_errors import refused_to_run
 from validator.errors import ExitCode
 
-STOP_TIMEOUT = 30  # seconds the validator gets to finish its step before it is killed
 MAX_RESTART_DELAY = 300.0
 HEALTHY_RUN = 600.0  # a run this long resets the restart backoff
 # What Docker reports for a container ended by a signal: 128 + its number.
@@ -49,10 +48,18 @@ def say(message: str) -> None:
 class Supervisor:
     """Runs the container until it exits for good; restarts it on ExitCode.RESTART."""
 
-    def __init__(self, client: docker.DockerClient, spec: ContainerSpec, restart_delay: float):
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        spec: ContainerSpec,
+        restart_delay: float,
+        stop_timeout: float,
+    ) -> None:
         self.client = client
         self.spec = spec
         self.restart_delay = restart_delay
+        # Seconds the validator gets to finish the assignment in progress before it is killed.
+        self.stop_timeout = stop_timeout
         self.stop_requested = threading.Event()
         self.signals = 0
         self.container = None
@@ -69,7 +76,7 @@ class Supervisor:
             return
         if self.signals == 1:
             say(f"{signal.Signals(signum).name}: stopping the validator (again to kill it)")
-            action, kwargs = container.stop, {"timeout": STOP_TIMEOUT}
+            action, kwargs = container.stop, {"timeout": self.stop_timeout}
         else:
             action, kwargs = container.kill, {}
         # Docker calls block; a thread keeps the log stream flowing meanwhile.
@@ -112,7 +119,7 @@ class Supervisor:
                 raise refused_to_run(exc) from exc
             self.container = container
             if self.stop_requested.is_set():  # a signal came before the container was known
-                _quietly(container.stop, timeout=STOP_TIMEOUT)
+                _quietly(container.stop, timeout=self.stop_timeout)
             for out, err in stream:
                 if out:
                     sys.stdout.buffer.write(out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -194,6 +195,22 @@ def test_run_py_validates_assignments_and_exits_after_max(engine, repo, tmp_path
         assert secret not in result.stdout + result.stderr
 
 
+def test_run_py_report_reads_the_module_state_volume(engine, repo, tmp_path, volumes):
+    tasks = [task(1, ["ok/a", "broken/b"])]
+    with Simulator({"tasks": tasks}, tmp_path) as sim:
+        result = run_py(repo, *loop_args(sim, "1", "--max-assignments", "2", *volumes))
+        assert result.returncode == 0, result.stderr
+    state = volumes[volumes.index("--state-volume") + 1]
+    report = run_py(repo, "fixture", "report", "--json", "--state-volume", state)
+    assert report.returncode == 0, report.stderr
+    body = json.loads(report.stdout)
+    assert body["by_task"] == {"1": {"completed": 1, "failed": 1}} and body["records"] == 2
+    page = tmp_path / "report.html"
+    report = run_py(repo, "fixture", "report", "--html", str(page), "--state-volume", state)
+    assert report.returncode == 0, report.stderr
+    assert page.read_text().count("data:image/png;base64,") == 3
+
+
 def test_ctrl_c_stops_the_container_and_leaves_none(engine, repo, tmp_path, volumes):
     with Simulator({"tasks": [task(1, [])]}, tmp_path) as sim:
         process = subprocess.Popen(
@@ -253,6 +270,35 @@ def test_journal_lives_in_the_state_volume_across_runs(engine, repo, tmp_path, v
         assert result.returncode == 0, result.stderr
         assert [s["status"] for s in sim.submissions()] == ["completed"]
     assert "1 results to submit" in result.stderr
+
+
+def test_a_stop_kills_after_stop_timeout_and_the_next_run_does_not_count_it(
+    engine, repo, tmp_path, volumes
+):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "fixture.json").write_text(json.dumps({"slow_seconds": 300}))
+    with Simulator({"tasks": [task(1, ["slow/honest"])]}, tmp_path) as sim:
+        args = loop_args(sim, "1", "--max-assignments", "1", "--config-dir", str(configs))
+        process = subprocess.Popen(
+            run_py_command(repo, *args, "--stop-timeout", "2", *volumes),
+            env=launcher_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: sim.state()["assignments"], 120, "the assignment to be handed out")
+        time.sleep(2)  # into the scoring, which would take 300 s
+        stopped = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+        assert time.monotonic() - stopped < 30, stderr  # 2 s of grace, not the scoring's 300
+        assert sim.submissions() == []
+        (configs / "fixture.json").write_text(json.dumps({"slow_seconds": 0}))
+        result = run_py(repo, *args, *volumes)
+        assert result.returncode == 0, result.stderr
+        assert [s["status"] for s in sim.submissions()] == ["completed"]
+    assert "was stopped (a stop signal, then killed) while scoring" in result.stderr
 
 
 @pytest.mark.parametrize(

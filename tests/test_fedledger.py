@@ -12,6 +12,7 @@ from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
 from validator.errors import RecoverableException
 from validator.fedledger import ApiUnavailable, Assignment, FedLedgerClient, Refusal
+from validator.fedledger_http import MAX_RETRY_AFTER_S, retry_after_seconds
 
 KEY = "client-test-key-0001"
 
@@ -136,9 +137,9 @@ def test_lookup_5xx_that_may_follow_processing_is_not_retried(sim, status):
 
 def test_lookup_refused_connection_is_retried_as_configured(caplog):
     api = FedLedgerClient(KEY, f"http://127.0.0.1:{free_port()}/api/v1", retries=2, backoff=0.01)
-    with caplog.at_level(logging.WARNING, logger="urllib3"), pytest.raises(ApiUnavailable):
+    with caplog.at_level(logging.WARNING, logger="validator"), pytest.raises(ApiUnavailable):
         api.request_assignment("12")
-    retried = [r for r in caplog.records if r.getMessage().startswith("Retrying")]
+    retried = [r for r in caplog.records if "trying again" in r.getMessage()]
     assert len(retried) == 2
     assert all("NewConnectionError" in r.getMessage() for r in retried)
 
@@ -177,6 +178,8 @@ def test_submit_read_timeout_is_retried_and_recorded_once(sim):
     sim.add_faults({"endpoint": "update", "kind": "delay", "delay_seconds": 1.0, "count": 1})
     result = client(sim, retries=3, timeout=(5.0, 0.3)).submit(assignment.id, "completed", {})
     assert result.kind in ("accepted", "not_validating")
+    # Either way the result tells of the try whose answer was lost.
+    assert "ReadTimeout" in (result.earlier or "")
     state = settle(sim)
     updates = [r for r in state["requests"] if "/update-validation-assignment/" in r["path"]]
     assert len(updates) == 2
@@ -214,3 +217,34 @@ def test_rejected_key_is_an_operator_problem(sim):
     api = FedLedgerClient("wrong-key-000", sim.api_url)
     with pytest.raises(RecoverableException, match="refused the API key"):
         api.request_assignment("12")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("7", 7.0),
+        ("1.5", 1.5),
+        ("-3", 0.0),
+        ("86400", MAX_RETRY_AFTER_S),
+        ("nan", None),
+        ("soon", None),
+        ("Wed, 21 Oct 2015 07:28:10 GMT", 10.0),
+        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # in the past: at once
+        ("Wed, 21 Oct 2015 09:28:00 GMT", MAX_RETRY_AFTER_S),
+    ],
+)
+def test_retry_after_is_read_and_bounded(value, expected):
+    now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
+    assert retry_after_seconds(value, now=now) == expected
+
+
+def test_a_call_is_not_retried_past_its_deadline(sim):
+    # Each try takes 0.6 s; a deadline of 1 s leaves room for two, not for the 5 allowed.
+    sim.add_faults({"endpoint": "list", "kind": "delay", "delay_seconds": 3, "count": None})
+    started = time.monotonic()
+    with pytest.raises(ApiUnavailable, match="deadline"):
+        client(sim, retries=4, timeout=(5.0, 0.6), deadline=1.0).list_tasks()
+    assert time.monotonic() - started < 2.5
+    assert len(settle(sim)["requests"]) == 2

@@ -1,5 +1,8 @@
 import multiprocessing
 import sqlite3
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -10,9 +13,14 @@ from validator.journal import (
     UNDECIDED,
     UNSUBMITTED,
     Journal,
+    JournalBroken,
+    JournalLocked,
     JournalUnwritable,
     State,
 )
+from validator.journal_store import SCHEMA, SCHEMA_VERSION
+
+JOURNAL = "journal.sqlite3"
 
 
 @pytest.fixture
@@ -158,3 +166,131 @@ def test_opening_on_a_full_disk_is_an_operator_error_and_loses_nothing(tmp_path)
         filler.unlink()
         with sqlite3.connect(state / "journal.sqlite3") as db:
             assert db.execute("SELECT id, state FROM assignments").fetchall() == [("1", "received")]
+
+
+# --- a broken or locked journal ---------------------------------------------------------------
+
+
+def _journal_with_rows(state: Path) -> bytes:
+    journal = Journal(state)
+    for assignment_id in ("1", "2", "3"):
+        journal.receive(assignment_id, "lora", "12", {"hg_repo_id": "a/b" * 20})
+        journal.scored(assignment_id, {"loss": 1.0})
+    journal.close()
+    return (state / JOURNAL).read_bytes()
+
+
+def _refused_as_broken(state: Path) -> str:
+    before = (state / JOURNAL).read_bytes()
+    with pytest.raises(JournalBroken) as refused:
+        Journal(state)
+    message = str(refused.value)
+    assert message.startswith(f"journal {state / JOURNAL} is broken: "), message
+    assert "move it out of the state dir" in message and "\n" not in message
+    assert (state / JOURNAL).read_bytes() == before  # not a byte written
+    # Refusing let go of both locks: a rerun gets the same answer, not "in use".
+    with pytest.raises(JournalBroken):
+        Journal(state)
+    return message
+
+
+def test_a_file_that_is_not_a_database_is_refused_and_kept(tmp_path):
+    (tmp_path / JOURNAL).write_bytes(b"not a journal\n" * 1000)
+    assert "SQLite cannot read it: file is not a database" in _refused_as_broken(tmp_path)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.75, 100 / 16384])
+def test_a_truncated_journal_is_refused_and_kept(tmp_path, keep):
+    data = _journal_with_rows(tmp_path / "whole")
+    (tmp_path / JOURNAL).write_bytes(data[: int(len(data) * keep)])
+    assert "database disk image is malformed" in _refused_as_broken(tmp_path)
+
+
+def test_a_journal_missing_a_column_is_refused_and_kept(tmp_path):
+    with sqlite3.connect(tmp_path / JOURNAL) as db:
+        db.executescript(SCHEMA.replace("    not_before REAL NOT NULL DEFAULT 0,\n", ""))
+        db.execute(
+            "INSERT INTO assignments (id, module, task_id, state, input, received_at, updated_at)"
+            " VALUES ('1', 'lora', '12', 'scored', '{}', 0, 0)"
+        )
+    db.close()
+    message = _refused_as_broken(tmp_path)
+    assert "an unknown schema, not migrated: table 'assignments' lacks not_before" in message
+
+
+def test_a_journal_of_a_newer_validator_is_refused(tmp_path):
+    _journal_with_rows(tmp_path)
+    with sqlite3.connect(tmp_path / JOURNAL) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    assert "newer than this validator's" in _refused_as_broken(tmp_path)
+
+
+def test_a_journal_of_an_earlier_validator_opens_and_gets_the_schema_version(tmp_path):
+    with sqlite3.connect(tmp_path / JOURNAL) as db:  # as every journal before the version
+        db.executescript(SCHEMA)
+    db.close()
+    Journal(tmp_path).close()
+    with sqlite3.connect(tmp_path / JOURNAL) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder
+
+
+def test_a_lock_at_open_is_waited_for(tmp_path):
+    _journal_with_rows(tmp_path)
+    holder = _hold_write_lock(tmp_path / JOURNAL)
+    release = threading.Timer(1.0, lambda: holder.execute("ROLLBACK"))
+    release.start()
+    started = time.monotonic()
+    journal = Journal(tmp_path, lock_timeout=20)
+    assert time.monotonic() - started >= 0.9
+    journal.receive("4", "lora", "12", {})
+    assert len(journal.pending("lora", UNDECIDED + UNSUBMITTED)) == 4
+    journal.close()
+    release.join()
+    holder.close()
+
+
+def test_a_lock_past_the_bound_refuses_the_next_step_and_the_journal_goes_on_after(tmp_path):
+    journal = Journal(tmp_path, lock_timeout=0.5)
+    journal.receive("1", "lora", "12", {})
+    holder = _hold_write_lock(tmp_path / JOURNAL)
+    with pytest.raises(JournalLocked, match=f"journal {tmp_path / JOURNAL} stayed locked"):
+        journal.ensure_writable(floor=False)
+    with pytest.raises(JournalLocked):  # a write that raced the check waits, then says why
+        journal.receive("2", "lora", "12", {})
+    assert [e.id for e in journal.pending("lora", UNDECIDED)] == ["1"]  # reads go on
+    holder.execute("ROLLBACK")
+    holder.close()
+    journal.ensure_writable(floor=False)
+    journal.receive("2", "lora", "12", {})
+    assert [e.id for e in journal.pending("lora", UNDECIDED)] == ["1", "2"]
+    journal.close()
+
+
+def test_a_lock_past_the_bound_at_open_is_refused_and_lets_go(tmp_path):
+    _journal_with_rows(tmp_path)
+    holder = _hold_write_lock(tmp_path / JOURNAL)
+    with pytest.raises(JournalLocked, match="VALIDATOR_JOURNAL_LOCK_TIMEOUT sets the wait"):
+        Journal(tmp_path, lock_timeout=0.3)
+    holder.execute("ROLLBACK")
+    holder.close()
+    Journal(tmp_path, lock_timeout=0.3).close()
+
+
+def test_deleting_the_lock_file_does_not_let_a_second_process_in(journal, tmp_path):
+    (tmp_path / "state" / "validator.lock").unlink()
+    queue = multiprocessing.get_context("spawn").Queue()
+    process = multiprocessing.get_context("spawn").Process(
+        target=_try_open, args=(tmp_path / "state", queue)
+    )
+    process.start()
+    process.join(30)
+    refusal = queue.get(timeout=5)
+    assert f"state directory {tmp_path / 'state'} is in use by another validator" in refusal

@@ -71,7 +71,8 @@ def supervise(
         gpus="none",
         check_file=check_file,
     )
-    return Supervisor(client, spec, restart_delay=0).run(), client  # type: ignore[arg-type]
+    supervisor = Supervisor(client, spec, restart_delay=0, stop_timeout=30)  # type: ignore[arg-type]
+    return supervisor.run(), client
 
 
 def test_a_restart_request_restarts_until_the_validator_is_done(capsys):

@@ -4,6 +4,7 @@ import sys
 import time
 
 from validator.logs import RedactSecrets
+from validator.text import MAX_LOG_MESSAGE, MAX_TRACEBACK
 
 SECRET = "sk-flock-abcdef123456"
 
@@ -105,7 +106,36 @@ def test_the_core_of_a_key_in_a_traceback_is_redacted():
 def test_redaction_time_grows_with_the_text_not_with_its_square():
     filler = "x" * 2_000_000
     started = time.perf_counter()
-    out = redacted(f"{filler}{KEY[3:]}{filler}", [KEY, "hf_" + KEY[::-1]])
+    out = RedactSecrets([KEY, "hf_" + KEY[::-1]]).redact(f"{filler}{KEY[3:]}{filler}")
     assert out == f"{filler}***{filler}"
     # A generous bound for a shared machine: linear takes about a second, quadratic hours.
     assert time.perf_counter() - started < 20
+
+
+def test_a_long_message_is_cut_and_a_key_across_the_cut_is_redacted_whole():
+    # The key starts 5 characters before the cut: cut first, 5 characters of it would show.
+    text = "x" * (MAX_LOG_MESSAGE - 5) + KEY + "y" * 10**6
+    out = redacted(text)
+    assert out == "x" * (MAX_LOG_MESSAGE - 5) + "***" + "y" * 2 + (
+        f"... [cut at {MAX_LOG_MESSAGE} of {len(text)} characters]"
+    )
+    assert KEY[:4] not in out
+
+
+def test_line_breaks_and_control_characters_cannot_forge_a_log_line():
+    revision = "main\n2026-11-23 06:00:00,000 INFO validator.runner: submitted\r\x1b[2J\u2028x"
+    out = redacted(f"scoring alice/adapter at revision {revision}")
+    assert out == (
+        "scoring alice/adapter at revision main\\n2026-11-23 06:00:00,000 INFO "
+        "validator.runner: submitted\\r\\x1b[2J\\u2028x"
+    )
+
+
+def test_a_traceback_is_bounded_but_keeps_its_lines():
+    try:
+        raise ValueError("v" * 10**6)
+    except ValueError:
+        record = make_record("failed", exc_info=sys.exc_info())
+    RedactSecrets([KEY]).filter(record)
+    assert len(record.exc_text) < MAX_TRACEBACK + 100
+    assert record.exc_text.startswith("Traceback (most recent call last):\n")

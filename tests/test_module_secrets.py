@@ -124,6 +124,7 @@ def options(**given) -> LaunchOptions:
         hf_cache_volume=None,
         network="host",
         restart_delay=1.0,
+        stop_timeout=None,
         task_ids="1",
         flock_api_key=API_KEY,
         hf_token="hf_TESTnotforthismodule",

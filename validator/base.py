@@ -21,10 +21,18 @@ class BaseConfig(BaseModel):
 
 
 class BaseInputData(BaseModel):
-    """One assignment's input: `{**task_submission.data, **data}`. The API may add fields a
-    module does not use, so extra fields are ignored."""
+    """One assignment's input: the assignment's `data` over the submission's. The API may add
+    fields a module does not use, so extra fields are ignored."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
+
+    # The fields a trainer submits (`task_submission.data`); every other field defines the task
+    # and is taken from the assignment's `data` only, so that a submitter cannot supply one the
+    # task left out. None: any field from either, as upstream merges them.
+    submitter_fields: ClassVar[frozenset[str] | None] = None
+    # Fields holding a URL that the loop fetches: http(s) only there (a local path would read
+    # this host's files); `--check` also takes a local path.
+    url_fields: ClassVar[frozenset[str]] = frozenset()
 
 
 class BaseMetrics(BaseModel):

@@ -31,7 +31,7 @@ def run_check(pool: ModulePool, input_path: Path) -> ExitCode:
     raw = read_json_object(input_path, "(the assignment's input fields)")
     module = pool.module_for(None)
     try:
-        metrics = score(module, raw)
+        metrics = score(module, raw, local_paths=True)
     except InvalidInput as exc:
         raise ConfigError(f"{input_path}: {exc}") from exc
     except Exception as exc:

@@ -23,13 +23,17 @@ from validator.errors import (
 )
 from validator.fedledger import DEFAULT_API_URL, FedLedgerClient
 from validator.journal import DEFAULT_MIN_FREE_MB, Journal
+from validator.journal_store import lock_timeout_from_env
 from validator.logs import setup_logging
+from validator.observer import Observer
 from validator.options import missing_for_module, normalise_named_secrets, secret_names
+from validator.records import DEFAULT_KEEP
 from validator.registry import REPO_ROOT, load_module_class, load_module_spec
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.secrets import MalformedSecret
 from validator.spec import ModuleSpec
+from validator.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
 
 log = logging.getLogger("validator")
 POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
@@ -122,6 +126,36 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
     "scoring; below it, or when a test write fails, exit 3 without asking for work.",
 )
 @click.option(
+    "--http-port",
+    envvar="VALIDATOR_HTTP_PORT",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve the status page, /metrics and /healthz on this port (0: any free port).",
+)
+@click.option(
+    "--http-host",
+    envvar="VALIDATOR_HTTP_HOST",
+    default=DEFAULT_HOST,
+    show_default=True,
+    help="Address the status page listens on; the page shows what the validator does.",
+)
+@click.option(
+    "--health-stale-seconds",
+    envvar="VALIDATOR_HEALTH_STALE_SECONDS",
+    type=click.FloatRange(min=1),
+    default=DEFAULT_STALE_SECONDS,
+    show_default=True,
+    help="/healthz answers 503 when the loop made no progress for this long.",
+)
+@click.option(
+    "--records-keep",
+    envvar="VALIDATOR_RECORDS_KEEP",
+    type=click.IntRange(min=1),
+    default=DEFAULT_KEEP,
+    show_default=True,
+    help="Per-assignment records kept in STATE_DIR/records (oldest dropped first).",
+)
+@click.option(
     "--api-retries",
     envvar="VALIDATOR_API_RETRIES",
     type=click.IntRange(min=0),
@@ -149,6 +183,10 @@ def main(
     state_dir: Path,
     config_dir: Path,
     min_free_mb: int,
+    http_port: int | None,
+    http_host: str,
+    health_stale_seconds: float,
+    records_keep: int,
     api_retries: int,
     api_backoff: float,
 ) -> None:
@@ -184,10 +222,25 @@ def main(
             settings = LoopSettings(
                 task_ids, time_sleep, assignment_lookup_interval, max_assignments
             )
+            # The signals' stop event, so that the first one also ends an API call in progress.
+            stop = threading.Event()
             client = FedLedgerClient(
-                flock_api_key, api_url, retries=api_retries, backoff=api_backoff
+                flock_api_key, api_url, retries=api_retries, backoff=api_backoff, stop=stop
             )
-            code = _run_loop(settings, client, Journal(state_dir, min_free_mb), pool)
+            # Opened and checked before any API call: a broken or locked journal is exit 3.
+            journal = Journal(state_dir, min_free_mb, lock_timeout_from_env())
+            observer = Observer(state_dir, module, records_keep)
+            server = None
+            if http_port is not None:
+                server = StatusServer(
+                    http_host, http_port, observer, state_dir, health_stale_seconds
+                )
+                server.start()
+            try:
+                code = _run_loop(settings, client, journal, pool, stop, observer)
+            finally:
+                if server is not None:
+                    server.stop()
     except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: Ctrl-C during start-up
         code = _fail(ExitCode.INTERRUPTED, "interrupted")
     except Exception as exc:
@@ -207,13 +260,17 @@ def _secrets(
 
 
 def _run_loop(
-    settings: LoopSettings, client: FedLedgerClient, journal: Journal, pool: ModulePool
+    settings: LoopSettings,
+    client: FedLedgerClient,
+    journal: Journal,
+    pool: ModulePool,
+    stop: threading.Event,
+    observer: Observer,
 ) -> ExitCode:
-    stop = threading.Event()
     _install_signal_handlers(stop)
     _check_tasks(client, settings.task_ids, pool.module_cls.task_type)
     try:
-        return Runner(settings, client, journal, pool, stop).run()
+        return Runner(settings, client, journal, pool, stop, observer).run()
     finally:
         journal.close()
         client.close()

@@ -20,6 +20,8 @@ from enum import Enum, IntEnum
 
 import requests
 
+from validator.text import MAX_REASON, bounded, one_line
+
 # --- exceptions --------------------------------------------------------------------------------
 
 
@@ -74,8 +76,9 @@ def exception_chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def describe(exc: BaseException) -> str:
-    """`TypeName: message`, the form of an error in logs and in the journal's reasons."""
-    return f"{type(exc).__name__}: {exc}"
+    """`TypeName: message`, the form of an error in logs and in the journal's reasons: bounded
+    and on one line, since the message may quote what a submission wrote."""
+    return one_line(bounded(f"{type(exc).__name__}: {exc}", MAX_REASON))
 
 
 # --- exit codes --------------------------------------------------------------------------------

@@ -1,26 +1,39 @@
 """Typed client of the FLock Fed Ledger API (docs/fed-ledger-api.md).
 
-Every call has a timeout and is retried with exponential backoff by urllib3: listing tasks and
-submitting after any connection error or 5xx, but a lookup only when the API surely did not
-process it (see LOOKUP_RETRY_STATUSES); bodies that are empty or not JSON are tolerated. The
-API key travels only in the request header and is never logged, and redirects are not followed
-so it cannot leak to another host.
+Every call has a timeout per read and an overall deadline, ends shortly after a stop signal
+(validator/fedledger_http.py), and is tried again with exponential backoff: listing tasks and
+submitting after any connection error, 5xx, 408 or 429 (honouring a bounded Retry-After), but a
+lookup only when the API surely did not process it (see LOOKUP_RETRY_STATUSES); bodies that are
+empty or not JSON are tolerated. The API key travels only in the request header and is never
+logged, and redirects are not followed so it cannot leak to another host.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
 import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from requests.adapters import HTTPAdapter
-from urllib3.util import Retry
 
-from validator.errors import ConfigError, RecoverableException, TransientError
+from validator.errors import RecoverableException
+from validator.fedledger_http import (
+    DEFAULT_DEADLINE_S,
+    MAYBE_PROCESSED_STATUSES,
+    ApiUnavailable,
+    CallInterrupted,
+    Policy,
+    RequestNotSendable,
+    Transport,
+)
+from validator.text import quoted
+
+__all__ = ["ApiUnavailable", "CallInterrupted", "RequestNotSendable"]
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +43,9 @@ RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 min
 NOT_VALIDATING = "Validation assignment is not in validating status"
 LOOKUP_PATH = "/tasks/request-validation-assignment/"
 # Listing tasks and submitting can be repeated without harm (a result the API already took is
-# refused as not validating), so any 5xx is tried again.
-RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+# refused as not validating), so any 5xx is tried again, and so are 408 (the request did not
+# arrive in time) and 429 (too many requests), after the Retry-After they may carry.
+RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 # A lookup cannot: each one the API processes may hand out an assignment and starts the task's
 # rate-limit window, so a lookup repeated after one the API processed but whose answer was lost
 # leaves an assignment this validator never sees (validating until it expires) and is answered
@@ -42,20 +56,14 @@ RETRIED_STATUSES = frozenset({500, 502, 503, 504})
 # sent, nor on 500 (the API failed, maybe after assigning), 502 (the upstream broke off, maybe
 # after assigning) or 504 (a proxy stopped waiting for an API still processing the lookup).
 # Those end the call at once; the runner then pauses --time-sleep and asks for that task again
-# no sooner than its lookup interval.
+# no sooner than its lookup interval. A lookup abandoned at its deadline or on a stop signal is
+# not tried again either. A 429 is the API's rate limit, which the runner handles.
 LOOKUP_RETRY_STATUSES = frozenset({503})
-# Faults of the network or the server, which a later try may not meet. Any other error raised
-# while sending (a URL without a host, a header value with a carriage return) happens before a
-# byte is sent and would happen again on every try: retrying it kept the loop waiting forever.
-TRANSIENT_REQUEST_ERRORS = (
-    requests.ConnectionError,
-    requests.Timeout,
-    requests.exceptions.ChunkedEncodingError,
-    requests.exceptions.ContentDecodingError,
-    requests.exceptions.RetryError,
-)
-# Their text quotes the offending header value, which can only be the API key here.
-HEADER_ERRORS = (requests.exceptions.InvalidHeader, UnicodeError)
+LIST = Policy(RETRIED_STATUSES, after_processing=True)
+LOOKUP = Policy(LOOKUP_RETRY_STATUSES, after_processing=False)
+# A 2xx without JSON is not taken for an answer: sent again, a result the API did take is
+# refused as not validating, which the runner records as submitted, with that story.
+SUBMIT = Policy(RETRIED_STATUSES, after_processing=True, unconfirmed_2xx=True)
 
 
 def normalise_id(value: Any) -> str:
@@ -87,9 +95,21 @@ class Assignment(BaseModel):
 
     _normalise = field_validator("id", mode="before")(normalise_id)
 
-    def module_input(self) -> dict[str, Any]:
-        """The module input: the assignment's data wins over the submission's on a clash."""
-        return {**self.task_submission.data, **self.data}
+    def module_input(self, submitter_fields: frozenset[str] | None = None) -> dict[str, Any]:
+        """The module input: the assignment's data over the submission's. With
+        `submitter_fields`, only those are taken from the submission: a field that defines the
+        task and that the assignment lacks stays missing, and the input then fails validation."""
+        submitted = self.task_submission.data
+        if submitter_fields is not None:
+            ignored = sorted(set(submitted) - submitter_fields - set(self.data))
+            if ignored:
+                log.warning(
+                    "assignment %s: the submission sets %s, which only the task decides; ignored",
+                    self.id,
+                    ", ".join(quoted(name) for name in ignored[:10]),
+                )
+            submitted = {k: v for k, v in submitted.items() if k in submitter_fields}
+        return {**submitted, **self.data}
 
 
 @dataclass(frozen=True)
@@ -106,14 +126,10 @@ class SubmitResult:
     kind: Literal["accepted", "not_validating", "rejected"]
     status: int
     detail: str = ""
-
-
-class ApiUnavailable(TransientError):
-    """The API could not be reached, or answered 5xx, after all retries."""
-
-
-class RequestNotSendable(ConfigError):
-    """A request that cannot be built from the configured URL and key, on any try."""
+    # An earlier try of this call that the API may have taken, its answer lost (a read timeout,
+    # a 502, a 2xx without JSON...): what it met. A "not_validating" after one is most likely
+    # that try's result, not a late one.
+    earlier: str | None = None
 
 
 class FedLedgerClient:
@@ -125,63 +141,31 @@ class FedLedgerClient:
         timeout: tuple[float, float] = (10.0, 60.0),
         retries: int = 4,
         backoff: float = 1.0,
+        deadline: float = DEFAULT_DEADLINE_S,
+        stop: threading.Event | None = None,
     ) -> None:
+        """`deadline`: seconds one call may take, its retries and waits included; `stop`: once
+        set, calls are not tried again and a try in progress is abandoned shortly after."""
         self.api_url = api_url.rstrip("/")
         self.timeout = timeout
-        repeatable = Retry(
-            total=retries,
-            connect=retries,
-            read=retries,
-            status=retries,
-            other=retries,
-            allowed_methods=None,  # the POST of a submit too: it is idempotent
-            status_forcelist=RETRIED_STATUSES,
-            backoff_factor=backoff,
-            backoff_max=60,
-            raise_on_status=False,
+        self.deadline = deadline
+        # Results decided before this moment may have been submitted by an earlier process.
+        self.started_at = time.time()
+        self._http = Transport(
+            api_key,
+            self.api_url,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            deadline=deadline,
+            stop=stop,
         )
-        lookup = Retry(
-            total=retries,
-            connect=retries,  # urllib3's connect errors: the request was never sent
-            read=False,  # a read timeout or a connection closed after sending: raised at once
-            other=0,  # any other error (TLS, ...) may also come after sending: not retried
-            status=retries,
-            allowed_methods=None,  # POST, for the statuses below only
-            status_forcelist=LOOKUP_RETRY_STATUSES,
-            # Else a 429 "rate limit reached" with a Retry-After header would be waited out and
-            # asked again inside the client, for minutes: the runner handles it.
-            respect_retry_after_header=False,
-            backoff_factor=backoff,
-            backoff_max=60,
-            raise_on_status=False,
-        )
-        # A session each: urllib3 retries by adapter, and requests picks an adapter by URL.
-        self._session = _session(api_key, repeatable)
-        self._lookup_session = _session(api_key, lookup)
 
     def close(self) -> None:
-        self._session.close()
-        self._lookup_session.close()
-
-    def _send(self, method: str, path: str, body: dict[str, Any] | None = None):
-        url = f"{self.api_url}{path}"
-        session = self._lookup_session if path.startswith(LOOKUP_PATH) else self._session
-        # json.dumps' default allows Infinity/NaN, like the reference client (requests' json=).
-        payload = None if body is None else json.dumps(body)
-        try:
-            response = session.request(
-                method, url, data=payload, timeout=self.timeout, allow_redirects=False
-            )
-        except TRANSIENT_REQUEST_ERRORS as exc:
-            raise ApiUnavailable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        except (requests.RequestException, ValueError) as exc:
-            # `from None`: the cause's text may quote the key, and nothing more is known.
-            raise RequestNotSendable(_not_sendable(method, path, exc)) from None
-        log.debug("%s %s -> %s", method, path, response.status_code)
-        return response
+        """Nothing is held between calls (each try has its own connection)."""
 
     def list_tasks(self) -> list[Task]:
-        response = self._send("GET", "/tasks/list")
+        response = self._http.call("GET", "/tasks/list", None, LIST).response
         body = _json_or_none(response)
         self._raise_for_auth(response, body)
         if response.status_code != 200 or not isinstance(body, list):
@@ -192,7 +176,7 @@ class FedLedgerClient:
 
     def request_assignment(self, task_id: str) -> Assignment | Refusal:
         path = f"{LOOKUP_PATH}{quote(normalise_id(task_id), safe='')}"
-        response = self._send("POST", path)
+        response = self._http.call("POST", path, None, LOOKUP).response
         body = _json_or_none(response)
         self._raise_for_auth(response, body)
         detail = _detail(response, body)
@@ -211,28 +195,33 @@ class FedLedgerClient:
     def submit(
         self, assignment_id: str, status: Literal["completed", "failed"], metrics: dict | None
     ) -> SubmitResult:
+        """The API's answer, classified (docs/fed-ledger-api.md, "Submit answers"). Raises
+        ApiUnavailable when no try had an answer that settles it (5xx, 408, 429, a 2xx without
+        JSON, no answer at all), and RecoverableException on a refused key."""
         path = f"/tasks/update-validation-assignment/{quote(normalise_id(assignment_id), safe='')}"
         body: dict[str, Any] = {"status": status}
         if status == "completed":
             body["data"] = metrics or {}
-        response = self._send("POST", path, body)
+        reply = self._http.call("POST", path, body, SUBMIT)
+        response, code = reply.response, reply.response.status_code
         parsed = _json_or_none(response)
         self._raise_for_auth(response, parsed)
         detail = _detail(response, parsed)
-        if response.status_code >= 500:
-            raise ApiUnavailable(f"POST {path}: HTTP {response.status_code}: {detail}")
-        if 200 <= response.status_code < 300:
-            if not _is_json(response):
-                # The API's own 2xx carries JSON; an empty one or a page is a proxy's, and the
-                # result may never have reached the API. Taken for accepted, it was lost. Sent
-                # again, a result the API did take is refused as not validating: no harm.
-                raise ApiUnavailable(
-                    f"POST {path}: HTTP {response.status_code} without a JSON body: {detail}"
-                )
-            return SubmitResult("accepted", response.status_code, detail)
+        if 200 <= code < 300 and parsed is None:
+            raise ApiUnavailable(
+                f"POST {path}: HTTP {code} without a JSON body: {detail}", maybe_processed=True
+            )
+        if code >= 500 or code in RETRIED_STATUSES:
+            raise ApiUnavailable(
+                f"POST {path}: HTTP {code}: {detail}",
+                maybe_processed=reply.earlier is not None or code in MAYBE_PROCESSED_STATUSES,
+                retry_after=reply.retry_after,
+            )
+        if 200 <= code < 300:
+            return SubmitResult("accepted", code, detail, reply.earlier)
         if detail == NOT_VALIDATING:
-            return SubmitResult("not_validating", response.status_code, detail)
-        return SubmitResult("rejected", response.status_code, detail)
+            return SubmitResult("not_validating", code, detail, reply.earlier)
+        return SubmitResult("rejected", code, detail, reply.earlier)
 
     @staticmethod
     def _raise_for_auth(response: requests.Response, body: Any) -> None:
@@ -241,31 +230,6 @@ class FedLedgerClient:
                 f"the Fed Ledger refused the API key (HTTP {response.status_code}: "
                 f"{_detail(response, body)}); check --flock-api-key / FLOCK_API_KEY"
             )
-
-
-def _session(api_key: str, retry: Retry) -> requests.Session:
-    session = requests.Session()
-    session.headers.update({"flock-api-key": api_key, "Content-Type": "application/json"})
-    adapter = HTTPAdapter(max_retries=retry)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
-def _not_sendable(method: str, path: str, exc: Exception) -> str:
-    if isinstance(exc, HEADER_ERRORS):
-        what = "a header value is not valid in HTTP; check --flock-api-key / FLOCK_API_KEY"
-    else:
-        what = f"{exc}; check --api-url / FLOCK_API_URL"
-    return f"{method} {path} cannot be sent ({type(exc).__name__}: {what})"
-
-
-def _is_json(response: requests.Response) -> bool:
-    try:
-        response.json()
-    except ValueError:  # an empty body too
-        return False
-    return True
 
 
 def _json_or_none(response: requests.Response) -> Any:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import requests
-from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 from huggingface_hub import errors as hf
 from huggingface_hub.hf_api import ModelInfo
 
@@ -33,6 +33,7 @@ from validator.errors import (
     TransientError,
     exception_chain,
 )
+from validator.progress import watch_bytes
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,9 @@ def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
         snapshot_download, repo_id, allow_patterns=patterns, cache_dir=cache_dir(),
         endpoint=endpoint(), token=token,
     )  # fmt: skip
-    path = Path(hub_call(call, what, submission=False))
+    folder = Path(cache_dir() or constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    with watch_bytes(folder, f"downloading {what}"):
+        path = Path(hub_call(call, what, submission=False))
     if not (path / "config.json").is_file():
         raise RecoverableException(f"{what}: the snapshot at {path} has no config.json")
     return path

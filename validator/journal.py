@@ -9,6 +9,9 @@ A full disk must not lose or half-record an assignment: `ensure_writable()` is c
 every step that the journal will have to record (a lookup, a scoring, a submission), and a
 small reserve file is kept beside the journal and given up when a write finds the disk full, so
 that the step in progress is still recorded before the process stops with exit code 3.
+
+Opening checks the file first, and a broken or locked journal stops the process with exit code
+3 before any lookup: journal_store.py.
 """
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from validator.errors import ConfigError, RecoverableException, disk_full
+from validator import journal_store as store
+from validator.errors import ConfigError, disk_full
+from validator.journal_store import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    JournalBroken,
+    JournalLocked,
+    JournalUnwritable,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -40,28 +50,7 @@ RESERVE_NAME = "journal.reserve"
 PROBE_NAME = "journal.probe"
 SQLITE_IOERR = 10
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS assignments (
-    id TEXT PRIMARY KEY,
-    module TEXT NOT NULL,
-    task_id TEXT NOT NULL,
-    state TEXT NOT NULL,
-    input TEXT NOT NULL,
-    metrics TEXT,
-    outcome TEXT,
-    error TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    not_before REAL NOT NULL DEFAULT 0,
-    received_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS events (
-    assignment_id TEXT NOT NULL,
-    time REAL NOT NULL,
-    state TEXT NOT NULL,
-    note TEXT
-);
-"""
+__all__ = ["JournalBroken", "JournalLocked", "JournalUnwritable"]
 
 
 class State(str, Enum):
@@ -108,16 +97,19 @@ class Entry:
         )
 
 
-class JournalUnwritable(RecoverableException):
-    """The journal's disk is full, over quota or below the free-space floor: exit code 3."""
-
-
 class Journal:
-    """One process at a time owns a state directory (an exclusive lock file)."""
+    """One process at a time owns a state directory: an exclusive lock file, and one on the
+    database file itself, which deleting the lock file does not lift."""
 
-    def __init__(self, state_dir: Path, min_free_mb: int = DEFAULT_MIN_FREE_MB) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        min_free_mb: int = DEFAULT_MIN_FREE_MB,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+    ) -> None:
         self.state_dir = state_dir
         self.min_free_bytes = min_free_mb * MIB
+        self.lock_timeout = lock_timeout
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
             self._lock = open(state_dir / "validator.lock", "w")  # noqa: SIM115 - held for life
@@ -134,17 +126,14 @@ class Journal:
                 "give each validator its own --state-dir"
             ) from exc
         self.path = state_dir / "journal.sqlite3"
+        self._claim: int | None = None
         try:
             with self._full_disk_stops("cannot open the journal"):
-                self._db = sqlite3.connect(self.path)
-                self._db.row_factory = sqlite3.Row
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
-                self._db.executescript(SCHEMA)
+                self._claim = store.claim(self.path, state_dir)
+                create = store.check(self.path, lock_timeout)
+                self._db = store.connect(self.path, lock_timeout, create=create)
         except BaseException:
-            if hasattr(self, "_db"):
-                self._db.close()
-            self._lock.close()
+            self._release()
             raise
 
     def close(self) -> None:
@@ -153,6 +142,13 @@ class Journal:
         except sqlite3.Error as exc:
             # What was committed is in the WAL; a checkpoint that found no room is redone on open.
             log.warning("journal %s: closing: %s", self.path, exc)
+        self._release()
+
+    def _release(self) -> None:
+        # The database file's own fd last: closing it drops SQLite's locks on the file.
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
         self._lock.close()
 
     # --- room to write -----------------------------------------------------------------
@@ -178,6 +174,10 @@ class Journal:
                 _write_file(path, size, keep=keep)
             except OSError as exc:
                 raise self._unwritable(f"{failure}: {exc.strerror or exc}") from exc
+        # A step whose record would then wait on another program's lock, and fail, must not
+        # start: a lookup's assignment would be lost.
+        with self._full_disk_stops("the journal's write lock"):
+            store.probe_lock(self._db, self.path, self.lock_timeout)
 
     def _unwritable(self, reason: str) -> JournalUnwritable:
         try:
@@ -212,8 +212,18 @@ class Journal:
             yield
         except (sqlite3.Error, OSError) as exc:
             if not self._is_full(exc):
+                self._raise_known(exc)
                 raise
             raise self._unwritable(f"{what}: {exc}") from exc
+
+    def _raise_known(self, exc: BaseException) -> None:
+        """Raise a locked or broken journal as the operator's error that it is."""
+        if store.busy(exc):
+            raise store.locked(self.path, self.lock_timeout) from exc
+        if store.broken(exc):
+            raise store.damaged(self.path, str(exc)) from exc
+        if store.read_only(exc):
+            raise self._unwritable(f"the journal is read-only: {exc}") from exc
 
     def _run(self, work: Callable[[], T]) -> T:
         """`work` in one transaction. On a full disk the reserve is given up for one retry, so
@@ -223,6 +233,7 @@ class Journal:
                 return work()
         except (sqlite3.Error, OSError) as exc:
             if not self._is_full(exc):
+                self._raise_known(exc)
                 raise
             reserve = self.state_dir / RESERVE_NAME
             if not reserve.exists():
@@ -295,10 +306,12 @@ class Journal:
             )
         )
 
-    def submitted(self, assignment_id: str) -> None:
+    def submitted(self, assignment_id: str, note: str | None = None) -> None:
         entry = self.get(assignment_id)
         outcome = "completed" if entry and entry.state is State.SCORED else "failed"
-        self._move(assignment_id, State.SUBMITTED, outcome=outcome, note=outcome)
+        # A note tells how the submission is known to have gone out, when it is not certain.
+        full = f"{outcome}; {note}" if note else outcome
+        self._move(assignment_id, State.SUBMITTED, outcome=outcome, note=full)
 
     def dropped(self, assignment_id: str, reason: str) -> None:
         self._move(assignment_id, State.DROPPED, error=reason)

@@ -7,6 +7,8 @@ import logging
 import sys
 from collections.abc import Iterable
 
+from validator.text import MAX_LOG_MESSAGE, MAX_TRACEBACK, one_line
+
 REDACTED = "***"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Very short values would blank out ordinary words; a real key is never that short. For the same
@@ -14,6 +16,8 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 MIN_SECRET_LENGTH = 4
 # A fragment this long of a random key identifies it (and gives away 8 of its characters).
 FRAGMENT_LENGTH = 8
+# Text redacted past the point where a long message is cut: longer than any key.
+REDACT_MARGIN = 256
 
 
 def fragment_length(secret: str) -> int:
@@ -70,16 +74,24 @@ class RedactSecrets(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        clean = self.redact(message)
+        clean = one_line(self._redact_bounded(message, MAX_LOG_MESSAGE))
         if clean != message:
             record.msg, record.args = clean, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = self.redact(record.exc_text)
+            record.exc_text = self._redact_bounded(record.exc_text, MAX_TRACEBACK)
         if record.stack_info:
             record.stack_info = self.redact(record.stack_info)
         return True
+
+    def _redact_bounded(self, text: str, limit: int) -> str:
+        """Redacted, then cut to `limit`. A margin is redacted beyond the cut, so that a secret
+        crossing it is replaced whole rather than leave its first characters showing."""
+        if len(text) <= limit:
+            return self.redact(text)
+        kept = self.redact(text[: limit + REDACT_MARGIN])
+        return f"{kept[:limit]}... [cut at {limit} of {len(text)} characters]"
 
 
 def setup_logging(debug: bool, secrets: Iterable[str | None]) -> RedactSecrets:

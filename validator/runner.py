@@ -28,7 +28,11 @@ from validator.errors import (
 )
 from validator.fedledger import ApiUnavailable, Assignment, FedLedgerClient
 from validator.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
+from validator.observer import Observer
+from validator.phases import PhaseTimes, ScoringMarks
 from validator.scoring import ModulePool, score
+from validator.submitting import submit_result
+from validator.text import MAX_INPUT_STRING, cut_strings, oversized_strings
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +66,10 @@ class Runner:
         journal: Journal,
         pool: ModulePool,
         stop: threading.Event,
+        observer: Observer,
     ) -> None:
         self.settings = settings
+        self.observer = observer
         self.client = client
         self.journal = journal
         self.pool = pool
@@ -72,14 +78,18 @@ class Runner:
         self.order = deque(settings.task_ids)
         self.next_lookup = dict.fromkeys(settings.task_ids, 0.0)
         self.finished = 0
+        self.marks = ScoringMarks(journal.state_dir)
 
     def run(self) -> ExitCode:
         try:
+            self._settle_interrupted()
+            self.marks.watch_stop(self.stop)
             self._report_backlog()
             # A restart is when an operator expects kept results to go out: before any lookup,
             # whatever wait the last process set on them.
             self._submit_pending(self.journal.pending(self.module, UNSUBMITTED))
             while not self.stop.is_set():
+                self._observe_backlog()
                 if self._limit_reached():
                     log.info("finished %d assignments; exiting", self.finished)
                     return ExitCode.OK
@@ -99,6 +109,23 @@ class Runner:
             # One line, no traceback: the journal still holds everything it recorded before.
             log.error("operator action needed: %s", exc)
             return ExitCode.OPERATOR
+
+    def _settle_interrupted(self) -> None:
+        """An assignment left in `scoring` was being scored when its process died, and that
+        attempt was counted when it began; it is taken back unless the submission plausibly
+        caused the death (validator/phases.py)."""
+        for entry in self.journal.pending(self.module, (State.SCORING,)):
+            reason = self.marks.not_counted(entry.id)
+            if reason is not None:
+                self.journal.postpone(entry.id, f"{reason}; attempt not counted", 0)
+                log.info("assignment %s: %s; this attempt is not counted", entry.id, reason)
+        self.marks.clear()
+
+    def _observe_backlog(self) -> None:
+        undecided = self.journal.pending(self.module, UNDECIDED)
+        unsubmitted = self.journal.pending(self.module, UNSUBMITTED)
+        self.observer.set_backlog(len(undecided), len(unsubmitted))
+        self.observer.progress()
 
     def _limit_reached(self) -> bool:
         limit = self.settings.max_assignments
@@ -140,13 +167,20 @@ class Runner:
         # this validator, until it expires: ask for none unless the journal can record it.
         self.journal.ensure_writable()
         self.next_lookup[task_id] = time.time() + self.settings.lookup_interval
+        started = time.monotonic()
         try:
             result = self.client.request_assignment(task_id)
         except ApiUnavailable as exc:
+            self.observer.looked_up(task_id, "unavailable", time.monotonic() - started, None)
             self._pause(f"task {task_id}: Fed Ledger unavailable ({exc})")
             return
         except RecoverableException as exc:
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
+        took = time.monotonic() - started
+        if isinstance(result, Assignment):
+            self.observer.looked_up(task_id, "assignment", took, result.id)
+        else:
+            self.observer.looked_up(task_id, result.kind, took, None)
         if isinstance(result, Assignment):
             self._take(task_id, result)
         elif result.kind == "unexpected":
@@ -164,10 +198,13 @@ class Runner:
         self.stop.wait(self.settings.time_sleep)
 
     def _take(self, task_id: str, assignment: Assignment) -> None:
+        data = assignment.module_input(self.pool.module_cls.input_data_schema.submitter_fields)
+        # Journaled whole, an input string of 30 MB made a 90 MB journal: cut, then failed.
+        oversized = oversized_strings(data, MAX_INPUT_STRING)
+        if oversized:
+            data = cut_strings(data, MAX_INPUT_STRING)
         try:
-            entry = self.journal.receive(
-                assignment.id, self.module, task_id, assignment.module_input()
-            )
+            entry = self.journal.receive(assignment.id, self.module, task_id, data)
         except JournalUnwritable as exc:
             # Only a disk filled by someone else since ensure_writable() gets here.
             raise JournalUnwritable(
@@ -175,7 +212,12 @@ class Runner:
                 "not be journaled, it stays in validating until it expires"
             ) from exc
         log.info("task %s: received assignment %s", task_id, assignment.id)
-        if entry.state in UNDECIDED:
+        if oversized and entry.state in UNDECIDED:
+            fields = ", ".join(oversized[:5])
+            self._decide_failed(
+                entry, f"input {fields}: over {MAX_INPUT_STRING} characters, not scored"
+            )
+        elif entry.state in UNDECIDED:
             self._score(entry)
         elif entry.state in UNSUBMITTED:
             self._submit(entry)
@@ -207,18 +249,34 @@ class Runner:
         # Scoring with no room to record its result would spend a scoring attempt for nothing.
         self.journal.ensure_writable()
         entry = self.journal.begin_scoring(entry.id)
-        log.info("assignment %s: scoring (attempt %d)", entry.id, entry.attempts)
+        config = self.pool.config_for(entry.task_id).model_dump()
+        with self.observer.scoring(entry, config):
+            log.info("assignment %s: scoring (attempt %d)", entry.id, entry.attempts)
+            self._score_once(entry)
+        self.observer.save(self._reload(entry))
+
+    def _score_once(self, entry: Entry) -> None:
+        times = None
         try:
-            metrics = score(self.pool.module_for(entry.task_id), entry.input)
+            module = self.pool.module_for(entry.task_id)  # starting a module is host work
+            watch = {"on_phase": self.observer.phase, "on_beat": self.observer.progress}
+            with self.marks.scoring(entry.id, **watch) as times:
+                metrics = score(module, entry.input)
         except Interrupted:
             self.journal.postpone(entry.id, "interrupted by a signal", 0)
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified below
+            self._observe_scoring(entry, times)
             self._on_error(entry, exc)
             return
+        self._observe_scoring(entry, times)
         log.info("assignment %s: scored %s", entry.id, json.dumps(metrics))
         self.journal.scored(entry.id, metrics)
         self._submit(self._reload(entry))
+
+    def _observe_scoring(self, entry: Entry, times: PhaseTimes | None) -> None:
+        if times is not None:
+            self.observer.scored(entry, times.finish(), times.facts.get("commit"))
 
     def _on_error(self, entry: Entry, exc: Exception) -> None:
         """Does what validator.errors.OUTCOMES says for the error's verdict."""
@@ -308,47 +366,22 @@ class Runner:
 
     def _submit_pending(self, entries: list[Entry]) -> bool:
         for entry in entries:
+            if self.stop.is_set():  # each would get a grace period to end: kept for the next run
+                break
             self._submit(entry)
         return bool(entries)
 
     def _submit(self, entry: Entry) -> None:
-        # Below the floor still: a decided result is better submitted before it expires, and
-        # the reserve that ensure_writable() keeps records the API's answer.
-        self.journal.ensure_writable(floor=False)
-        status = "completed" if entry.state is State.SCORED else "failed"
+        started = time.monotonic()
         try:
-            result = self.client.submit(entry.id, status, entry.metrics)
-        except ApiUnavailable as exc:
-            retry_at = time.time() + self.settings.time_sleep
-            self.journal.defer_submit(entry.id, f"submit: {exc}", retry_at)
-            log.warning(
-                "assignment %s: submit failed (%s); kept in the journal, retrying in %gs",
-                entry.id,
-                exc,
-                self.settings.time_sleep,
-            )
-            return
-        except RecoverableException as exc:
+            sleep = self.settings.time_sleep
+            self.finished += submit_result(self.client, self.journal, entry, sleep)
+        except JournalUnwritable:
+            raise
+        except RecoverableException as exc:  # the API refused the key
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
-        self.finished += 1
-        if result.kind == "accepted":
-            self.journal.submitted(entry.id)
-            log.info("assignment %s: submitted as %s", entry.id, status)
-        elif result.kind == "not_validating":
-            self.journal.dropped(entry.id, result.detail)
-            log.warning(
-                "assignment %s: too late, the API says %r; result dropped", entry.id, result.detail
-            )
-        else:
-            self.journal.dropped(entry.id, f"HTTP {result.status}: {result.detail}")
-            log.error(
-                "assignment %s: the API rejected the %s result (HTTP %s: %s); it stays in "
-                "the journal",
-                entry.id,
-                status,
-                result.status,
-                result.detail,
-            )
+        self.observer.submit_took(entry.id, time.monotonic() - started)
+        self.observer.save(self._reload(entry))
 
 
 def _attempts_used_up(entry: Entry) -> str:

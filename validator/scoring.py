@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from validator.base import BaseConfig, BaseMetrics, BaseValidationModule
+from validator.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.config import resolve_config
 from validator.errors import (
     OperatorError,
@@ -18,6 +19,7 @@ from validator.errors import (
     classify,
     describe,
 )
+from validator.text import quoted
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +72,32 @@ class ModulePool:
             ) from exc
 
 
-def score(module: BaseValidationModule, raw_input: dict[str, Any]) -> dict[str, Any]:
-    """Validate one submission; returns the metrics to submit. `cleanup()` always runs."""
+def score(
+    module: BaseValidationModule, raw_input: dict[str, Any], *, local_paths: bool = False
+) -> dict[str, Any]:
+    """Validate one submission; returns the metrics to submit. `cleanup()` always runs.
+    `local_paths`: the input's URL fields may name files of this host (`--check` only)."""
     try:
         data = module.input_data_schema.model_validate(raw_input)
     except ValidationError as exc:
         raise InvalidInput(f"assignment input does not fit {type(module).__name__}: {exc}") from exc
+    if not local_paths:
+        _check_urls(data)
     try:
         metrics = module.validate(data)
     finally:
         module.cleanup()
     return _metrics_dict(module, metrics)
+
+
+def _check_urls(data: BaseInputData) -> None:
+    for name in sorted(data.url_fields):
+        value = getattr(data, name, None)
+        if isinstance(value, str) and urlsplit(value).scheme.lower() not in ("http", "https"):
+            raise InvalidInput(
+                f"{name} {quoted(value)} is not an http(s) URL; a validator fetches nothing "
+                "else (a local path is only for --check)"
+            )
 
 
 def _metrics_dict(module: BaseValidationModule, metrics: Any) -> dict[str, Any]:

@@ -34,8 +34,21 @@ CONFIG_PATH = "/app/configs"
 RESERVED_PATHS = ("/app", STATE_PATH)
 # Keys of a Compose service that the generator writes from the spec; `compose:` may not set them.
 GENERATED_SERVICE_KEYS = frozenset(
-    {"build", "image", "environment", "volumes", "deploy", "command", "entrypoint", "env_file"}
+    {
+        "build",
+        "image",
+        "environment",
+        "volumes",
+        "deploy",
+        "command",
+        "entrypoint",
+        "env_file",
+        "stop_grace_period",
+        "healthcheck",
+    }
 )
+# A stop lets the assignment in progress finish; killed sooner, it would be scored again.
+DEFAULT_STOP_GRACE_SECONDS = 120
 ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 VOLUME_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -63,6 +76,20 @@ class ModuleSpec(BaseModel):
     )
     compose: dict[str, Any] = Field(
         default_factory=dict, description="more Compose service settings (shm_size, ...)"
+    )
+    status_port: int | None = Field(
+        default=None,
+        ge=1024,
+        le=65535,
+        description="the port of the status page and /metrics in compose.yaml (127.0.0.1 of "
+        "the host network), with a healthcheck on /healthz; each module its own",
+    )
+    stop_grace_seconds: int = Field(
+        default=DEFAULT_STOP_GRACE_SECONDS,
+        gt=0,
+        le=24 * 3600,
+        description="how long a stop waits for the assignment in progress before killing it: "
+        "longer than one scoring takes on this module's slowest host",
     )
 
     @field_validator("name")

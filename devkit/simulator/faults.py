@@ -3,6 +3,10 @@
 A rule names the endpoint it hits and how the answer goes wrong. Rules are
 tried in the order they were added; the first matching one with count left
 is used up by one request.
+
+Most faults answer before the API sees the request, as a proxy in front would;
+with `processed` the API handles it first and only its answer is lost (the
+fault replaces it), and `trickle` sends the API's own answer a byte at a time.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from devkit.simulator.state import SimulatorConfigError, describe_errors, read_json_file
 
 Endpoint = Literal["list", "request", "update", "any"]
-FaultKind = Literal["status", "non_json", "empty", "delay", "drop"]
+FaultKind = Literal["status", "non_json", "empty", "delay", "drop", "trickle"]
 
 HTML_BODY = b"<html><body>502 Bad Gateway</body></html>"
 FAULT_DETAIL = "Simulated fault"
@@ -30,6 +34,10 @@ class FaultRule(BaseModel):
     status: int = Field(default=503, ge=100, le=599)
     delay_seconds: float = Field(default=1.0, ge=0, le=600)
     count: int | None = Field(default=None, ge=0)
+    # The API processes the request before the fault replaces its answer.
+    processed: bool = False
+    # A Retry-After header for `status` answers: seconds, or an HTTP date.
+    retry_after: str | None = Field(default=None, max_length=64)
 
 
 _RULE_LIST = TypeAdapter(list[FaultRule])
@@ -87,7 +95,7 @@ class FaultBook:
 
     def describe(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [rule.model_dump() for rule in self._rules]
+            return [_dump(rule) for rule in self._rules]
 
     def take(self, endpoint: str | None) -> FaultRule | None:
         """Use up one count of the first rule matching `endpoint`, if any."""
@@ -102,3 +110,12 @@ class FaultBook:
                 # A copy, so the caller is unaffected by later edits of the book.
                 return rule.model_copy()
         return None
+
+
+def _dump(rule: FaultRule) -> dict[str, Any]:
+    """A rule as listed: the later options only where given, so older listings stay as they were."""
+    dumped = rule.model_dump()
+    for name in ("processed", "retry_after"):
+        if dumped[name] == FaultRule.model_fields[name].default:
+            del dumped[name]
+    return dumped

@@ -10,7 +10,7 @@ import hmac
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -40,6 +40,9 @@ class Reply:
     status: int
     body: bytes = b""
     content_type: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    # Seconds between two bytes of the body: a link or proxy that trickles the answer.
+    trickle_seconds: float | None = None
 
 
 def json_reply(status: int, payload: Any) -> Reply:
@@ -95,7 +98,10 @@ def parse_body(model: type[Body], raw: bytes) -> Body:
 def fault_reply(rule: FaultRule) -> Reply | None:
     """The answer a fault gives; None means drop the connection."""
     if rule.kind == "status":
-        return detail(rule.status, FAULT_DETAIL)
+        reply = detail(rule.status, FAULT_DETAIL)
+        if rule.retry_after is not None:
+            reply.headers["Retry-After"] = rule.retry_after
+        return reply
     if rule.kind == "non_json":
         return Reply(rule.status, HTML_BODY, "text/html")
     if rule.kind == "empty":
@@ -154,7 +160,13 @@ class SimulatorHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._log_line(method, path, "dropped")
             return
-        self._send(reply)
+        try:
+            self._send(reply)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up on a trickled answer.
+            self.close_connection = True
+            self._log_line(method, path, f"{reply.status}, abandoned by the client")
+            return
         self._log_line(method, path, str(reply.status))
 
     def _read_body(self) -> bytes:
@@ -169,9 +181,18 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         if reply.content_type:
             self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(reply.body)))
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
         self.end_headers()
-        if reply.body and self.command != "HEAD":
+        if not reply.body or self.command == "HEAD":
+            return
+        if reply.trickle_seconds is None:
             self.wfile.write(reply.body)
+            return
+        for index in range(len(reply.body)):
+            self.wfile.write(reply.body[index : index + 1])
+            self.wfile.flush()
+            time.sleep(reply.trickle_seconds)
 
     def _log_line(self, method: str, path: str, outcome: str) -> None:
         # Only method, path and outcome: headers (the api key) never reach the log.
@@ -191,17 +212,29 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         rule = self.server.faults.take(endpoint_of(sub_path))
         fault = rule.kind if rule else None
         reply = None
+        processed = rule is None or rule.kind in ("delay", "trickle") or rule.processed
         try:
             if rule is not None and rule.kind == "delay":
                 time.sleep(rule.delay_seconds)
                 rule = None
-            # Faults answer before any state is touched, as a proxy in front would.
-            reply = fault_reply(rule) if rule is not None else self._api_call(method, sub_path, raw)
+            if rule is not None and rule.kind == "trickle":
+                reply = self._api_call(method, sub_path, raw)
+                reply.trickle_seconds = rule.delay_seconds
+            elif rule is not None and rule.processed:
+                # The API commits; its answer is lost on the way back.
+                self._api_call(method, sub_path, raw)
+                reply = fault_reply(rule)
+            elif rule is not None:
+                # Faults answer before any state is touched, as a proxy in front would.
+                reply = fault_reply(rule)
+            else:
+                reply = self._api_call(method, sub_path, raw)
         finally:
             # Logged before the answer goes out, so a client that inspects the state right
             # after its response always finds its request there; an error here is logged as a
             # dropped connection, which is what the client sees.
-            state.log_request(method, path, reply.status if reply else None, fault)
+            status = reply.status if reply else None
+            state.log_request(method, path, status, fault, processed=processed)
         return reply
 
     def _api_call(self, method: str, sub_path: str, raw: bytes) -> Reply:

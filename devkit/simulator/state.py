@@ -255,8 +255,17 @@ class SimState:
         with self._lock:
             self._in_flight += 1
 
-    def log_request(self, method: str, path: str, status: int | None, fault: str | None) -> None:
-        """Record an API request's outcome (None: dropped); it is no longer in flight."""
+    def log_request(
+        self,
+        method: str,
+        path: str,
+        status: int | None,
+        fault: str | None,
+        *,
+        processed: bool = True,
+    ) -> None:
+        """Record an API request's outcome (None: dropped); it is no longer in flight.
+        `processed`: whether the API itself handled it (a fault may have replaced its answer)."""
         with self._lock:
             self._in_flight = max(self._in_flight - 1, 0)
             self._requests.append(
@@ -266,6 +275,7 @@ class SimState:
                     "status": status,
                     "time": self._clock(),
                     "fault": fault,
+                    "processed": processed,
                 }
             )
 

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import shutil
-import tempfile
-from pathlib import Path
 
 import torch
 
@@ -26,6 +23,8 @@ from modules.llm_judge.schemas import (
 from modules.llm_judge.submission import fetch_submission
 from validator.base import BaseValidationModule
 from validator.downloads import fetch_validation_set
+from validator.phases import host_work, note
+from validator.workdirs import WorkArea
 
 log = logging.getLogger(__name__)
 
@@ -50,29 +49,32 @@ class LlmJudgeModule(BaseValidationModule):
             token_budget=config.generation_token_budget,
             max_batch=config.max_generation_batch,
         )
-        self._work: Path | None = None
+        self._work = WorkArea("llm_judge", config.work_dir)
 
     def validate(self, data: LlmJudgeInput) -> LlmJudgeMetrics:
         config = self.config
-        self._work = work = Path(tempfile.mkdtemp(prefix="llm_judge-", dir=config.work_dir))
-        submission = fetch_submission(
-            data.hg_repo_id,
-            data.revision,
-            work / "submission",
-            config.supported_base_models,
-            config.max_adapter_total_bytes,
-            config.max_model_total_bytes,
-            data.max_params,
-        )
+        work = self._work.new()
+        with host_work("download"):
+            submission = fetch_submission(
+                data.hg_repo_id,
+                data.revision,
+                work / "submission",
+                config.supported_base_models,
+                config.max_adapter_total_bytes,
+                config.max_model_total_bytes,
+                data.max_params,
+            )
         kind = f"LoRA on {submission.base_model}" if submission.base_model else "full model"
+        note("commit", submission.commit)
         log.info("scoring %s (%s) at commit %s", data.hg_repo_id, kind, submission.commit)
         if (submission.parameter_count or 0) > data.max_params:
             return _penalty(f"{submission.parameter_count} parameters, over {data.max_params}")
-        path = fetch_validation_set(
-            data.validation_set_url, work / "validation.jsonl", config.max_validation_set_bytes
-        )
-        prompts = read_prompts(path)
-        models = self.judge.resolve_models(data.eval_args.eval_model_list)
+        with host_work("data"):
+            path = fetch_validation_set(
+                data.validation_set_url, work / "validation.jsonl", config.max_validation_set_bytes
+            )
+            prompts = read_prompts(path)
+            models = self.judge.resolve_models(data.eval_args.eval_model_list)
         try:
             loaded = load(submission)
         except ModelCannotLoad as exc:
@@ -95,15 +97,14 @@ class LlmJudgeModule(BaseValidationModule):
             rubric_prompt(self.rubrics, data.eval_args.prompt_id, prompts[index], answer)
             for (index, _repeat), answer in sorted(answers.items())
         ]
-        replies = self.judge.grade_all(
-            judged, models, data.eval_args.eval_require, data.eval_args.temperature
-        )
+        with host_work("wait"):
+            replies = self.judge.grade_all(
+                judged, models, data.eval_args.eval_require, data.eval_args.temperature
+            )
         return LlmJudgeMetrics(score=aggregate(replies))
 
     def cleanup(self) -> None:
-        if self._work is not None:
-            shutil.rmtree(self._work, ignore_errors=True)
-            self._work = None
+        self._work.clean()
 
 
 def _penalty(reason: str) -> LlmJudgeMetrics:

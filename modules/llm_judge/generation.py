@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from validator.progress import Progress
+
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +70,7 @@ def generate(
     start = 0
     batch_number = 0
     limit = sampling.max_batch
+    progress = Progress("generating", total=len(order), unit="answers")
     while start < len(order):
         size = _fitting(order, start, sampling, limit)
         batch = order[start : start + size]
@@ -81,6 +84,7 @@ def generate(
             _release_cuda_cache()
             continue
         answers.update({(r.index, r.repeat): text for r, text in zip(batch, texts, strict=True)})
+        progress.advance(size)
         start += size
         batch_number += 1
     return answers

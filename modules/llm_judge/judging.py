@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import openai
 
 from validator.errors import ConfigError, RecoverableException
+from validator.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +244,11 @@ class Judge:
         pool = ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(jobs))))
         try:
             futures = [pool.submit(self.grade, text, model, temperature) for text, model in jobs]
-            replies = [future.result() for future in futures]
+            progress = Progress("judging", total=len(futures), unit="judge calls")
+            replies = []
+            for future in futures:
+                replies.append(future.result())
+                progress.advance()
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         for model in models:

@@ -51,6 +51,9 @@ class LlmJudgeConfig(BaseConfig):
 
 
 class LlmJudgeInput(BaseInputData):
+    submitter_fields = frozenset({"hg_repo_id", "revision"})
+    url_fields = frozenset({"validation_set_url"})
+
     hg_repo_id: str
     revision: str = "main"
     validation_set_url: str

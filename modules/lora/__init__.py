@@ -5,33 +5,35 @@ as the network's reference does (docs/lora-scoring.md), treating the submission 
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
+from modules.lora.adapter_shapes import check_against_base
 from modules.lora.adapters import AdapterRejected, applied_adapter, plan_adapter
 from modules.lora.base_models import (
     BaseModelCache,
     LoadedBase,
     gpu_type,
     pick_device,
-    pick_dtype,
 )
 from modules.lora.dataset import EncodedSet, EncodedSetCache, load_tokenizer
 from modules.lora.forward import default_max_batch_size, example_losses
-from modules.lora.hub import DownloadLimits, fetch_adapter
+from modules.lora.host_memory import keep_freed_memory
+from modules.lora.hub import ADAPTER_WEIGHTS, DownloadLimits, fetch_adapter
 from modules.lora.metrics import (
     check_token_byte_ratio,
     eval_loss,
     high_loss_metrics,
     score_metrics,
 )
+from modules.lora.precision import pick_precision
 from modules.lora.schemas import LoraConfig, LoraInput, LoraMetrics
 from modules.lora.templates import get_template
 from validator.base import BaseValidationModule
 from validator.downloads import fetch_validation_set
 from validator.errors import ConfigError, SubmissionRejected
 from validator.hub import fetch_base_model
+from validator.phases import host_work, note
+from validator.workdirs import WorkArea
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,8 @@ class LoraModule(BaseValidationModule):
         if not config.lora_only:
             raise ConfigError("lora_only=false (scoring full models) is not supported yet")
         self.device = pick_device()
+        if self.device == "cpu":
+            keep_freed_memory()  # a CPU merge otherwise spends most of its time in page faults
         if config.quantization != "none":
             if self.device == "cpu":
                 raise ConfigError(f"quantization {config.quantization!r} needs a CUDA GPU")
@@ -54,13 +58,17 @@ class LoraModule(BaseValidationModule):
                 "%s quantization is on: scores will differ from other validators",
                 config.quantization,
             )
+        self.precision = pick_precision(self.device, config.fp16)
+        log.info("scoring precision: %s", self.precision.describe())
+        if not self.precision.matches_network:
+            log.warning("fp16 is false: bf16 scores differ from the network's (fp16 on GPU)")
         self.merge = config.merge_adapter and config.quantization == "none"
         self.max_batch_size = config.max_batch_size or default_max_batch_size(self.device)
         self.bases = BaseModelCache(
             fetch=fetch_base_model,
             load_tokenizer=load_tokenizer,
             device=self.device,
-            dtype=pick_dtype(self.device, config.fp16),
+            dtype=self.precision.weights,
             capacity=config.cached_base_models,
             quantization=config.quantization,
         )
@@ -69,15 +77,17 @@ class LoraModule(BaseValidationModule):
             max_total_bytes=config.max_adapter_total_bytes,
             max_validation_set_bytes=config.max_validation_set_bytes,
         )
-        self._work: Path | None = None
+        self._work = WorkArea("lora", config.work_dir)
         self._encoded = EncodedSetCache()
 
     def validate(self, data: LoraInput) -> LoraMetrics:
         get_template(data.base_model)  # an unknown key fails before anything is downloaded
-        self._work = Path(tempfile.mkdtemp(prefix="lora-", dir=self.config.work_dir))
-        submission = fetch_adapter(
-            data.hg_repo_id, data.revision, self._work / "adapter", self.limits
-        )
+        work = self._work.new()
+        with host_work("download"):
+            submission = fetch_adapter(
+                data.hg_repo_id, data.revision, work / "adapter", self.limits
+            )
+        note("commit", submission.commit)
         log.info(
             "scoring %s at commit %s (revision %s)",
             data.hg_repo_id,
@@ -93,7 +103,8 @@ class LoraModule(BaseValidationModule):
         plan = plan_adapter(submission.adapter_config, self.config.supported_base_models)
         if plan.dropped_keys:
             log.info("ignored empty adapter_config keys: %s", ", ".join(plan.dropped_keys))
-        base = self.bases.get(plan.base_model)
+        with host_work("load"):
+            base = self.bases.get(plan.base_model)
         if base.parameter_count > data.max_params:
             log.warning(
                 "%s has %d parameters, over max_params %d: loss 999",
@@ -102,7 +113,10 @@ class LoraModule(BaseValidationModule):
                 data.max_params,
             )
             return LoraMetrics(**high_loss_metrics(), gpu_type=gpu_type(self.device))
-        encoded = self._encode(data, base)
+        # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
+        check_against_base(plan, base.model, submission.path / ADAPTER_WEIGHTS)
+        with host_work("data"):
+            encoded = self._encode(data, base, work)
         try:
             with applied_adapter(
                 base.model, submission.path, plan, self.merge, base.pristine
@@ -113,6 +127,7 @@ class LoraModule(BaseValidationModule):
                     token_budget=self.config.token_budget,
                     max_batch_size=self.max_batch_size,
                     pad_token_id=base.tokenizer.pad_token_id,
+                    autocast=self.precision.autocast,
                 )
         finally:
             # Whatever happened (a score, a refusal, a fault), the next submission must meet
@@ -120,10 +135,10 @@ class LoraModule(BaseValidationModule):
             self.bases.release(base, data.hg_repo_id, reload=plan.needs_base_reload)
         return self._metrics(eval_loss(losses), encoded.total_target_tokens, encoded.total_bytes)
 
-    def _encode(self, data: LoraInput, base: LoadedBase) -> EncodedSet:
+    def _encode(self, data: LoraInput, base: LoadedBase, work: Path) -> EncodedSet:
         path = fetch_validation_set(
             data.validation_set_url,
-            self._work / "validation.jsonl",
+            work / "validation.jsonl",
             self.limits.max_validation_set_bytes,
         )
         encoded = self._encoded.get(
@@ -138,9 +153,7 @@ class LoraModule(BaseValidationModule):
         return LoraMetrics(**values, gpu_type=gpu_type(self.device))
 
     def cleanup(self) -> None:
-        if self._work is not None:
-            shutil.rmtree(self._work, ignore_errors=True)
-            self._work = None
+        self._work.clean()
 
 
 MODULE = LoraModule

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 
 from modules.lora.pristine import BaseNotRestored, Key, PristineWeights
 from validator.errors import SubmissionRejected
+from validator.text import quoted
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,10 @@ def plan_adapter(raw: Any, supported_bases: Collection[str]) -> AdapterPlan:
     if not isinstance(base, str) or not base.strip():
         raise AdapterRejected("adapter_config.json has no base_model_name_or_path")
     if base not in supported_bases:
-        raise AdapterRejected(f"base model {base!r} is not in the supported base-model list")
+        raise AdapterRejected(f"base model {quoted(base)} is not in the supported base-model list")
     peft_type = str(raw.get("peft_type") or "LORA").upper()
     if peft_type != "LORA":
-        raise AdapterRejected(f"peft_type {peft_type!r} is not a LoRA adapter")
+        raise AdapterRejected(f"peft_type {quoted(peft_type)} is not a LoRA adapter")
     for key in REFUSED_KEYS:
         if raw.get(key):
             raise AdapterRejected(f"adapter_config.json sets {key}, which is not allowed")
@@ -105,8 +106,8 @@ def _known_values(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             dropped.append(key)
         else:
             raise AdapterRejected(
-                f"adapter_config.json key {key!r} (= {value!r}) is not supported by this "
-                f"validator's peft; it could change the scores"
+                f"adapter_config.json key {quoted(key)} (= {quoted(value)}) is not supported "
+                "by this validator's peft; it could change the scores"
             )
     return values, dropped
 

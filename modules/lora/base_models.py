@@ -39,14 +39,6 @@ def pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def pick_dtype(device: str, fp16: bool) -> torch.dtype:
-    """fp16 on GPU when the config says so, bf16 otherwise, fp32 on CPU (docs/lora-scoring.md,
-    "Model and precision")."""
-    if device == "cpu":
-        return torch.float32
-    return torch.float16 if fp16 else torch.bfloat16
-
-
 def quantization_config(quantization: str, dtype: torch.dtype) -> BitsAndBytesConfig | None:
     """bitsandbytes loading for small GPUs; scores then differ from other validators'."""
     if quantization == "8bit":

@@ -18,6 +18,7 @@ fp32), and refuse any other architecture rather than score it silently wrong.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from torch import nn
 
 from modules.lora.records import EncodedExample
 from modules.lora.schemas import DEFAULT_TOKEN_BUDGET
+from validator.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +99,14 @@ def example_losses(
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     max_batch_size: int = GPU_MAX_BATCH_SIZE,
     pad_token_id: int = 0,
+    autocast: torch.dtype | None = None,
 ) -> list[float]:
     """Mean next-token cross-entropy of each example over its targets, in input order.
 
     An example with no target after the shift (only position 0, or none) gets NaN, as the
     reference's per-example mean does. `model` is an HF causal LM or a peft LoRA wrapper of one.
+    `autocast`: the dtype the forward and the loss run autocast to, as the reference's Trainer
+    runs them under fp16 mixed precision (modules/lora/precision.py); None for none.
     """
     if token_budget < 1 or max_batch_size < 1:
         raise ValueError("token_budget and max_batch_size must be at least 1")
@@ -116,11 +121,15 @@ def example_losses(
     scored, repeats = distinct_scored(examples)
     # Longest first so a batch's first example fixes its padded length.
     order = sorted(scored, key=lambda i: (-len(examples[i].input_ids), i))
-    with torch.inference_mode():
+    device_type = lm.get_input_embeddings().weight.device.type
+    mixed = torch.autocast(device_type, dtype=autocast) if autocast else contextlib.nullcontext()
+    progress = Progress("scoring", total=len(order), unit="conversations")
+    with torch.inference_mode(), mixed:
         for index, total in _scored_sums(
             lm, transform, examples, order, token_budget, max_batch_size, pad_token_id
         ):
             losses[index] = total / examples[index].predicted_count
+            progress.advance()
     for index, first in repeats.items():
         losses[index] = losses[first]
     return losses

@@ -20,7 +20,9 @@ class LoraConfig(BaseConfig):
     # Required, so that the list an operator validates against is the one in configs/lora.json.
     supported_base_models: list[str] = Field(min_length=1)
     lora_only: bool = True
-    fp16: bool = False  # on GPU: fp16 when true, bf16 otherwise; always fp32 on CPU
+    # On GPU: the network's fp16 weights and fp16 autocast when true, bf16 (not matching the
+    # network) when false; always fp32 on CPU (modules/lora/precision.py).
+    fp16: bool = True
     # bitsandbytes loading for small GPUs: the scores then differ from other validators'.
     quantization: Literal["none", "8bit", "4bit"] = "none"
     merge_adapter: bool = True  # the reference merges; false (forced when quantized) does not
@@ -36,6 +38,9 @@ class LoraConfig(BaseConfig):
 
 
 class LoraInput(BaseInputData):
+    submitter_fields = frozenset({"hg_repo_id", "revision"})
+    url_fields = frozenset({"validation_set_url"})
+
     hg_repo_id: str
     revision: str = "main"
     base_model: str  # a chat-template key, e.g. qwen1.5

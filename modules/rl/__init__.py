@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +17,8 @@ from modules.rl.schemas import PENALTY_REWARD, RlConfig, RlInput, RlMetrics
 from modules.rl.validation_set import load_validation_set
 from validator.base import BaseValidationModule
 from validator.downloads import fetch_validation_set
+from validator.phases import host_work, note
+from validator.workdirs import WorkArea
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +37,21 @@ class RlModule(BaseValidationModule):
             seconds=config.inference_seconds,
             memory_bytes=config.inference_memory_bytes,
         )
-        self._work: Path | None = None
+        self._work = WorkArea("rl", config.work_dir)
 
     def validate(self, data: RlInput) -> RlMetrics:
         config = self.config
-        self._work = work = Path(tempfile.mkdtemp(prefix="rl-", dir=config.work_dir))
-        policy = fetch_policy(
-            data.hg_repo_id,
-            data.revision,
-            data.model_filename,
-            work / "policy",
-            config.max_model_bytes,
-            config.max_external_data_bytes,
-        )
+        work = self._work.new()
+        with host_work("download"):
+            policy = fetch_policy(
+                data.hg_repo_id,
+                data.revision,
+                data.model_filename,
+                work / "policy",
+                config.max_model_bytes,
+                config.max_external_data_bytes,
+            )
+        note("commit", policy.commit)
         log.info(
             "scoring %s/%s at commit %s (revision %s)",
             data.hg_repo_id,
@@ -68,11 +69,12 @@ class RlModule(BaseValidationModule):
                 PENALTY_REWARD,
             )
             return RlMetrics(average_reward=PENALTY_REWARD)
-        path = fetch_validation_set(
-            data.validation_set_url, work / "validation", config.max_validation_set_bytes,
-            default_name="validation_set.npz",
-        )  # fmt: skip
-        validation = load_validation_set(path, config.max_validation_set_unpacked_bytes)
+        with host_work("data"):
+            path = fetch_validation_set(
+                data.validation_set_url, work / "validation", config.max_validation_set_bytes,
+                default_name="validation_set.npz",
+            )  # fmt: skip
+            validation = load_validation_set(path, config.max_validation_set_unpacked_bytes)
         log.info(
             "validation set: %d rows, %d features, %d venues",
             validation.features.shape[0],
@@ -91,9 +93,7 @@ class RlModule(BaseValidationModule):
         return RlMetrics(average_reward=_submitted(mean))
 
     def cleanup(self) -> None:
-        if self._work is not None:
-            shutil.rmtree(self._work, ignore_errors=True)
-            self._work = None
+        self._work.clean()
 
 
 def _submitted(value: np.float32) -> float:

@@ -34,6 +34,9 @@ class RlConfig(BaseConfig):
 
 
 class RlInput(BaseInputData):
+    submitter_fields = frozenset({"hg_repo_id", "model_filename", "revision"})
+    url_fields = frozenset({"validation_set_url"})
+
     hg_repo_id: str
     model_filename: str = "model.onnx"
     revision: str = "main"

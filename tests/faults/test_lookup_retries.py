@@ -19,6 +19,7 @@ from tests.fixtures.modules.fixture import MODULE as FIXTURE_MODULE
 from validator.errors import ExitCode
 from validator.fedledger import FedLedgerClient
 from validator.journal import Journal
+from validator.observer import Observer
 from validator.runner import LoopSettings, Runner
 from validator.scoring import ModulePool
 
@@ -44,7 +45,8 @@ def test_timed_out_lookups_are_sent_once_then_the_loop_pauses(tmp_path):
         watchdog = threading.Timer(30, stop.set)  # a loop that never reaches the limit stops
         watchdog.start()
         try:
-            code = Runner(settings, client, journal, pool, stop).run()
+            observer = Observer(tmp_path / "state", "fixture", records_keep=100)
+            code = Runner(settings, client, journal, pool, stop, observer).run()
         finally:
             watchdog.cancel()
         assert not stop.is_set(), "the loop did not finish its assignments in 30 s"

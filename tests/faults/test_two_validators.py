@@ -1,12 +1,15 @@
 """Two validators on one state dir: the real CLI, twice, against the Fed Ledger simulator.
 
 The second must refuse before it asks the API for anything (an assignment it took could not be
-journaled), say why, and leave the first to finish its work undisturbed.
+journaled), say why, and leave the first to finish its work undisturbed; also when the first's
+lock file was deleted (by a cleanup script, say): the journal itself is locked too.
 """
 
 from __future__ import annotations
 
 import time
+
+import pytest
 
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import (
@@ -21,7 +24,8 @@ from tests.faults.figures import record
 from tests.faults.ledger import assert_each_submitted_once
 
 
-def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_path):
+@pytest.mark.parametrize("lock_file", ["kept", "deleted"])
+def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_path, lock_file):
     write_config(tmp_path, "fixture", {"slow_seconds": 1.0, "marker_dir": str(tmp_path)})
     env = validator_env(tmp_path)
     tasks = {"tasks": [task(1, ["slow/a", "ok/b"])]}
@@ -31,12 +35,16 @@ def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_
         args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "2")
         first = start_validator(args, env, tmp_path / "first.log")
         wait_for(lambda: (tmp_path / "slow_a.started").exists(), 30, "the first to be scoring")
+        if lock_file == "deleted":
+            (tmp_path / "state" / "validator.lock").unlink()
 
         started = time.monotonic()
         second = run_validator(loop_args("fixture", other.api_url, "1"), env)
         refusal_s = time.monotonic() - started
         assert second.returncode == 2, second.stderr
-        assert "is in use by another validator process" in second.stderr
+        assert (
+            f"state directory {tmp_path / 'state'} is in use by another validator" in second.stderr
+        )
         assert "give each validator its own --state-dir" in second.stderr
         assert "Traceback" not in second.stderr
         assert other.state()["requests"] == []
@@ -44,7 +52,7 @@ def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_
         assert first.wait(30) == 0, (tmp_path / "first.log").read_text()
         assert_each_submitted_once(sim, tmp_path / "state", 2)
     record(
-        "two validators on one state dir",
+        f"two validators on one state dir, its lock file {lock_file}",
         f"the second exits 2 in {refusal_s:.1f} s with 0 API calls; "
         "the first finishes, 2 submitted once",
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 def bench() -> dict[str, ModuleType]:
     return {
         name: importlib.import_module(f"bench.{name}")
-        for name in ("lora_gpu", "lora_shapes", "lora_adapter_cost")
+        for name in ("lora_gpu", "lora_shapes", "lora_adapter_cost", "lora_model_work")
     }
 
 
@@ -56,6 +57,10 @@ def test_gpu_mode_runs_on_a_cpu_and_agrees_with_the_hf_loss(
     assert "ratio baseline/ours" in out
     assert "restored bit for bit: yes" in out
     assert "per assignment (scoring plus model work)" in out
+    # fp32 on a CPU: the reference's Trainer runs without mixed precision, and agrees closely.
+    agreement = re.search(r"mixed precision no, batch 1\): .* rel diff (\S+)", out)
+    assert agreement is not None, out
+    assert float(agreement.group(1)) < 1e-5
 
 
 def test_adapter_cycle_restores_the_base_and_matches_the_reference_reload(
@@ -166,3 +171,21 @@ def test_cpu_mode_agrees_with_the_trainer_baseline() -> None:
     assert [row[-1] for row in rows] == ["PASS", "PASS"], done.stdout
     assert "ratio baseline/ours" in done.stdout
     assert "bpc agreement within 0.0001 relative: PASS" in done.stdout
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+def test_model_work_bench_runs_both_sides_on_a_small_shape(
+    bench: dict[str, ModuleType], tiny, tmp_path: Path, capsys: pytest.CaptureFixture, dtype_name
+) -> None:
+    work = bench["lora_model_work"]
+    ours, reference = work.measure(tiny, dtype_name, 2, tmp_path)
+    assert ours > 0 and reference > 0
+    out = capsys.readouterr().out
+    assert f"{tiny.name} {dtype_name}" in out
+    assert "restored bit for bit: yes" in out
+    assert "freed memory kept for reuse: yes" in out  # the module's CPU setting, on glibc
+    assert f"ratio {reference / ours:.1f}x" in out
+    model = work.random_model(tiny, work.DTYPES[dtype_name])
+    assert {p.dtype for p in model.parameters()} == {work.DTYPES[dtype_name]}
+    # Random weights, not the uninitialised memory that no_init_weights leaves.
+    assert 0.01 < float(model.get_decoder().layers[0].mlp.up_proj.weight.float().std()) < 0.03

@@ -247,7 +247,7 @@ def test_nan_weights_give_999(world, tmp_path):
 def test_cleanup_removes_the_downloaded_submission(world):
     scorer = module()
     scorer.validate(inputs("alice/qwen-adapter-1"))
-    work = scorer._work
+    work = scorer._work.current
     assert work is not None and any(work.rglob("adapter_model.safetensors"))
     scorer.cleanup()
     assert not work.exists()

@@ -142,9 +142,9 @@ def test_external_data_escaping_the_folder_fails_before_any_session(hub, tmp_pat
             rl,
             {"hg_repo_id": "mallory/escape", "validation_set_url": set_url(hub), "max_params": 99},
         )
-    assert not list(tmp_path.glob("rl-*/inference"))  # the sandbox never started
+    assert not list(tmp_path.glob("*/rl-*/inference"))  # the sandbox never started
     rl.cleanup()
-    assert list(tmp_path.iterdir()) == []
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,220 @@
+"""Every answer a submit can get, and what the journal then says: the real CLI (or the real
+client) against the Fed Ledger simulator.
+
+Nothing leaves the journal unless the API has the result or says it never will take it, and the
+journal tells what is known: a result whose first answer was lost after the API committed it is
+"submitted" with that story, not "dropped: too late"; an unknown 4xx keeps the result, with an
+error the operator sees, for a later try.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import (
+    loop_args,
+    run_validator,
+    start_validator,
+    validator_env,
+    wait_for,
+)
+from tests.faults.figures import record
+from tests.faults.ledger import UPDATE, journal_notes, journal_rows, target
+from validator.fedledger import ApiUnavailable, FedLedgerClient
+from validator.fedledger_http import MAX_RETRY_AFTER_S
+from validator.submitting import MAYBE_TAKEN
+
+LOST_ANSWER = "the API's answer to an earlier try was lost"
+
+
+def updates(sim: Simulator) -> list[dict[str, Any]]:
+    return [r for r in sim.state()["requests"] if target(r, UPDATE) is not None]
+
+
+def run_one(sim: Simulator, tmp_path: Path, *extra: str):
+    args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1", *extra)
+    return run_validator(args, validator_env(tmp_path))
+
+
+# (case, fault rule on the update endpoint, what the journal's history must tell)
+SETTLED: list[tuple[str, dict[str, Any], str | None]] = [
+    # Not processed by the API: tried again within the call, then taken; nothing to tell.
+    ("429", {"kind": "status", "status": 429, "count": 1}, None),
+    ("408", {"kind": "status", "status": 408, "count": 1}, None),
+    ("503", {"kind": "status", "status": 503, "count": 1}, None),
+    # A proxy's 2xx that never reached the API: sent again, and the API takes it then.
+    ("2xx empty, not forwarded", {"kind": "empty", "status": 200, "count": 1}, None),
+    ("2xx HTML, not forwarded", {"kind": "non_json", "status": 200, "count": 1}, None),
+    # The API committed, the answer was lost: the repeat is refused as not validating.
+    (
+        "2xx empty after commit",
+        {"kind": "empty", "status": 200, "count": 1, "processed": True},
+        "HTTP 200 without a JSON body",
+    ),
+    (
+        "502 after commit",
+        {"kind": "non_json", "status": 502, "count": 1, "processed": True},
+        "HTTP 502",
+    ),
+    (
+        "dropped after commit",
+        {"kind": "drop", "count": 1, "processed": True},
+        "ConnectionError",
+    ),
+    (
+        # Both tries of the call lose their answer: kept, and the next pass settles it.
+        "dropped after commit, twice",
+        {"kind": "drop", "count": 2, "processed": True},
+        "ConnectionError",
+    ),
+    (
+        "500 after commit, twice",
+        {"kind": "status", "status": 500, "count": 2, "processed": True},
+        "HTTP 500",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "rule", "story"), SETTLED, ids=[c[0] for c in SETTLED])
+def test_submit_answer_ends_with_one_result_and_a_truthful_journal(tmp_path, case, rule, story):
+    fault = {"endpoint": "update", **rule}
+    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, faults=[fault]) as sim:
+        result = run_one(sim, tmp_path)
+        assert result.returncode == 0, result.stderr
+        taken = sim.submissions()
+        calls = updates(sim)
+    assert "Traceback" not in result.stderr
+    # Exactly one result reached the API, and the journal holds it as submitted.
+    assert [(s["assignment_id"], s["status"]) for s in taken] == [(1, "completed")]
+    row = journal_rows(tmp_path / "state")["1"]
+    assert (row["state"], row["outcome"]) == ("submitted", "completed"), row
+    last = journal_notes(tmp_path / "state", "1")[-1]
+    if story is None:
+        assert last == "completed", last
+        assert len(calls) == 2, calls  # the faulted try and the one the API took
+    else:
+        assert last.startswith("completed; submitted; " + LOST_ANSWER), last
+        assert story in last, last
+        assert "too late" not in result.stderr
+        assert calls[-1]["status"] == 400  # the repeat, refused as not validating
+    told = "submitted, the lost answer noted" if story else "submitted"
+    record(f"submit answered {case}", f"{len(calls)} submit calls, 1 result; journal: {told}")
+
+
+@pytest.mark.parametrize("form", ["seconds", "HTTP date"])
+def test_retry_after_is_honoured(tmp_path, form):
+    wait_s = 2
+    # An HTTP date names a moment, in whole seconds, that the validator's start-up eats into:
+    # it is set further out, and the retry must not come before it.
+    until = int(time.time()) + wait_s + 3
+    value = str(wait_s) if form == "seconds" else formatdate(until, usegmt=True)
+    fault = {"endpoint": "update", "kind": "status", "status": 429, "count": 1}
+    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
+        sim.add_faults({**fault, "retry_after": value})
+        result = run_one(sim, tmp_path)
+        assert result.returncode == 0, result.stderr
+        calls = updates(sim)
+    assert [c["status"] for c in calls] == [429, 200]
+    waited = calls[1]["time"] - calls[0]["time"]
+    if form == "seconds":
+        assert wait_s - 0.1 <= waited < wait_s + 5, waited
+    else:
+        assert until - 0.1 <= calls[1]["time"] < until + 5, (until, calls)
+    record(f"submit answered 429, Retry-After as {form}", f"tried again after {waited:.1f} s")
+
+
+def test_a_long_retry_after_is_bounded_and_not_waited_out_in_the_call(tmp_path):
+    fault = {"endpoint": "update", "kind": "status", "status": 429, "retry_after": "86400"}
+    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
+        assignment = FedLedgerClient("k", sim.api_url).request_assignment("1")
+        sim.add_faults(fault)
+        api = FedLedgerClient("k", sim.api_url, retries=4, backoff=0.01, deadline=30)
+        started = time.monotonic()
+        with pytest.raises(ApiUnavailable) as raised:
+            api.submit(assignment.id, "failed", None)
+        elapsed = time.monotonic() - started
+        calls = updates(sim)
+    # Not a day, and not the bound either inside the call: the runner defers it that long.
+    assert raised.value.retry_after == MAX_RETRY_AFTER_S
+    assert not raised.value.maybe_processed
+    assert elapsed < 5 and len(calls) == 1, (elapsed, calls)
+
+
+def test_an_unknown_4xx_keeps_the_result_for_the_operator(tmp_path):
+    fault = {"endpoint": "update", "kind": "status", "status": 404, "count": 1}
+    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, faults=[fault]) as sim:
+        args = loop_args("fixture", sim.api_url, "1")
+        process = start_validator(args, validator_env(tmp_path), tmp_path / "v1.log")
+        try:
+            wait_for(lambda: updates(sim), 30, "the submit")
+            wait_for(
+                lambda: "rejected" in (journal_rows(tmp_path / "state")["1"]["error"] or ""),
+                10,
+                "the journal to record the refusal",
+            )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0
+        row = journal_rows(tmp_path / "state")["1"]
+        log = (tmp_path / "v1.log").read_text()
+        # Kept as a decided, unsubmitted result, with the reason, for a try much later.
+        assert row["state"] == "scored", row
+        assert row["error"] == "the API rejected the submit: HTTP 404: Simulated fault", row
+        assert row["not_before"] > time.time() + 3000, row
+        assert "operator action may be needed" in log and "stays in the journal" in log, log
+        assert sim.submissions() == []
+
+        # A restart sends kept results at once, whatever their wait.
+        result = run_one(sim, tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert [s["status"] for s in sim.submissions()] == ["completed"]
+    assert journal_rows(tmp_path / "state")["1"]["state"] == "submitted"
+    record(
+        "submit answered 404 (unknown 4xx)", "kept (scored, retried in 1 h), submitted on restart"
+    )
+
+
+def test_not_validating_without_an_earlier_try_is_too_late(tmp_path):
+    # The assignment expired while scoring: nothing of it reached the API, ever.
+    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, assignment_ttl_seconds=0.5) as sim:
+        sim.add_faults({"endpoint": "update", "kind": "delay", "delay_seconds": 1, "count": 1})
+        result = run_one(sim, tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert sim.submissions() == []
+    row = journal_rows(tmp_path / "state")["1"]
+    assert row["state"] == "dropped", row
+    assert row["error"].startswith("too late: the API says 'Validation assignment is not in")
+    assert "earlier process" not in row["error"]
+
+
+def test_a_lost_answer_is_remembered_across_processes(tmp_path):
+    # Every try of the first process loses its answer; the API took the first one.
+    fault = {"endpoint": "update", "kind": "drop", "processed": True}
+    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, faults=[fault]) as sim:
+        args = loop_args("fixture", sim.api_url, "1")
+        process = start_validator(args, validator_env(tmp_path), tmp_path / "v1.log")
+        try:
+            wait_for(
+                lambda: (journal_rows(tmp_path / "state").get("1") or {}).get("error"),
+                30,
+                "a kept result",
+            )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0
+        row = journal_rows(tmp_path / "state")["1"]
+        assert row["state"] == "scored" and row["error"].startswith(MAYBE_TAKEN), row
+        sim.clear_faults()
+        result = run_one(sim, tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert len(sim.submissions()) == 1
+    row = journal_rows(tmp_path / "state")["1"]
+    assert row["state"] == "submitted", row
+    assert LOST_ANSWER in journal_notes(tmp_path / "state", "1")[-1]

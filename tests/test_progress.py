@@ -1,0 +1,35 @@
+"""Progress lines for long work, rate-limited, and the heartbeat they give /healthz."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from validator.phases import ScoringMarks
+from validator.progress import Progress, watch_bytes
+
+
+def test_progress_lines_are_rate_limited_and_beat_the_heart(tmp_path, caplog):
+    beats = []
+    caplog.set_level(logging.INFO, "validator.progress")
+    with ScoringMarks(tmp_path).scoring("7", on_beat=lambda: beats.append(1)):
+        quiet = Progress("scoring", total=10, unit="conversations", every=3600)
+        for _ in range(10):
+            quiet.advance()
+        assert caplog.records == [] and beats == []
+        chatty = Progress("scoring", total=4, unit="conversations", every=0)
+        chatty.advance(2)
+    assert len(beats) == 1
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("scoring: 2 of 4 (50%) conversations in ")
+
+
+def test_a_download_reports_the_bytes_that_arrived(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "validator.progress")
+    folder = tmp_path / "models--org--base" / "blobs"
+    with watch_bytes(tmp_path / "models--org--base", "downloading base model org/base", 0.2):
+        folder.mkdir(parents=True)
+        (folder / "shard.incomplete").write_bytes(b"x" * 3 * 2**20)
+        time.sleep(0.5)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("downloading base model org/base: 3.0 MiB so far") for line in lines)

@@ -1,0 +1,169 @@
+"""The live endpoints during a real run: the real CLI with `--http-port`, the fixture module and
+the Fed Ledger simulator. /metrics equals what the simulator saw; /healthz; the status page
+(during a scoring, then after) and the report page opened in a real headless Chromium, their
+rendered DOM checked for the figures, screenshots kept; no secret anywhere."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import urllib.request
+from urllib.error import HTTPError
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import (
+    API_KEY,
+    HF_TOKEN,
+    loop_args,
+    start_validator,
+    validator_env,
+    wait_for,
+    write_config,
+)
+from tests.helpers.browser import browser, screenshot
+
+LISTENING = re.compile(r"status page on (http://127\.0\.0\.1:\d+)")
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A validator scoring 4 assignments (one slow, one broken), serving its pages."""
+    write_config(tmp_path, "fixture", {"slow_seconds": 6.0, "marker_dir": str(tmp_path)})
+    tasks = [task(1, ["ok/a", "broken/b", "slow/c"]), task(2, ["ok/dd"])]
+    # One submit answered 503, tried again within the call: counted as a retry.
+    fault = {"endpoint": "update", "kind": "status", "status": 503, "count": 1}
+    with Simulator({"tasks": tasks}, tmp_path, faults=[fault]) as sim:
+        args = loop_args("fixture", sim.api_url, "1,2", "--http-port", "0")
+        log = tmp_path / "validator.log"
+        process = start_validator(args, validator_env(tmp_path), log)
+        try:
+            base = wait_for(lambda: LISTENING.search(log.read_text()), 30, "the status page")
+            yield sim, base.group(1), process, tmp_path
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+
+
+def test_metrics_health_and_pages_tell_what_the_validator_did(run, tmp_path):
+    sim, base, process, state = run
+    with browser(tmp_path) as driver:
+        # While the slow one is scoring: the page names it and its phase.
+        wait_for((state / "slow_c.started").exists, 60, "the slow assignment to be scoring")
+        driver.get(base + "/")
+        current = driver.find_element("id", "current").text
+        slow_id = next(
+            str(a["id"])
+            for a in sim.state()["assignments"]
+            if a["task_submission"]["data"]["hg_repo_id"] == "slow/c"
+        )
+        assert current == slow_id
+        assert driver.find_element("id", "phase").text == "score"
+        screenshot(driver, "status-page.png")
+
+        wait_for(lambda: len(sim.submissions()) == 4, 60, "4 results submitted")
+        # The last result is recorded just after the API took it.
+        wait_for(lambda: get(base + "/")[1].count("</td></tr>") == 4, 10, "4 results shown")
+
+        status, text = get(base + "/metrics")
+        assert status == 200
+        metrics = samples(text)
+        submitted = sim.submissions()
+        repo_task = {a["id"]: str(a["task_id"]) for a in sim.state()["assignments"]}
+        for task_id in ("1", "2"):
+            for outcome in ("completed", "failed"):
+                expected = sum(
+                    1
+                    for s in submitted
+                    if repo_task[s["assignment_id"]] == task_id and s["status"] == outcome
+                )
+                key = (
+                    "flock_validator_assignments_total",
+                    (("outcome", outcome), ("task", task_id)),
+                )
+                assert metrics.get(key, 0) == expected, (task_id, outcome)
+        lookups = sum(v for (name, _), v in metrics.items() if name.endswith("lookups_total"))
+        assert lookups == len(sim.lookups())
+        submit_count = ("flock_validator_phase_seconds_count", (("phase", "submit"),))
+        assert metrics[submit_count] == 4
+        assert metrics[("flock_validator_backlog", (("kind", "undecided"),))] == 0
+        assert metrics[("flock_validator_last_submit_timestamp_seconds", ())] > 0
+        faulted = [r for r in sim.state()["requests"] if r.get("fault")]
+        assert len(faulted) == 1
+        retry = ("flock_validator_api_retries_total", (("call", "submit"), ("kind", "http_503")))
+        assert metrics[retry] == 1
+
+        status, body = get(base + "/healthz")
+        assert status == 200 and json.loads(body)["healthy"] is True
+
+        driver.get(base + "/")
+        rows = driver.find_elements("css selector", "#recent tbody tr")
+        assert len(rows) == 4
+        assert driver.find_element("id", "current").text == "idle"
+        assert driver.find_element("id", "health").text.startswith("healthy")
+        screenshot(driver, "status-page-after.png")
+
+        driver.get(base + "/report")
+        assert driver.find_element("id", "assignments").text == "4"
+        cells = [
+            [td.text for td in row.find_elements("tag name", "td")]
+            for row in driver.find_elements("css selector", "#outcomes tbody tr")
+        ]
+        assert cells[0][0] == "1" and cells[0][-1] == "3" and cells[1][-1] == "1"
+        rows = driver.find_elements("css selector", "#phases tbody tr")
+        phases = [row.text.split()[0] for row in rows]
+        assert phases == ["lookup", "score", "submit"]
+        widths = driver.execute_script(
+            "return [...document.images].map(i => i.complete ? i.naturalWidth : 0)"
+        )
+        assert len(widths) == 3 and all(w > 100 for w in widths)
+        screenshot(driver, "report-page.png")
+
+        pages = [get(base + path)[1] for path in ("/", "/metrics", "/report", "/healthz")]
+        records = [p.read_text() for p in (state / "state" / "records").glob("*.json")]
+        assert len(records) == 4
+        for record in map(json.loads, records):
+            assert {"lookup", "score", "submit"} <= set(record["phases"]), record
+            assert any("scoring (attempt 1)" in line for line in record["log"]), record
+        slow = next(r for r in map(json.loads, records) if r["input"]["hg_repo_id"] == "slow/c")
+        assert slow["phases"]["score"] >= 6.0 and slow["outcome"] == "completed"
+        for text in [*pages, *records]:
+            assert API_KEY not in text and HF_TOKEN not in text
+
+
+def test_healthz_turns_503_when_the_loop_makes_no_progress(tmp_path):
+    write_config(tmp_path, "fixture", {"slow_seconds": 8.0, "marker_dir": str(tmp_path)})
+    with Simulator({"tasks": [task(1, ["slow/x"])]}, tmp_path) as sim:
+        args = loop_args("fixture", sim.api_url, "1", "--http-port", "0")
+        log = tmp_path / "validator.log"
+        env = validator_env(tmp_path, VALIDATOR_HEALTH_STALE_SECONDS="2")
+        process = start_validator(args, env, log)
+        try:
+            base = wait_for(lambda: LISTENING.search(log.read_text()), 30, "the status page")
+            url = base.group(1) + "/healthz"
+            wait_for((tmp_path / "slow_x.started").exists, 30, "the scoring to start")
+            # A scoring that shows no phase change for longer than the bound: stale.
+            status, body = wait_for(lambda: (r := get(url))[0] == 503 and r, 15, "a 503")
+            assert json.loads(body)["healthy"] is False
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)

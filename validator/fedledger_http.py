@@ -1,0 +1,400 @@
+"""The HTTP transport of the Fed Ledger client (validator/fedledger.py): tries, retries, deadlines.
+
+requests' timeouts bound each read, not a call: a server that trickles a byte every few seconds
+holds a call forever. So each try runs in a worker thread that the caller abandons when the
+call's overall deadline passes, or shortly after a stop signal, shutting its socket so that the
+worker ends too and no abandoned try goes on to send a request later. Retries are made here, not
+by urllib3, so that they share that deadline, wait out a bounded Retry-After, and report whether
+a try the API may have processed came before the final answer (a submit refused as "not
+validating" after such a try was most likely taken by it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
+
+from validator import telemetry
+from validator.errors import ConfigError, TransientError
+
+log = logging.getLogger("validator.fedledger")
+
+DEFAULT_DEADLINE_S = 300.0
+# A try in progress when a stop signal comes gets this long to end by itself: a submit that is
+# merely finishing still goes out, a stuck one no longer holds the shutdown.
+STOP_GRACE_S = 2.0
+# A longer Retry-After is not waited out inside a call: the call ends, and the runner retries
+# it no sooner than that (bounded again to this) later.
+MAX_RETRY_AFTER_S = 180.0
+BACKOFF_MAX_S = 60.0
+POLL_S = 0.1
+# Answers after which the API may have processed the request (a 503 and the 4xx below surely
+# did not: see fedledger.LOOKUP_RETRY_STATUSES).
+MAYBE_PROCESSED_STATUSES = frozenset({500, 502, 504})
+# Faults of the network or the server, which a later try may not meet. Any other error raised
+# while sending (a URL without a host, a header value with a carriage return) happens before a
+# byte is sent and would happen again on every try: retrying it kept the loop waiting forever.
+TRANSIENT_REQUEST_ERRORS = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    requests.exceptions.ContentDecodingError,
+    requests.exceptions.RetryError,
+)
+# Their text quotes the offending header value, which can only be the API key here.
+HEADER_ERRORS = (requests.exceptions.InvalidHeader, UnicodeError)
+
+
+class ApiUnavailable(TransientError):
+    """The API could not be reached, answered 5xx (or 408, 429), or gave no answer within the
+    call's deadline, after all retries. `maybe_processed`: a try may have reached the API, whose
+    answer was lost; `retry_after`: the wait the API asked for, if any (bounded)."""
+
+    def __init__(
+        self, message: str, *, maybe_processed: bool = False, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.maybe_processed = maybe_processed
+        self.retry_after = retry_after
+
+
+class CallInterrupted(ApiUnavailable):
+    """A stop signal ended the call before it had an answer."""
+
+
+class RequestNotSendable(ConfigError):
+    """A request that cannot be built from the configured URL and key, on any try."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which answers of one kind of call are tried again within the call."""
+
+    statuses: frozenset[int]
+    # Whether a try the API may have processed (sent, then no answer, 500/502/504, a 2xx
+    # without JSON) may be repeated: not for a lookup, which hands out an assignment each time.
+    after_processing: bool
+    unconfirmed_2xx: bool = False
+
+
+@dataclass(frozen=True)
+class Reply:
+    response: requests.Response
+    # What an earlier try of this call met that the API may have processed, its answer lost.
+    earlier: str | None = None
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class _Failure:
+    why: str
+    maybe_processed: bool
+    retry_after: float | None = None
+    final: bool = False
+    kind: str = "error"  # the metrics' label: http_503, ReadTimeout, abandoned...
+
+
+class Transport:
+    def __init__(
+        self,
+        api_key: str,
+        api_url: str,
+        *,
+        timeout: tuple[float, float],
+        retries: int,
+        backoff: float,
+        deadline: float,
+        stop: threading.Event | None,
+    ) -> None:
+        self.api_key = api_key
+        self.api_url = api_url
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.deadline = deadline
+        self.stop = stop or threading.Event()
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None, policy: Policy) -> Reply:
+        # json.dumps' default allows Infinity/NaN, like the reference client (requests' json=).
+        payload = None if body is None else json.dumps(body)
+        end = time.monotonic() + self.deadline
+        earlier: str | None = None
+        tries = 0
+        while True:
+            tries += 1
+            response: requests.Response | None = None
+            try:
+                response = self._try(method, f"{self.api_url}{path}", payload, end)
+                failure = _answer_failure(response, policy)
+            except _Abandoned as abandoned:
+                failure = _Failure(str(abandoned), abandoned.sent, final=True, kind="abandoned")
+            except TRANSIENT_REQUEST_ERRORS as exc:
+                why, sent = f"{type(exc).__name__}: {exc}", not _never_sent(exc)
+                failure = _Failure(why, sent, kind=type(exc).__name__)
+            except (requests.RequestException, ValueError) as exc:
+                # `from None`: the cause's text may quote the key, and nothing more is known.
+                raise RequestNotSendable(_not_sendable(method, path, exc)) from None
+            if response is not None:
+                log.debug("%s %s -> %s", method, path, response.status_code)
+            if failure is None:
+                return Reply(response, earlier)  # type: ignore[arg-type]
+            wait = self._wait_before(tries, failure, end, policy)
+            if wait is None:
+                telemetry.API_ERRORS.labels(_call_name(path), failure.kind).inc()
+                return self._give_up(method, path, response, failure, earlier)
+            telemetry.API_RETRIES.labels(_call_name(path), failure.kind).inc()
+            log.warning("%s %s: %s; trying again in %.3gs", method, path, failure.why, wait)
+            if failure.maybe_processed:
+                earlier = failure.why
+            if self.stop.wait(wait):
+                raise CallInterrupted(
+                    f"{method} {path}: {failure.why}; not tried again: stopping",
+                    maybe_processed=earlier is not None,
+                )
+
+    def _wait_before(
+        self, tries: int, failure: _Failure, end: float, policy: Policy
+    ) -> float | None:
+        """Seconds to wait before the next try, None for no next try."""
+        if failure.final or tries > self.retries or self.stop.is_set():
+            return None
+        if failure.maybe_processed and not policy.after_processing:
+            return None
+        # urllib3's schedule: at once, then backoff * 2, 4, 8...; a Retry-After instead.
+        backoff = 0.0 if tries == 1 else min(self.backoff * 2 ** (tries - 1), BACKOFF_MAX_S)
+        wait = max(backoff, failure.retry_after or 0.0)
+        return wait if time.monotonic() + wait < end else None
+
+    def _give_up(
+        self,
+        method: str,
+        path: str,
+        response: requests.Response | None,
+        failure: _Failure,
+        earlier: str | None,
+    ) -> Reply:
+        if response is not None:  # the caller makes sense of the last answer
+            return Reply(response, earlier, failure.retry_after)
+        exc = CallInterrupted if self.stop.is_set() else ApiUnavailable
+        raise exc(
+            f"{method} {path}: {failure.why}",
+            maybe_processed=failure.maybe_processed or earlier is not None,
+        )
+
+    def _try(self, method: str, url: str, payload: str | None, end: float) -> requests.Response:
+        """One request, abandoned at `end` or STOP_GRACE_S after a stop signal."""
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            raise _Abandoned(f"no time left of the {self.deadline:g} s deadline", sent=False)
+        timeout = (min(self.timeout[0], remaining), min(self.timeout[1], remaining))
+        tracker = _Tracker()
+        session = _session(self.api_key)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            _current.tracker = tracker
+            try:
+                box["response"] = session.request(
+                    method, url, data=payload, timeout=timeout, allow_redirects=False
+                )
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=work, name="fedledger-call", daemon=True)
+        worker.start()
+        stop_by = math.inf
+        try:
+            while not done.is_set():
+                now = time.monotonic()
+                if self.stop.is_set() and stop_by == math.inf:
+                    stop_by = now + STOP_GRACE_S
+                if now >= min(end, stop_by):
+                    why = (
+                        "abandoned: stopping"
+                        if stop_by <= end
+                        else f"no answer within the {self.deadline:g} s deadline"
+                    )
+                    raise _Abandoned(why)
+                done.wait(min(POLL_S, min(end, stop_by) - now))
+        finally:
+            if not done.is_set():
+                tracker.cancel()
+            session.close()
+        if "error" in box:
+            raise box["error"]
+        return box["response"]
+
+
+class _Abandoned(Exception):
+    """A try given up on by the caller: its worker may still be ending."""
+
+    def __init__(self, why: str, *, sent: bool = True) -> None:
+        super().__init__(why)
+        self.sent = sent
+
+
+def _call_name(path: str) -> str:
+    """lookup, submit or list: the API call a path is, for the metrics' labels."""
+    if path.startswith("/tasks/request-validation-assignment/"):
+        return "lookup"
+    if path.startswith("/tasks/update-validation-assignment/"):
+        return "submit"
+    return path.strip("/").replace("/", "_") or "root"
+
+
+def _answer_failure(response: requests.Response, policy: Policy) -> _Failure | None:
+    status = response.status_code
+    if 200 <= status < 300:
+        if policy.unconfirmed_2xx and not _is_json(response):
+            # The API's own 2xx carries JSON; an empty one or a page is a proxy's, and the
+            # request may never have reached the API.
+            return _Failure(
+                f"HTTP {status} without a JSON body", maybe_processed=True, kind="not_json"
+            )
+        return None
+    if status not in policy.statuses:
+        return None
+    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+    processed = status in MAYBE_PROCESSED_STATUSES
+    return _Failure(f"HTTP {status}", processed, retry_after, kind=f"http_{status}")
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header (seconds, or an HTTP date) as seconds from now, within
+    [0, MAX_RETRY_AFTER_S]; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+def _never_sent(exc: Exception) -> bool:
+    """Whether connecting failed, so that nothing was sent (refused, no such host, timeout)."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    cause = exc.args[0] if exc.args else None
+    return isinstance(exc, requests.ConnectionError) and (
+        isinstance(cause, MaxRetryError) and isinstance(cause.reason, ConnectTimeoutError)
+    )
+
+
+def _is_json(response: requests.Response) -> bool:
+    try:
+        response.json()
+    except ValueError:  # an empty body too
+        return False
+    return True
+
+
+def _not_sendable(method: str, path: str, exc: Exception) -> str:
+    if isinstance(exc, HEADER_ERRORS):
+        what = "a header value is not valid in HTTP; check --flock-api-key / FLOCK_API_KEY"
+    else:
+        what = f"{exc}; check --api-url / FLOCK_API_URL"
+    return f"{method} {path} cannot be sent ({type(exc).__name__}: {what})"
+
+
+# --- abandonable connections ---------------------------------------------------------------
+
+
+class _Tracker:
+    """The sockets of one try, so that abandoning it unblocks its worker's reads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._cancelled = False
+
+    def connected(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            if not self._cancelled:
+                if sock is not None:
+                    self._sockets.append(sock)
+                return
+        # Connected after the caller gave up: never send the request.
+        if sock is not None:
+            sock.close()
+        raise ConnectionAbortedError("the call was abandoned")
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+_current = threading.local()
+
+
+def _register(conn: HTTPConnection) -> None:
+    tracker: _Tracker | None = getattr(_current, "tracker", None)
+    if tracker is not None:
+        tracker.connected(conn.sock)
+
+
+class _TrackedHTTPConnection(HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _register(self)
+
+
+class _TrackedHTTPSConnection(HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _register(self)
+
+
+class _TrackedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _TrackedHTTPConnection
+
+
+class _TrackedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _TrackedHTTPSConnection
+
+
+def _session(api_key: str) -> requests.Session:
+    """A session for one try: nothing is reused, so nothing of an abandoned try lingers. No
+    retries by urllib3 (Transport.call makes them) and, as requests' default, none after a
+    read error."""
+    session = requests.Session()
+    session.headers.update({"flock-api-key": api_key, "Content-Type": "application/json"})
+    adapter = HTTPAdapter(max_retries=0)
+    adapter.poolmanager.pool_classes_by_scheme = {
+        "http": _TrackedHTTPPool,
+        "https": _TrackedHTTPSPool,
+    }
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session

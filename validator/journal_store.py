@@ -1,0 +1,270 @@
+"""Opening the journal's SQLite file: one owner, checked before any lookup, never overwritten.
+
+A journal that SQLite cannot read (not a database, truncated, malformed) or whose schema is not
+this validator's stops the process with exit code 3 and a message that names the file and says
+what to do; the file is only read until it has passed the checks, so that what it still holds
+can be recovered by hand. A lock held by another program (an `sqlite3` shell in a write
+transaction) is waited for, up to a bound, before the process gives up with exit code 3; no
+assignment is looked up meanwhile.
+
+One process at a time owns a journal. The validator's lock file is not enough, since deleting
+it would let a second process in: the database file itself carries an exclusive `flock`. SQLite
+locks with POSIX record locks, which `flock` does not conflict with (on local file systems), so
+readers such as the `sqlite3` shell still get in, and SQLite's own locking is unchanged.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import TypeVar
+
+from validator.errors import ConfigError, RecoverableException
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS assignments (
+    id TEXT PRIMARY KEY,
+    module TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    input TEXT NOT NULL,
+    metrics TEXT,
+    outcome TEXT,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before REAL NOT NULL DEFAULT 0,
+    received_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    assignment_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    state TEXT NOT NULL,
+    note TEXT
+);
+"""
+# Stored in the file's user_version, so that a later validator can tell this schema apart and
+# migrate it; journals written before it was stored have 0.
+SCHEMA_VERSION = 1
+
+DEFAULT_LOCK_TIMEOUT_S = 30.0
+LOCK_TIMEOUT_ENV = "VALIDATOR_JOURNAL_LOCK_TIMEOUT"
+RETRY_PAUSE_S = 0.1
+
+# SQLite's primary result codes; the messages stand in on Python 3.10, which has no
+# sqlite_errorcode. Both come from SQLite, never from a submission.
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_NOTADB = 5, 6, 8, 11, 26
+BUSY_MESSAGES = ("database is locked", "database table is locked", "database is busy")
+BROKEN_MESSAGES = ("file is not a database", "database disk image is malformed")
+
+
+class JournalUnwritable(RecoverableException):
+    """The journal cannot take the next write: its disk is full, over quota or below the
+    free-space floor, or the journal is locked or broken. Exit code 3."""
+
+
+class JournalLocked(JournalUnwritable):
+    """Another program has held the journal's write lock for longer than the bound."""
+
+
+class JournalBroken(JournalUnwritable):
+    """The journal's file is not a journal this validator can use; it is left as it is."""
+
+
+def lock_timeout_from_env() -> float:
+    """Seconds to wait for another program's lock on the journal ($VALIDATOR_JOURNAL_LOCK_TIMEOUT,
+    for tests and for operators whose backups lock it longer)."""
+    raw = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LOCK_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds >= 0")
+    return seconds
+
+
+def claim(path: Path, state_dir: Path) -> int:
+    """An fd of the database file (created if missing) with an exclusive flock, kept for the
+    process's life. Close it only after every SQLite connection to the file: closing any fd of
+    a file drops the POSIX locks that SQLite holds on it."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise ConfigError(
+            f"state directory {state_dir} is in use by another validator process (its journal "
+            f"{path.name} is locked); give each validator its own --state-dir"
+        ) from exc
+    return fd
+
+
+def check(path: Path, lock_timeout: float) -> bool:
+    """Raise JournalBroken unless `path` is a sound journal of this schema, or an empty
+    database; return whether the schema is still to be created. A read-only connection: a
+    broken file is never written to, not even by the checkpoint that closing a connection
+    runs."""
+    db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=lock_timeout)
+    try:
+        found = _until_unlocked(path, lock_timeout, lambda: _inspect(db))
+    except sqlite3.DatabaseError as exc:
+        if not broken(exc):
+            raise
+        raise damaged(path, f"SQLite cannot read it: {exc}") from exc
+    finally:
+        db.close()
+    if found is None:
+        return True
+    problem = _schema_problem(*found)
+    if problem is not None:
+        raise damaged(path, problem)
+    return False
+
+
+def connect(path: Path, lock_timeout: float, *, create: bool) -> sqlite3.Connection:
+    """The journal's connection, after a real write in a transaction: a lock that outlasts
+    the bound raises JournalLocked here, before anything is looked up."""
+    db = sqlite3.connect(path, timeout=lock_timeout)
+    try:
+        db.row_factory = sqlite3.Row
+        _until_unlocked(path, lock_timeout, lambda: _prepare(db, create))
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def probe_lock(db: sqlite3.Connection, path: Path, lock_timeout: float) -> None:
+    """Take the write lock and give it back: raise JournalLocked if another program holds it
+    for longer than the bound."""
+
+    def take() -> None:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("ROLLBACK")
+
+    _until_unlocked(path, lock_timeout, take)
+
+
+def _prepare(db: sqlite3.Connection, create: bool) -> None:
+    if db.in_transaction:  # a retry after a busy COMMIT
+        db.execute("ROLLBACK")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("BEGIN IMMEDIATE")
+    if create:
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    db.execute("COMMIT")
+
+
+def _inspect(db: sqlite3.Connection) -> tuple[list[str], dict[str, list[tuple]], int] | None:
+    """What the file holds: its quick_check report, its tables' columns and its schema version;
+    None for a database with no tables at all (a new journal)."""
+    report = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+    tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if report == ["ok"] and not tables:
+        return None
+    columns = {table: _columns(db, table) for table in tables}
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    return report, columns, version
+
+
+def _columns(db: sqlite3.Connection, table: str) -> list[tuple]:
+    # name, declared type, not null, default, primary key
+    return [tuple(row[1:]) for row in db.execute(f"PRAGMA table_info({_quoted(table)})")]
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _expected_columns() -> dict[str, list[tuple]]:
+    with closing(sqlite3.connect(":memory:")) as db:
+        db.executescript(SCHEMA)
+        return {table: _columns(db, table) for table in ("assignments", "events")}
+
+
+def _schema_problem(report: list[str], columns: dict[str, list[tuple]], version: int) -> str | None:
+    if report != ["ok"]:
+        return "SQLite's quick_check finds it damaged: " + "; ".join(report)
+    if version > SCHEMA_VERSION:
+        return f"its schema version {version} is newer than this validator's {SCHEMA_VERSION}"
+    for table, wanted in _expected_columns().items():
+        if table not in columns:
+            return f"it has no table {table!r}: not a journal of this validator"
+        theirs = {column[0]: column for column in columns[table]}
+        ours = {column[0]: column for column in wanted}
+        differences = [
+            ("lacks", [name for name in ours if name not in theirs]),
+            ("has unknown columns", [name for name in theirs if name not in ours]),
+            ("declares differently", [n for n in ours if n in theirs and theirs[n] != ours[n]]),
+        ]
+        found = [f"{what} {', '.join(names)}" for what, names in differences if names]
+        if found:
+            return f"an unknown schema, not migrated: table {table!r} {'; '.join(found)}"
+    return None
+
+
+def damaged(path: Path, problem: str) -> JournalBroken:
+    return JournalBroken(
+        f"journal {path} is broken: {problem}. It is left as it is: move it out of the state "
+        f"dir, with any {path.name}-wal and {path.name}-shm beside it, then rerun to start a "
+        "new journal (results it holds that were not submitted are lost to this validator)"
+    )
+
+
+def locked(path: Path, lock_timeout: float) -> JournalLocked:
+    return JournalLocked(
+        f"journal {path} stayed locked by another program for {lock_timeout:g} s (e.g. an "
+        "sqlite3 shell or a backup in a write transaction): end that program's transaction, "
+        f"then rerun ({LOCK_TIMEOUT_ENV} sets the wait)"
+    )
+
+
+def busy(exc: BaseException) -> bool:
+    return _is(exc, (SQLITE_BUSY, SQLITE_LOCKED), BUSY_MESSAGES)
+
+
+def broken(exc: BaseException) -> bool:
+    return _is(exc, (SQLITE_CORRUPT, SQLITE_NOTADB), BROKEN_MESSAGES)
+
+
+def read_only(exc: BaseException) -> bool:
+    return _is(exc, (SQLITE_READONLY,), ("attempt to write a readonly database",))
+
+
+def _is(exc: BaseException, codes: tuple[int, ...], messages: tuple[str, ...]) -> bool:
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in codes
+    return str(exc) in messages
+
+
+def _until_unlocked(path: Path, lock_timeout: float, work: Callable[[], T]) -> T:
+    """`work()`, retried while SQLite answers busy until `lock_timeout` has passed. The busy
+    timeout does most of the waiting; some busy answers (a WAL being recovered, a snapshot gone
+    stale) come back at once, without it."""
+    deadline = time.monotonic() + lock_timeout
+    while True:
+        try:
+            return work()
+        except sqlite3.Error as exc:
+            if not busy(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise locked(path, lock_timeout) from exc
+            time.sleep(RETRY_PAUSE_S)

@@ -1,0 +1,152 @@
+"""What an assignment's scoring was doing when its process died, so that only deaths the
+submission plausibly caused count against it (validator/errors.py, MAX_SCORING_ATTEMPTS).
+
+Scoring is the submission's own work unless a module marks a section `host_work` (fetching
+files, loading a base model: a death there is this host's doing). A stop request (SIGTERM,
+Ctrl-C, `docker stop`) is marked too: a process killed after one, when its grace period ran out,
+was stopped, not crashed. Both marks are small files beside the journal, written as they
+happen, because after a SIGKILL nothing else is left to tell.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+log = logging.getLogger(__name__)
+
+PHASE_FILE = "scoring.phase"
+STOP_FILE = "stop.requested"
+SUBMISSION = "submission"
+# What a module's host work is: fetching files, loading a base model, reading the task's data,
+# waiting on outside services (judge models). Also the phases that records and metrics time.
+HostPhase = Literal["download", "load", "data", "wait"]
+HOST_PHASES: tuple[HostPhase, ...] = ("download", "load", "data", "wait")
+
+_record: Callable[[str], None] | None = None
+_facts: dict[str, str] | None = None
+_beat: Callable[[], None] | None = None
+
+
+def heartbeat() -> None:
+    """Long work is still going (validator/progress.py): /healthz must not call it stuck."""
+    if _beat is not None:
+        _beat()
+
+
+def note(key: str, value: str) -> None:
+    """A fact of the assignment being scored for its record (e.g. "commit", the revision it
+    resolved to). For modules; outside the loop it goes nowhere."""
+    if _facts is not None:
+        _facts[key] = str(value)[:200]
+
+
+@contextmanager
+def host_work(phase: HostPhase) -> Iterator[None]:
+    """A section of `validate()` whose failure to return is not the submission's: if the
+    process dies inside it, the scoring attempt is not counted. Its time is recorded under
+    `phase`; the rest of `validate()` is the submission's own ("score"). For modules."""
+    if phase not in HOST_PHASES:
+        raise ValueError(f"host_work phase {phase!r}: one of {', '.join(HOST_PHASES)}")
+    record = _record
+    if record is None:  # outside the loop (--check, tests): nothing to count
+        yield
+        return
+    record(f"host: {phase}")
+    try:
+        yield
+    finally:
+        record(SUBMISSION)
+
+
+class PhaseTimes:
+    """Seconds spent in each phase of one scoring; "score" is what no host phase took."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.facts: dict[str, str] = {}
+        self._started = time.monotonic()
+        self._current = SUBMISSION
+        self._since = self._started
+
+    def switch(self, phase: str) -> None:
+        now = time.monotonic()
+        name = "score" if self._current == SUBMISSION else self._current.removeprefix("host: ")
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._since
+        self._current, self._since = phase, now
+
+    def finish(self) -> dict[str, float]:
+        self.switch(SUBMISSION)
+        return {name: round(value, 3) for name, value in self.seconds.items()}
+
+
+class ScoringMarks:
+    """The marks of one state directory (one validator process owns it)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.phase_path = state_dir / PHASE_FILE
+        self.stop_path = state_dir / STOP_FILE
+
+    @contextmanager
+    def scoring(
+        self,
+        assignment_id: str,
+        on_phase: Callable[[str], None] | None = None,
+        on_beat: Callable[[], None] | None = None,
+    ) -> Iterator[PhaseTimes]:
+        """While `assignment_id` is scored: its phase is kept on disk, and timed."""
+        global _record, _facts, _beat
+        times = PhaseTimes()
+
+        def record(phase: str) -> None:
+            _write(self.phase_path, f"{assignment_id}\n{phase}\n")
+            times.switch(phase)
+            if on_phase is not None:
+                on_phase(phase)
+
+        _write(self.phase_path, f"{assignment_id}\n{SUBMISSION}\n")
+        _record, _facts, _beat = record, times.facts, on_beat
+        try:
+            yield times
+        finally:
+            _record, _facts, _beat = None, None, None
+            self.phase_path.unlink(missing_ok=True)
+
+    def watch_stop(self, stop: threading.Event) -> None:
+        """Marks the stop request on disk as soon as `stop` is set."""
+
+        def mark() -> None:
+            stop.wait()
+            _write(self.stop_path, "stop requested\n")
+
+        threading.Thread(target=mark, name="stop-mark", daemon=True).start()
+
+    def not_counted(self, assignment_id: str) -> str | None:
+        """Why the death of the process that was scoring `assignment_id` is not the
+        submission's (None: it counts). Read once, at start-up."""
+        if self.stop_path.exists():
+            return "the process was stopped (a stop signal, then killed) while scoring"
+        try:
+            scored, phase = self.phase_path.read_text().splitlines()[:2]
+        except (OSError, ValueError):
+            return None
+        if scored == assignment_id and phase != SUBMISSION:
+            return f"the process ended in the host's work ({phase.removeprefix('host: ')})"
+        return None
+
+    def clear(self) -> None:
+        self.phase_path.unlink(missing_ok=True)
+        self.stop_path.unlink(missing_ok=True)
+
+
+def _write(path: Path, text: str) -> None:
+    # Write then rename: a death mid-write leaves the previous mark whole.
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)

@@ -1,0 +1,131 @@
+"""One record per finished assignment, beside the journal: what an operator asks of it later
+(`python -m validator report`).
+
+`<state dir>/records/<assignment id>.json` holds the input (secrets never reach it: inputs come
+from the API and are bounded), the config it was scored with, the submission's commit, the
+outcome and its reason, the submitted metrics, seconds per phase and the module's log lines
+for that assignment. Records are bounded: at most `keep` files (oldest dropped first). The
+journal is never dropped; a record is only a copy of what it says, plus timings and logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from validator.text import MAX_LOG_MESSAGE, bounded
+
+log = logging.getLogger(__name__)
+
+RECORDS_DIR = "records"
+DEFAULT_KEEP = 2000
+MAX_LOG_LINES = 400
+RECORD_FORMAT = 1
+
+
+class AssignmentRecord(BaseModel):
+    format: int = RECORD_FORMAT
+    id: str
+    task_id: str
+    module: str
+    # received, scored / failed (decided), submitted / dropped / kept (left for a later try)
+    outcome: str
+    reason: str | None = None
+    received_at: float
+    finished_at: float
+    attempts: int = 0
+    input: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    commit: str | None = None
+    metrics: dict[str, Any] | None = None
+    # Seconds per phase: lookup, download, load, data, wait, score, submit.
+    phases: dict[str, float] = Field(default_factory=dict)
+    log: list[str] = Field(default_factory=list)
+
+
+class RecordStore:
+    def __init__(self, state_dir: Path, keep: int = DEFAULT_KEEP) -> None:
+        self.folder = state_dir / RECORDS_DIR
+        self.keep = keep
+
+    def write(self, record: AssignmentRecord) -> None:
+        """Writes (or replaces) the record, then drops the oldest beyond `keep`. A failure is
+        logged, never raised: a record must not cost an assignment."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / f"{_file_name(record.id)}.json"
+            partial = path.with_suffix(".partial")
+            partial.write_text(record.model_dump_json())
+            os.replace(partial, path)
+            self._prune()
+        except OSError as exc:
+            log.warning("assignment %s: record not written: %s", record.id, exc)
+
+    def read_all(self) -> list[AssignmentRecord]:
+        """Every readable record, oldest first; unreadable ones are skipped with a warning."""
+        records = []
+        for path in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []:
+            try:
+                records.append(AssignmentRecord.model_validate_json(path.read_text()))
+            except (OSError, ValueError) as exc:
+                log.warning("record %s skipped: %s", path.name, bounded(str(exc), 200))
+        return sorted(records, key=lambda r: (r.finished_at, r.id))
+
+    def _prune(self) -> None:
+        files = sorted(self.folder.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+        for path in files[: max(0, len(files) - self.keep)]:
+            path.unlink(missing_ok=True)
+
+
+def _file_name(assignment_id: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in assignment_id)
+    return bounded(safe, 100).strip(".") or "_"
+
+
+class LogCapture(logging.Handler):
+    """The log lines of one assignment, as the operator's log shows them (secrets redacted by
+    the same filter), at most MAX_LOG_LINES."""
+
+    def __init__(self, filters: list[logging.Filter]) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for item in filters:
+            self.addFilter(item)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.lines) < MAX_LOG_LINES:
+            self.lines.append(bounded(self.format(record), MAX_LOG_MESSAGE))
+        elif len(self.lines) == MAX_LOG_LINES:
+            self.lines.append("... (more lines in the validator's log)")
+
+
+@contextmanager
+def captured_logs() -> Iterator[LogCapture]:
+    """Captures the root logger's lines while the block runs, through the filters of its
+    handlers (validator.logs.RedactSecrets)."""
+    root = logging.getLogger()
+    filters = [f for handler in root.handlers for f in handler.filters]
+    capture = LogCapture([f for f in filters if isinstance(f, logging.Filter)])
+    root.addHandler(capture)
+    try:
+        yield capture
+    finally:
+        root.removeHandler(capture)
+
+
+def json_safe(value: Any) -> Any:
+    """`value` as JSON can hold it (a config may hold paths, sets...)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def now() -> float:
+    return time.time()

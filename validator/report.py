@@ -1,0 +1,249 @@
+"""What the validator did, from its state dir: `python -m validator report --state-dir DIR`.
+
+The journal says what happened to every assignment (it is the truth for counts and outcomes);
+the records (validator/records.py) add seconds per phase, scores and log lines. Plain text by
+default, `--json` for machines, `--html FILE` for one self-contained page with plots
+(validator/report_html.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from validator.records import AssignmentRecord, RecordStore
+
+JOURNAL_FILE = "journal.sqlite3"
+PHASE_ORDER = ("lookup", "download", "load", "data", "wait", "score", "submit")
+FINAL = {"submitted", "dropped"}
+LATEST_FAILURES = 10
+
+
+class PhaseStats(BaseModel):
+    phase: str
+    count: int
+    median_s: float
+    p95_s: float
+
+
+class ScoreStats(BaseModel):
+    task_id: str
+    metric: str
+    count: int
+    min: float
+    median: float
+    max: float
+    mean: float
+
+
+class Failure(BaseModel):
+    id: str
+    task_id: str
+    time: float
+    reason: str
+
+
+class Summary(BaseModel):
+    state_dir: str
+    generated_at: float
+    assignments: int
+    # task id -> state or outcome -> count ("completed" and "failed" for submitted results)
+    by_task: dict[str, dict[str, int]]
+    # hour (epoch seconds at its start) -> assignments finished in it
+    per_hour: dict[int, int]
+    phases: list[PhaseStats]
+    scores: list[ScoreStats]
+    failures: list[Failure]
+    records: int
+
+
+def summarize(state_dir: Path) -> tuple[Summary, list[AssignmentRecord]]:
+    rows = journal_rows(state_dir)
+    records = RecordStore(state_dir).read_all()
+    by_task: dict[str, Counter[str]] = defaultdict(Counter)
+    per_hour: Counter[int] = Counter()
+    for row in rows:
+        by_task[row["task_id"]][_outcome(row)] += 1
+        if row["state"] in FINAL:
+            per_hour[int(row["updated_at"] // 3600 * 3600)] += 1
+    summary = Summary(
+        state_dir=str(state_dir),
+        generated_at=time.time(),
+        assignments=len(rows),
+        by_task={task: dict(sorted(counts.items())) for task, counts in sorted(by_task.items())},
+        per_hour=dict(sorted(per_hour.items())),
+        phases=phase_stats(records),
+        scores=score_stats(records),
+        failures=latest_failures(rows),
+        records=len(records),
+    )
+    return summary, records
+
+
+def journal_rows(state_dir: Path) -> list[dict[str, Any]]:
+    """Every assignment row, read-only (the validator may be running and writing)."""
+    path = state_dir / JOURNAL_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no journal at {path}: is {state_dir} a validator's state dir?")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        db.row_factory = sqlite3.Row
+        return [dict(row) for row in db.execute("SELECT * FROM assignments ORDER BY received_at")]
+    finally:
+        db.close()
+
+
+def _outcome(row: dict[str, Any]) -> str:
+    if row["state"] == "submitted":
+        return row["outcome"] or "submitted"
+    return {"scored": "to submit", "failed": "to submit (failed)"}.get(row["state"], row["state"])
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The nearest-rank percentile (no interpolation: a value that occurred)."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * share // 1))  # ceil, at least the first
+    return ordered[int(rank) - 1]
+
+
+def phase_stats(records: list[AssignmentRecord]) -> list[PhaseStats]:
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        for phase, value in record.phases.items():
+            seconds[phase].append(value)
+    ordered = [p for p in PHASE_ORDER if p in seconds] + sorted(set(seconds) - set(PHASE_ORDER))
+    return [
+        PhaseStats(
+            phase=phase,
+            count=len(seconds[phase]),
+            median_s=statistics.median(seconds[phase]),
+            p95_s=percentile(seconds[phase], 0.95),
+        )
+        for phase in ordered
+    ]
+
+
+def main_metric(metrics: dict[str, Any]) -> str | None:
+    """The metric a module submits first (lora: loss, rl: average_reward, llm_judge: score)."""
+    for name, value in metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return name
+    return None
+
+
+def score_stats(records: list[AssignmentRecord]) -> list[ScoreStats]:
+    values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for record in records:
+        if record.outcome != "completed" or not record.metrics:
+            continue
+        metric = main_metric(record.metrics)
+        if metric is not None:
+            values[(record.task_id, metric)].append(float(record.metrics[metric]))
+    return [
+        ScoreStats(
+            task_id=task,
+            metric=metric,
+            count=len(found),
+            min=min(found),
+            median=statistics.median(found),
+            max=max(found),
+            mean=statistics.fmean(found),
+        )
+        for (task, metric), found in sorted(values.items())
+    ]
+
+
+def latest_failures(rows: list[dict[str, Any]]) -> list[Failure]:
+    failed = [
+        row
+        for row in rows
+        if row["state"] == "failed"
+        or (row["state"] == "submitted" and row["outcome"] == "failed")
+        or row["state"] == "dropped"
+    ]
+    failed.sort(key=lambda row: row["updated_at"], reverse=True)
+    return [
+        Failure(
+            id=row["id"],
+            task_id=row["task_id"],
+            time=row["updated_at"],
+            reason=row["error"] or "(no reason recorded)",
+        )
+        for row in failed[:LATEST_FAILURES]
+    ]
+
+
+def render_text(summary: Summary) -> str:
+    lines = [
+        f"flock-validator report: {summary.state_dir} ({summary.assignments} assignments, "
+        f"{summary.records} records), {_when(summary.generated_at)}",
+        "",
+        "Assignments by task and outcome:",
+    ]
+    outcomes = sorted({o for counts in summary.by_task.values() for o in counts})
+    lines.append("  " + "  ".join([f"{'task':<10}", *(f"{o:>12}" for o in outcomes)]))
+    for task, counts in summary.by_task.items():
+        cells = [f"{counts.get(o, 0):>12}" for o in outcomes]
+        lines.append("  " + "  ".join([f"{task:<10}", *cells]))
+    lines += ["", "Finished per hour (UTC):"]
+    lines += [f"  {_when(hour)}  {count}" for hour, count in summary.per_hour.items()] or ["  none"]
+    lines += ["", "Seconds per phase (from the records):"]
+    lines += [
+        f"  {p.phase:<9} n={p.count:<5} median {p.median_s:8.2f}  p95 {p.p95_s:8.2f}"
+        for p in summary.phases
+    ] or ["  no records"]
+    lines += ["", "Scores of completed assignments per task:"]
+    lines += [
+        f"  task {s.task_id}: {s.metric} n={s.count} min {s.min:.6g} median {s.median:.6g} "
+        f"max {s.max:.6g} mean {s.mean:.6g}"
+        for s in summary.scores
+    ] or ["  none"]
+    lines += ["", f"Latest failures (at most {LATEST_FAILURES}):"]
+    lines += [
+        f"  {_when(f.time)}  assignment {f.id} (task {f.task_id}): {f.reason}"
+        for f in summary.failures
+    ] or ["  none"]
+    return "\n".join(lines) + "\n"
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(epoch))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validator report", description=__doc__)
+    parser.add_argument("--state-dir", type=Path, default=Path("state"))
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="the summary as JSON")
+    output.add_argument(
+        "--html", metavar="FILE", help="write a page with plots to FILE (- for stdout)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        summary, records = summarize(args.state_dir)
+    except (FileNotFoundError, sqlite3.Error) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary.model_dump(), indent=2))
+    elif args.html:
+        from validator.report_html import render_html  # matplotlib: only for this
+
+        page = render_html(summary, records)
+        if args.html == "-":
+            sys.stdout.write(page)
+        else:
+            Path(args.html).write_text(page)
+            print(f"wrote {args.html}", file=sys.stderr)
+    else:
+        sys.stdout.write(render_text(summary))
+    return 0

@@ -1,0 +1,150 @@
+"""The report as one self-contained HTML page: the summary's tables and three plots
+(assignments finished per hour, seconds per phase, score histogram per task), drawn with
+matplotlib and embedded as PNG data, so the file can be mailed or opened offline."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import time
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
+
+from validator.records import AssignmentRecord  # noqa: E402
+from validator.report import PHASE_ORDER, Summary, main_metric  # noqa: E402
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+img { max-width: 100%; border: 1px solid #eee; margin-bottom: 1.5em; }
+"""
+
+
+def render_html(summary: Summary, records: list[AssignmentRecord]) -> str:
+    generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(summary.generated_at))
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<title>flock-validator report</title>",
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>flock-validator report</h1>",
+        f"<p id='overview'>{_e(summary.state_dir)}: <b id='assignments'>{summary.assignments}"
+        f"</b> assignments, {summary.records} records; generated {generated}.</p>",
+        "<h2>Assignments by task and outcome</h2>",
+        _outcome_table(summary),
+        "<h2>Finished per hour</h2>",
+        _image(_throughput_plot(summary), "assignments finished per hour", "plot-throughput"),
+        "<h2>Seconds per phase</h2>",
+        _phase_table(summary),
+        _image(_phase_plot(records), "seconds per phase", "plot-phases"),
+        "<h2>Scores per task</h2>",
+        _score_table(summary),
+        _image(_score_plot(records), "score histogram per task", "plot-scores"),
+        "<h2>Latest failures</h2>",
+        _failure_table(summary),
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _table(table_id: str, header: list[str], rows: list[list[object]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _outcome_table(summary: Summary) -> str:
+    outcomes = sorted({o for counts in summary.by_task.values() for o in counts})
+    rows = [
+        [task, *(counts.get(o, 0) for o in outcomes), sum(counts.values())]
+        for task, counts in summary.by_task.items()
+    ]
+    return _table("outcomes", ["task", *outcomes, "total"], rows)
+
+
+def _phase_table(summary: Summary) -> str:
+    rows = [[p.phase, p.count, f"{p.median_s:.2f}", f"{p.p95_s:.2f}"] for p in summary.phases]
+    return _table("phases", ["phase", "count", "median (s)", "p95 (s)"], rows)
+
+
+def _score_table(summary: Summary) -> str:
+    rows = [
+        [s.task_id, s.metric, s.count, f"{s.min:.6g}", f"{s.median:.6g}", f"{s.max:.6g}"]
+        for s in summary.scores
+    ]
+    return _table("scores", ["task", "metric", "count", "min", "median", "max"], rows)
+
+
+def _failure_table(summary: Summary) -> str:
+    rows = [
+        [time.strftime("%Y-%m-%d %H:%M", time.gmtime(f.time)), f.id, f.task_id, f.reason]
+        for f in summary.failures
+    ]
+    return _table("failures", ["time (UTC)", "assignment", "task", "reason"], rows)
+
+
+def _image(png: bytes, alt: str, image_id: str) -> str:
+    data = base64.b64encode(png).decode()
+    return f"<img id='{image_id}' alt='{_e(alt)}' src='data:image/png;base64,{data}'>"
+
+
+def _png(figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=90)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def _throughput_plot(summary: Summary) -> bytes:
+    figure, axes = plt.subplots(figsize=(8, 2.8))
+    hours = list(summary.per_hour)
+    labels = [time.strftime("%m-%d %H:00", time.gmtime(h)) for h in hours]
+    axes.bar(range(len(hours)), list(summary.per_hour.values()), color="#4472c4")
+    axes.set_xticks(range(len(hours)), labels, rotation=45, ha="right", fontsize=7)
+    axes.set_ylabel("assignments")
+    if not hours:
+        axes.text(0.5, 0.5, "nothing finished yet", ha="center", transform=axes.transAxes)
+    return _png(figure)
+
+
+def _phase_plot(records: list[AssignmentRecord]) -> bytes:
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        for phase, value in record.phases.items():
+            seconds[phase].append(value)
+    phases = [p for p in PHASE_ORDER if p in seconds] + sorted(set(seconds) - set(PHASE_ORDER))
+    figure, axes = plt.subplots(figsize=(8, 2.8))
+    if phases:
+        axes.boxplot([seconds[p] for p in phases], tick_labels=phases, vert=False)
+    else:
+        axes.text(0.5, 0.5, "no records yet", ha="center", transform=axes.transAxes)
+    axes.set_xlabel("seconds")
+    return _png(figure)
+
+
+def _score_plot(records: list[AssignmentRecord]) -> bytes:
+    scores: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        metric = main_metric(record.metrics or {}) if record.outcome == "completed" else None
+        if metric is not None and record.metrics is not None:
+            scores[f"task {record.task_id} ({metric})"].append(float(record.metrics[metric]))
+    figure, axes = plt.subplots(figsize=(8, 2.8))
+    for label, values in sorted(scores.items()):
+        axes.hist(values, bins=20, alpha=0.6, label=label)
+    if scores:
+        axes.legend(fontsize=7)
+    else:
+        axes.text(0.5, 0.5, "no scores yet", ha="center", transform=axes.transAxes)
+    axes.set_ylabel("assignments")
+    return _png(figure)

@@ -1,0 +1,167 @@
+"""The validator's live endpoints (`--http-port`): `/metrics` for Prometheus, `/healthz` for
+Docker and orchestrators, `/` a status page, `/report` the report of the state dir.
+
+Bound to 127.0.0.1 unless `--http-host` says otherwise: the pages show what the validator
+does (never a secret). Served from a daemon thread; nothing here touches the journal's
+connection (the report reads the file read-only, as `python -m validator report` does).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from validator import telemetry
+from validator.observer import Observer
+from validator.report import render_text, summarize
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_STALE_SECONDS = 1800.0
+REFRESH_SECONDS = 10
+
+PAGE_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+.healthy { color: #1a7f37; } .stale { color: #cf222e; }
+"""
+
+
+class StatusServer:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        observer: Observer,
+        state_dir: Path,
+        stale_seconds: float = DEFAULT_STALE_SECONDS,
+    ) -> None:
+        self.observer = observer
+        self.state_dir = state_dir
+        self.stale_seconds = stale_seconds
+        handler = type("Handler", (_Handler,), {"status": self})
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="status", daemon=True)
+
+    @property
+    def address(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> None:
+        telemetry.gpu_memory_gauges()
+        self.thread.start()
+        log.info("status page on %s (/metrics, /healthz, /report)", self.address)
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def health(self) -> tuple[bool, dict]:
+        idle = time.time() - self.observer.last_progress
+        healthy = idle <= self.stale_seconds
+        return healthy, {
+            "healthy": healthy,
+            "seconds_since_progress": round(idle, 1),
+            "stale_after_seconds": self.stale_seconds,
+        }
+
+    def page(self) -> str:
+        observer = self.observer
+        healthy, health = self.health()
+        current = observer.current
+        doing = (
+            f"assignment <b id='current'>{_e(current.assignment_id)}</b> of task "
+            f"{_e(current.task_id)}: <b id='phase'>{_e(current.phase)}</b> for "
+            f"{time.time() - current.since:.0f} s"
+            if current
+            else "<b id='current'>idle</b> (looking up or waiting)"
+        )
+        rows = "".join(
+            "<tr>"
+            + "".join(
+                f"<td>{_e(value)}</td>"
+                for value in (
+                    time.strftime("%H:%M:%S", time.gmtime(r["time"])),
+                    r["id"],
+                    r["task_id"],
+                    r["outcome"],
+                    r["score"],
+                    r["reason"],
+                )
+            )
+            + "</tr>"
+            for r in observer.recent
+        )
+        state = "healthy" if healthy else "stale"
+        return (
+            "<!doctype html><html><head><meta charset='utf-8'>"
+            f"<meta http-equiv='refresh' content='{REFRESH_SECONDS}'>"
+            f"<title>flock-validator {_e(observer.module)}</title><style>{PAGE_STYLE}</style>"
+            f"</head><body><h1>flock-validator: {_e(observer.module)}</h1>"
+            f"<p id='health' class='{state}'>{state}: last progress "
+            f"{health['seconds_since_progress']:.0f} s ago</p>"
+            f"<p>Now: {doing}</p>"
+            f"<p>Backlog: <b id='undecided'>{observer.backlog['undecided']}</b> to score, "
+            f"<b id='unsubmitted'>{observer.backlog['unsubmitted']}</b> to submit.</p>"
+            "<h2>Last results</h2><table id='recent'><thead><tr><th>time (UTC)</th>"
+            "<th>assignment</th><th>task</th><th>outcome</th><th>score</th><th>reason</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table>"
+            "<p><a id='report-link' href='/report'>Report of the state dir</a> · "
+            "<a href='/metrics'>metrics</a> · <a href='/healthz'>health</a></p>"
+            "</body></html>"
+        )
+
+    def report(self) -> str:
+        summary, records = summarize(self.state_dir)
+        try:
+            from validator.report_html import render_html
+        except ImportError:  # no matplotlib where this runs: the text, as a page
+            return f"<!doctype html><pre>{_e(render_text(summary))}</pre>"
+        return render_html(summary, records)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    status: StatusServer
+
+    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._send(200, CONTENT_TYPE_LATEST, generate_latest(telemetry.REGISTRY))
+        elif path == "/healthz":
+            healthy, body = self.status.health()
+            self._send(200 if healthy else 503, "application/json", json.dumps(body).encode())
+        elif path == "/":
+            self._send(200, "text/html; charset=utf-8", self.status.page().encode())
+        elif path == "/report":
+            try:
+                page = self.status.report()
+            except (OSError, ValueError) as exc:
+                page = f"<!doctype html><p>no report yet: {_e(exc)}</p>"
+            self._send(200, "text/html; charset=utf-8", page.encode())
+        else:
+            self._send(404, "text/plain", b"not found\n")
+
+    def _send(self, code: int, content_type: str, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's name
+        log.debug("status page: " + format, *args)
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))

@@ -1,0 +1,88 @@
+"""The validator's Prometheus metrics (README, "Observing a validator" lists them). One registry
+per process, served at `/metrics` by validator/status_server.py when `--http-port` is set."""
+
+from __future__ import annotations
+
+import sys
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+PREFIX = "flock_validator"
+# Seconds, from a quick lookup to a 7B assignment's scoring.
+PHASE_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
+
+ASSIGNMENTS = Counter(
+    f"{PREFIX}_assignments",
+    "Assignments finished, by task and outcome (completed, failed: submitted as such; dropped: "
+    "the API would not take the result)",
+    ["task", "outcome"],
+    registry=REGISTRY,
+)
+PHASE_SECONDS = Histogram(
+    f"{PREFIX}_phase_seconds",
+    "Seconds per phase of an assignment: lookup, download, load, data, wait, score, submit",
+    ["phase"],
+    buckets=PHASE_BUCKETS,
+    registry=REGISTRY,
+)
+LOOKUPS = Counter(
+    f"{PREFIX}_lookups",
+    "Assignment lookups by task and answer (assignment, no_submissions, rate_limited, "
+    "unexpected, unavailable)",
+    ["task", "answer"],
+    registry=REGISTRY,
+)
+API_ERRORS = Counter(
+    f"{PREFIX}_api_errors",
+    "Fed Ledger calls that ended without an answer to use, by call and kind",
+    ["call", "kind"],
+    registry=REGISTRY,
+)
+API_RETRIES = Counter(
+    f"{PREFIX}_api_retries",
+    "Fed Ledger tries made again within a call, by call and what the previous try met",
+    ["call", "kind"],
+    registry=REGISTRY,
+)
+BACKLOG = Gauge(
+    f"{PREFIX}_backlog",
+    "Assignments in the journal waiting to be scored (undecided) or submitted (unsubmitted)",
+    ["kind"],
+    registry=REGISTRY,
+)
+LAST_SUBMIT = Gauge(
+    f"{PREFIX}_last_submit_timestamp_seconds",
+    "When a result was last taken by the API (Unix time; 0: none yet in this process)",
+    registry=REGISTRY,
+)
+LAST_PROGRESS = Gauge(
+    f"{PREFIX}_last_progress_timestamp_seconds",
+    "When the loop last made progress (a lookup, a phase, a submit); /healthz reads it",
+    registry=REGISTRY,
+)
+SCORING = Gauge(
+    f"{PREFIX}_scoring",
+    "1 while an assignment is being scored",
+    registry=REGISTRY,
+)
+
+
+def gpu_memory_gauges() -> None:
+    """GPU memory gauges, where the module has torch and a GPU (a module that never imports
+    torch gets none: this does not import it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return
+    allocated = Gauge(
+        f"{PREFIX}_gpu_memory_allocated_bytes",
+        "GPU memory held by tensors (torch.cuda.memory_allocated)",
+        registry=REGISTRY,
+    )
+    reserved = Gauge(
+        f"{PREFIX}_gpu_memory_reserved_bytes",
+        "GPU memory reserved by torch's caching allocator (torch.cuda.memory_reserved)",
+        registry=REGISTRY,
+    )
+    allocated.set_function(torch.cuda.memory_allocated)
+    reserved.set_function(torch.cuda.memory_reserved)
