@@ -247,7 +247,10 @@ def test_a_refused_request_counts_as_five_with_no_weight_unless_all_are(server, 
     assert reply == Reply(5, 0, False, refused="HTTP 400: injected fault")
     assert len(calls_since(server, since)) == 1  # not retried
     server.fail_next(1, 422)
-    replies = judge.grade_all([graded("abc"), graded("ab")], ["judge-a"], 1, 0.1)
+    # One call at a time, so that the injected fault meets the first text, not whichever of
+    # two concurrent calls reaches the server first.
+    serial = Judge(server.endpoint, KEY, timeout=2, retries=3, concurrency=1, backoff_seconds=0.01)
+    replies = serial.grade_all([graded("abc"), graded("ab")], ["judge-a"], 1, 0.1)
     assert [(r.score, r.confidence) for r in replies] == [(5, 0), (3, 1)]
     server.fail_next(2, 400)
     with pytest.raises(RecoverableException, match="model judge-a refused every request"):
