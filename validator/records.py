@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -125,7 +124,3 @@ def captured_logs() -> Iterator[LogCapture]:
 def json_safe(value: Any) -> Any:
     """`value` as JSON can hold it (a config may hold paths, sets...)."""
     return json.loads(json.dumps(value, default=str))
-
-
-def now() -> float:
-    return time.time()
