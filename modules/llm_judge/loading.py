@@ -4,6 +4,7 @@ is ever loaded with remote code or from pickle weights."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from modules.llm_judge.submission import Submission
+from validator.adapter_bounds import check_lora_against_base, ranks_of
 from validator.hub import fetch_base_model
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,15 @@ def load(submission: Submission) -> LoadedModel:
             raise ModelCannotLoad(f"the weights lack {len(missing)} tensors, e.g. {missing[:3]}")
         tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
         if submission.base_model is not None:
+            # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
+            config = json.loads((submission.path / "adapter_config.json").read_text())
+            check_lora_against_base(
+                ranks_of(config),
+                model,
+                submission.base_model,
+                submission.path / "adapter_model.safetensors",
+                ModelCannotLoad,
+            )
             model = PeftModel.from_pretrained(model, str(submission.path)).merge_and_unload()
     except (torch.OutOfMemoryError, ModelCannotLoad):
         raise  # out of memory: the host's limit, not the submission's fault

@@ -5,6 +5,7 @@ no remote code, the parameter count from safetensors headers before any weight i
 from __future__ import annotations
 
 import json
+import resource
 
 import pytest
 
@@ -130,3 +131,24 @@ def test_hub_faults_under_huggingface_hub_1_are_transient(world):
     hub.fail_next(10, status=503, match="erin/flaky")
     with pytest.raises(TransientError, match="the Hub answered HTTP 503"):
         fetch(world, "erin/flaky")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"r": 10**6}, r"adapter_config.json r = 1000000: not a LoRA rank .* can use"),
+        ({"rank_pattern": {"q_proj": 10**6}}, r"rank_pattern\['q_proj'\] = 1000000"),
+    ],
+    ids=["r", "rank_pattern"],
+)
+def test_a_huge_rank_is_refused_before_peft_allocates(world, change, message):
+    hub, _, adapter, _ = world
+    config = {**json.loads((adapter / "adapter_config.json").read_text()), **change}
+    repo = f"mallory/rank-{next(iter(change))}"
+    hub.add_repo(repo, {**files_of(adapter), "adapter_config.json": json.dumps(config).encode()})
+    submission = fetch(world, repo)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ModelCannotLoad, match=message):
+        load(submission)
+    # peft would have allocated 10**6 x hidden floats per projection: gigabytes.
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024
