@@ -28,7 +28,7 @@ from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensu
 from launcher.report import run_report
 from launcher.supervisor import Supervisor, say
 from validator.errors import ConfigError, ExitCode
-from validator.options import missing_for_module, normalise_named_secrets
+from validator.options import gathered_secrets, missing_for_module
 from validator.spec import CORE_SECRETS, STATE_PATH, ModuleSpec, load_spec, module_folders
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -191,12 +191,9 @@ class LaunchOptions:
         options come from the command line, a module's own from the environment. Raises
         UsageError for a malformed one: the validator would refuse it too, but only after
         minutes of image building."""
-        given = {"FLOCK_API_KEY": self.flock_api_key, "HF_TOKEN": self.hf_token}
         names = [*CORE_SECRETS, *spec.secrets]
         try:
-            return normalise_named_secrets(
-                {name: given.get(name, os.environ.get(name)) for name in names}
-            )
+            return gathered_secrets(names, self.flock_api_key, self.hf_token)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
 

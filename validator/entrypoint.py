@@ -26,13 +26,12 @@ from validator.journal import DEFAULT_MIN_FREE_MB, Journal
 from validator.journal_store import lock_timeout_from_env
 from validator.logs import setup_logging
 from validator.observer import Observer
-from validator.options import missing_for_module, normalise_named_secrets, secret_names
+from validator.options import gathered_secrets, missing_for_module, secret_names
 from validator.records import DEFAULT_KEEP
 from validator.registry import REPO_ROOT, load_module_class, load_module_spec
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.secrets import MalformedSecret
-from validator.spec import ModuleSpec
 from validator.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
 
 log = logging.getLogger("validator")
@@ -195,7 +194,7 @@ def main(
     try:
         spec = load_module_spec(module)
         # Before anything can log: the stripped values are the ones used and redacted.
-        secrets = _secrets(spec, flock_api_key, hf_token)
+        secrets = gathered_secrets(secret_names(spec), flock_api_key, hf_token)
     except MalformedSecret as exc:
         raise click.UsageError(str(exc)) from None
     except ConfigError as exc:  # an unknown module, a spec that is not valid: one line
@@ -246,17 +245,6 @@ def main(
     except Exception as exc:
         code = _exit_code_for(exc)
     sys.exit(int(code))
-
-
-def _secrets(
-    spec: ModuleSpec, flock_api_key: str | None, hf_token: str | None
-) -> dict[str, str | None]:
-    """Every secret this module's validator takes, by variable name, normalised; the two with
-    options from the command line, a module's own from the environment only."""
-    given = {"FLOCK_API_KEY": flock_api_key, "HF_TOKEN": hf_token}
-    return normalise_named_secrets(
-        {name: given.get(name, os.environ.get(name)) for name in secret_names(spec)}
-    )
 
 
 def _run_loop(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 
 from validator.secrets import normalise_secret
 from validator.spec import CORE_SECRETS, ModuleSpec
@@ -29,6 +30,15 @@ def normalise_named_secrets(values: Mapping[str, str | None]) -> dict[str, str |
     """The secrets as they are to be used and redacted, by variable name; raises
     MalformedSecret (a ConfigError) naming the variable of a value no header could carry."""
     return {name: normalise_secret(value, secret_label(name)) for name, value in values.items()}
+
+
+def gathered_secrets(
+    names: Iterable[str], flock_api_key: str | None, hf_token: str | None
+) -> dict[str, str | None]:
+    """The secrets `names`, normalised, by variable name: the two with options from the command
+    line (click has already read their variables), a module's own from the environment only."""
+    given = {"FLOCK_API_KEY": flock_api_key, "HF_TOKEN": hf_token}
+    return normalise_named_secrets({name: given.get(name, os.environ.get(name)) for name in names})
 
 
 def missing_for_module(
