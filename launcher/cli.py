@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
+import docker
 from docker.errors import DockerException
 
 from launcher.containers import (
@@ -227,13 +228,24 @@ class LaunchOptions:
             host_env=dict(os.environ),
         )
 
+    def state(self) -> str:
+        """The Docker volume of the module's journal."""
+        return self.state_volume or state_volume_name(self.module)
+
+    def image_tag(self, client: docker.DockerClient, spec: ModuleSpec) -> str:
+        """The image to run: the one --image names (pulled if missing), or the module's, built
+        when it is not there yet."""
+        if self.image:
+            return ensure_given_image(client, self.image)
+        return ensure_image(client, self.build_spec(spec), self.rebuild)
+
     def volumes(self, spec: ModuleSpec) -> dict[str, str]:
         """Docker volume name -> container path: the module's journal and its spec's volumes."""
         names = {key: volume_name(key) for key in spec.volumes}
         if "hf-cache" in names and self.hf_cache_volume:
             names["hf-cache"] = self.hf_cache_volume
-        state = self.state_volume or state_volume_name(self.module)
-        return {state: STATE_PATH, **{names[key]: path for key, path in spec.volumes.items()}}
+        volumes = {names[key]: path for key, path in spec.volumes.items()}
+        return {self.state(): STATE_PATH, **volumes}
 
 
 def launch(options: LaunchOptions) -> int:
@@ -241,20 +253,12 @@ def launch(options: LaunchOptions) -> int:
     spec = module_spec(REPO_ROOT, module)
     if options.passthrough[:1] == ["report"]:  # no key, task ids or GPU needed for it
         client = docker_client()
-        tag = (
-            ensure_given_image(client, options.image)
-            if options.image
-            else ensure_image(client, options.build_spec(spec), options.rebuild)
-        )
-        state = options.state_volume or state_volume_name(module)
-        return run_report(client, tag, state, options.passthrough[1:])
+        tag = options.image_tag(client, spec)
+        return run_report(client, tag, options.state(), options.passthrough[1:])
     # Whatever the validator would refuse is refused here, before minutes of image building.
     container = None if options.build_only else options.container(spec)
     client = docker_client()
-    if options.image:
-        tag = ensure_given_image(client, options.image)
-    else:
-        tag = ensure_image(client, options.build_spec(spec), options.rebuild)
+    tag = options.image_tag(client, spec)
     if container is None:
         print(tag)
         return ExitCode.OK

@@ -59,11 +59,11 @@ RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 # no sooner than its lookup interval. A lookup abandoned at its deadline or on a stop signal is
 # not tried again either. A 429 is the API's rate limit, which the runner handles.
 LOOKUP_RETRY_STATUSES = frozenset({503})
-LIST = Policy(RETRIED_STATUSES, after_processing=True)
-LOOKUP = Policy(LOOKUP_RETRY_STATUSES, after_processing=False)
+LIST = Policy("tasks_list", RETRIED_STATUSES, after_processing=True)
+LOOKUP = Policy("lookup", LOOKUP_RETRY_STATUSES, after_processing=False)
 # A 2xx without JSON is not taken for an answer: sent again, a result the API did take is
 # refused as not validating, which the runner records as submitted, with that story.
-SUBMIT = Policy(RETRIED_STATUSES, after_processing=True, unconfirmed_2xx=True)
+SUBMIT = Policy("submit", RETRIED_STATUSES, after_processing=True, unconfirmed_2xx=True)
 
 
 def normalise_id(value: Any) -> str:

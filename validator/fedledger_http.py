@@ -83,6 +83,7 @@ class RequestNotSendable(ConfigError):
 class Policy:
     """Which answers of one kind of call are tried again within the call."""
 
+    name: str  # the call, as the metrics label it: lookup, submit, tasks_list
     statuses: frozenset[int]
     # Whether a try the API may have processed (sent, then no answer, 500/502/504, a 2xx
     # without JSON) may be repeated: not for a lookup, which hands out an assignment each time.
@@ -153,9 +154,9 @@ class Transport:
                 return Reply(response, earlier)  # type: ignore[arg-type]
             wait = self._wait_before(tries, failure, end, policy)
             if wait is None:
-                telemetry.API_ERRORS.labels(_call_name(path), failure.kind).inc()
+                telemetry.API_ERRORS.labels(policy.name, failure.kind).inc()
                 return self._give_up(method, path, response, failure, earlier)
-            telemetry.API_RETRIES.labels(_call_name(path), failure.kind).inc()
+            telemetry.API_RETRIES.labels(policy.name, failure.kind).inc()
             log.warning("%s %s: %s; trying again in %.3gs", method, path, failure.why, wait)
             if failure.maybe_processed:
                 earlier = failure.why
@@ -247,15 +248,6 @@ class _Abandoned(Exception):
     def __init__(self, why: str, *, sent: bool = True) -> None:
         super().__init__(why)
         self.sent = sent
-
-
-def _call_name(path: str) -> str:
-    """lookup, submit or list: the API call a path is, for the metrics' labels."""
-    if path.startswith("/tasks/request-validation-assignment/"):
-        return "lookup"
-    if path.startswith("/tasks/update-validation-assignment/"):
-        return "submit"
-    return path.strip("/").replace("/", "_") or "root"
 
 
 def _answer_failure(response: requests.Response, policy: Policy) -> _Failure | None:

@@ -16,16 +16,8 @@ from typing import Any
 from validator import telemetry
 from validator.journal import Entry, State
 from validator.records import AssignmentRecord, RecordStore, captured_logs, json_safe
-from validator.report import main_metric
+from validator.report import main_metric, outcome_label
 
-# Outcomes as records and metrics name them, by journal state.
-OUTCOMES = {
-    State.RECEIVED: "pending",
-    State.SCORING: "scoring",
-    State.SCORED: "to submit",
-    State.FAILED: "to submit (failed)",
-    State.DROPPED: "dropped",
-}
 RECENT = 10
 
 
@@ -119,8 +111,7 @@ class Observer:
         if entry.id in self._counted and entry.id not in self._extras:
             return  # finished, counted and written already
         extras = self._extra(entry.id)
-        outcome = entry.outcome if entry.state is State.SUBMITTED else OUTCOMES[entry.state]
-        outcome = outcome or "submitted"
+        outcome = outcome_label(entry.state.value, entry.outcome)
         record = AssignmentRecord(
             id=entry.id,
             task_id=entry.task_id,

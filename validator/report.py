@@ -72,7 +72,7 @@ def summarize(state_dir: Path) -> tuple[Summary, list[AssignmentRecord]]:
     by_task: dict[str, Counter[str]] = defaultdict(Counter)
     per_hour: Counter[int] = Counter()
     for row in rows:
-        by_task[row["task_id"]][_outcome(row)] += 1
+        by_task[row["task_id"]][outcome_label(row["state"], row["outcome"])] += 1
         if row["state"] in FINAL:
             per_hour[int(row["updated_at"] // 3600 * 3600)] += 1
     summary = Summary(
@@ -102,10 +102,12 @@ def journal_rows(state_dir: Path) -> list[dict[str, Any]]:
         db.close()
 
 
-def _outcome(row: dict[str, Any]) -> str:
-    if row["state"] == "submitted":
-        return row["outcome"] or "submitted"
-    return {"scored": "to submit", "failed": "to submit (failed)"}.get(row["state"], row["state"])
+def outcome_label(state: str, outcome: str | None) -> str:
+    """What an assignment came to, as the report, the records and the metrics name it: the
+    submitted outcome (completed, failed), or the journal state it waits in."""
+    if state == "submitted":
+        return outcome or "submitted"
+    return {"scored": "to submit", "failed": "to submit (failed)"}.get(state, state)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -115,20 +117,25 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[int(rank) - 1]
 
 
-def phase_stats(records: list[AssignmentRecord]) -> list[PhaseStats]:
+def phase_seconds(records: list[AssignmentRecord]) -> dict[str, list[float]]:
+    """Every record's seconds, by phase, in the phases' order (unknown ones last)."""
     seconds: dict[str, list[float]] = defaultdict(list)
     for record in records:
         for phase, value in record.phases.items():
             seconds[phase].append(value)
     ordered = [p for p in PHASE_ORDER if p in seconds] + sorted(set(seconds) - set(PHASE_ORDER))
+    return {phase: seconds[phase] for phase in ordered}
+
+
+def phase_stats(records: list[AssignmentRecord]) -> list[PhaseStats]:
     return [
         PhaseStats(
             phase=phase,
-            count=len(seconds[phase]),
-            median_s=statistics.median(seconds[phase]),
-            p95_s=percentile(seconds[phase], 0.95),
+            count=len(values),
+            median_s=statistics.median(values),
+            p95_s=percentile(values, 0.95),
         )
-        for phase in ordered
+        for phase, values in phase_seconds(records).items()
     ]
 
 
@@ -140,7 +147,8 @@ def main_metric(metrics: dict[str, Any]) -> str | None:
     return None
 
 
-def score_stats(records: list[AssignmentRecord]) -> list[ScoreStats]:
+def completed_scores(records: list[AssignmentRecord]) -> dict[tuple[str, str], list[float]]:
+    """The main metric of every completed record, by (task, metric), sorted."""
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     for record in records:
         if record.outcome != "completed" or not record.metrics:
@@ -148,6 +156,10 @@ def score_stats(records: list[AssignmentRecord]) -> list[ScoreStats]:
         metric = main_metric(record.metrics)
         if metric is not None:
             values[(record.task_id, metric)].append(float(record.metrics[metric]))
+    return dict(sorted(values.items()))
+
+
+def score_stats(records: list[AssignmentRecord]) -> list[ScoreStats]:
     return [
         ScoreStats(
             task_id=task,
@@ -158,7 +170,7 @@ def score_stats(records: list[AssignmentRecord]) -> list[ScoreStats]:
             max=max(found),
             mean=statistics.fmean(found),
         )
-        for (task, metric), found in sorted(values.items())
+        for (task, metric), found in completed_scores(records).items()
     ]
 
 

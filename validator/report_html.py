@@ -8,7 +8,6 @@ import base64
 import html
 import io
 import time
-from collections import defaultdict
 
 import matplotlib
 
@@ -16,7 +15,7 @@ matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
 from validator.records import AssignmentRecord  # noqa: E402
-from validator.report import PHASE_ORDER, Summary, main_metric  # noqa: E402
+from validator.report import Summary, completed_scores, phase_seconds  # noqa: E402
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -119,14 +118,10 @@ def _throughput_plot(summary: Summary) -> bytes:
 
 
 def _phase_plot(records: list[AssignmentRecord]) -> bytes:
-    seconds: dict[str, list[float]] = defaultdict(list)
-    for record in records:
-        for phase, value in record.phases.items():
-            seconds[phase].append(value)
-    phases = [p for p in PHASE_ORDER if p in seconds] + sorted(set(seconds) - set(PHASE_ORDER))
+    seconds = phase_seconds(records)
     figure, axes = plt.subplots(figsize=(8, 2.8))
-    if phases:
-        axes.boxplot([seconds[p] for p in phases], tick_labels=phases, vert=False)
+    if seconds:
+        axes.boxplot(list(seconds.values()), tick_labels=list(seconds), vert=False)
     else:
         axes.text(0.5, 0.5, "no records yet", ha="center", transform=axes.transAxes)
     axes.set_xlabel("seconds")
@@ -134,14 +129,10 @@ def _phase_plot(records: list[AssignmentRecord]) -> bytes:
 
 
 def _score_plot(records: list[AssignmentRecord]) -> bytes:
-    scores: dict[str, list[float]] = defaultdict(list)
-    for record in records:
-        metric = main_metric(record.metrics or {}) if record.outcome == "completed" else None
-        if metric is not None and record.metrics is not None:
-            scores[f"task {record.task_id} ({metric})"].append(float(record.metrics[metric]))
+    scores = completed_scores(records)
     figure, axes = plt.subplots(figsize=(8, 2.8))
-    for label, values in sorted(scores.items()):
-        axes.hist(values, bins=20, alpha=0.6, label=label)
+    for (task, metric), values in scores.items():
+        axes.hist(values, bins=20, alpha=0.6, label=f"task {task} ({metric})")
     if scores:
         axes.legend(fontsize=7)
     else:
