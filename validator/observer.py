@@ -15,6 +15,7 @@ from typing import Any
 
 from validator import telemetry
 from validator.journal import Entry, State
+from validator.phases import phase_name
 from validator.records import AssignmentRecord, RecordStore, captured_logs, json_safe
 from validator.report import main_metric, outcome_label
 
@@ -90,8 +91,7 @@ class Observer:
     def phase(self, phase: str) -> None:
         """The scoring moved to `phase` (validator/phases.py)."""
         if self.current is not None:
-            name = "score" if phase == "submission" else phase.removeprefix("host: ")
-            self.current.phase, self.current.since = name, time.time()
+            self.current.phase, self.current.since = phase_name(phase), time.time()
         self.progress()
 
     def scored(self, entry: Entry, phases: dict[str, float], commit: str | None) -> None:

@@ -65,19 +65,23 @@ def host_work(phase: HostPhase) -> Iterator[None]:
         record(SUBMISSION)
 
 
+def phase_name(mark: str) -> str:
+    """The phase a mark names, as records and metrics call it: a host phase, or "score"."""
+    return "score" if mark == SUBMISSION else mark.removeprefix("host: ")
+
+
 class PhaseTimes:
     """Seconds spent in each phase of one scoring; "score" is what no host phase took."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.facts: dict[str, str] = {}
-        self._started = time.monotonic()
         self._current = SUBMISSION
-        self._since = self._started
+        self._since = time.monotonic()
 
     def switch(self, phase: str) -> None:
         now = time.monotonic()
-        name = "score" if self._current == SUBMISSION else self._current.removeprefix("host: ")
+        name = phase_name(self._current)
         self.seconds[name] = self.seconds.get(name, 0.0) + now - self._since
         self._current, self._since = phase, now
 
@@ -137,7 +141,7 @@ class ScoringMarks:
         except (OSError, ValueError):
             return None
         if scored == assignment_id and phase != SUBMISSION:
-            return f"the process ended in the host's work ({phase.removeprefix('host: ')})"
+            return f"the process ended in the host's work ({phase_name(phase)})"
         return None
 
     def clear(self) -> None:
