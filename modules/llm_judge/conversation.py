@@ -1,134 +1,96 @@
 """A validation set's lines as chat prompts for generation, with the reference answers and the
 transcripts the judges read (docs/llm-judge-scoring.md, "Prompts and references").
 
-A line is `{"system"?, "tools"?, "conversations": [{"role", "content"}]}` with roles `user`,
-`assistant`, `function_call` and `observation`, as in the lora sets. Each line is decoded and
-validated once, at the boundary, into the models below; what comes out is a `Prompt` of plain
-data. The set comes from the Fed Ledger: a malformed line fails the assignment with a
-ValueError that names its number, as upstream fails it.
+The network's reading of a line is the protocol, quirks included, wherever it gives a score:
+blank turns and turns of unknown roles are dropped, the system message is always there (its
+content as the line gives it, None when absent), a function call that is not JSON is a plain
+assistant turn, and a line left with nothing to prompt with is skipped. Where the network raises
+for the whole set (a line that is not a JSON object, a turn whose content is not text, several
+calls in one turn, arguments given as JSON text), this module either fails the assignment with a
+ValueError naming the line, or, for the last two, keeps its own reading: see the doc's table.
 """
 
 from __future__ import annotations
 
-import json
-from collections import deque
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from validator.safe_json import JsonRefused, loads_bounded
 
-from validator.safe_json import loads_bounded
+log = logging.getLogger(__name__)
 
 MAX_LINES = 100_000
 MAX_LINE_BYTES = 8 * 1024 * 1024  # real lines are a few KiB
 MAX_TEXT_CHARS = 1024 * 1024  # any one string: the system text, the tools, a turn's content
 MAX_TURNS = 1024  # turns in one conversation
-MAX_CALLS = 64  # calls in one function_call turn
-MAX_NAME_CHARS = 256  # a called function's name
-
-Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
-Role = Literal["user", "assistant", "function_call", "observation"]
-LABELS = {
-    "system": "System",
-    "user": "User",
-    "assistant": "Assistant",
-    "function_call": "Function Call",
-    "observation": "Observation",
-}
-
-
-class Turn(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
-
-    role: Role
-    content: Text
-
-
-class Line(BaseModel):
-    """One JSONL line. Keys it does not know are ignored, as upstream ignores them."""
-
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
-
-    system: Text | None = None
-    tools: Any = None  # a JSON list as text (a list is taken too); checked by _tools
-    conversations: list[Turn] = Field(min_length=1, max_length=MAX_TURNS)
-
-
-class Call(BaseModel):
-    """One call of a function_call turn. `arguments` is an object, a JSON string of one, or
-    absent, null or blank (no arguments)."""
-
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
-
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    arguments: Any = None  # checked by _arguments
+MAX_CALLS = 64  # calls in one function_call turn (the network takes one)
+ROLES = ("user", "assistant")
+# How the judges' transcript names each message role; tool messages are left out, as the
+# network leaves them out.
+LABELS = {"system": "System", "user": "User", "assistant": "Assistant"}
 
 
 @dataclass(frozen=True)
 class Prompt:
-    messages: list[dict[str, Any]]  # for the chat template, without the reference
+    messages: list[dict[str, Any]]  # for the chat template: the system message first
     tools: list[dict[str, Any]] | None  # for the chat template's `tools=`; None: no tools
-    tools_text: str  # the tools as the line gives them, for the function-call rubric; "": none
-    reference: str | None  # the answer the line ends with, taken out of `messages`
-    reference_kind: Literal["answer", "function_call"] | None
+    tools_text: str | None  # the line's tools as the function-call rubric writes them
+    reference: str | None  # what the line ends with, taken out of `messages`
     transcript: str  # the conversation in `messages`, written out for the judges
 
 
-def to_prompt(line: dict[str, Any]) -> Prompt:
-    """One decoded line as a Prompt; a malformed line raises ValueError saying what is wrong
-    (the caller adds where)."""
-    parsed = _validate(Line, line, "")
-    turns = [(i, turn.role, turn.content.strip()) for i, turn in enumerate(parsed.conversations)]
-    reference: str | None = None
-    kind: Literal["answer", "function_call"] | None = None
-    index, role, content = turns[-1]
-    if role == "assistant":
-        reference, kind = content, "answer"
-        turns.pop()
-    elif role == "function_call":
-        reference, kind = _render_calls(_calls(content, index)), "function_call"
-        turns.pop()
-    if not turns:
-        raise ValueError("conversations: nothing is left to prompt with once the reference is out")
-
+def to_prompt(line: Any) -> Prompt | None:
+    """One decoded line as a Prompt; None for a line with nothing to prompt with (the network
+    skips it). A line the network cannot read raises ValueError saying what is wrong."""
+    if not isinstance(line, dict):
+        raise ValueError("not a JSON object")
+    system = line.get("system")
+    if system is not None and not isinstance(system, str):
+        raise ValueError("system: must be text or null")
+    _check_size(system, "system")
     messages: list[dict[str, Any]] = []
-    blocks: list[str] = []
-    system = (parsed.system or "").strip()
-    if system:
-        messages.append({"role": "system", "content": system})
-        blocks.append(f"{LABELS['system']}: {system}")
-    open_calls: deque[str] = deque()  # ids of the calls not answered yet, oldest first
-    count = 0  # ids are call_1, call_2, ... over the conversation's calls, from 1 as upstream's
-    for index, role, content in turns:
-        blocks.append(f"{LABELS[role]}: {content}")
-        if role in ("user", "assistant"):
-            messages.append({"role": role, "content": content})
-        elif role == "function_call":
-            tool_calls = []
-            for name, arguments in _calls(content, index):
-                count += 1
-                call_id = f"call_{count}"
-                open_calls.append(call_id)
-                function = {"name": name, "arguments": arguments}
-                tool_calls.append({"id": call_id, "type": "function", "function": function})
-            messages.append({"role": "assistant", "content": "", "tool_calls": tool_calls})
-        else:  # an observation answers the oldest open call; one with none open answers none
-            message = {"role": "tool", "content": content}
-            if open_calls:
-                message["tool_call_id"] = open_calls.popleft()
-            messages.append(message)
-    tools, tools_text = _tools(parsed.tools)
-    # One "Label: content" block per turn, blank lines between them, as upstream writes it.
-    return Prompt(messages, tools, tools_text, reference, kind, "\n\n".join(blocks))
+    reference: str | None = None
+    tools: Any = None
+    turns = line.get("conversations")
+    if isinstance(turns, list) and turns:
+        if len(turns) > MAX_TURNS:
+            raise ValueError(f"conversations: more than {MAX_TURNS} turns")
+        messages = _messages(turns)
+        if messages:
+            reference = _take_reference(turns, messages)
+        tools = line.get("tools")
+    if not messages:
+        user = line.get("user", "")
+        if not isinstance(user, str):
+            raise ValueError("user: must be text")
+        if user.strip():
+            _check_size(user, "user")
+            messages = [{"role": "user", "content": user.strip()}]
+    if not messages:
+        return None
+    template_tools, tools_text = _tools(tools)
+    transcript = "\n\n".join(
+        [f"System: {system}"]
+        + [f"{LABELS[m['role']]}: {m['content']}" for m in messages if m["role"] in LABELS]
+    )
+    return Prompt(
+        [{"role": "system", "content": system}, *messages],
+        template_tools,
+        tools_text,
+        reference,
+        transcript,
+    )
 
 
 def read_prompts(path: Path, max_lines: int = MAX_LINES) -> list[Prompt]:
-    """Every line of a validation set as a Prompt, each decoded and validated once. Blank lines
-    are skipped, as upstream skips them, but counted in the line numbers; the first malformed
-    line raises ValueError naming its number. Lines end at "\\n" only: JSON allows U+2028 and
-    the like raw inside strings."""
+    """Every line of a validation set as a Prompt, each decoded once. Blank lines and lines with
+    nothing to prompt with are skipped, as the network skips them, but counted in the line
+    numbers; the first line the network cannot read raises ValueError naming its number. Lines
+    end at "\\n" only: JSON allows U+2028 and the like raw inside strings."""
     prompts = []
+    skipped = []
     with Path(path).open("rb") as handle:
         number = 0
         while raw := handle.readline(MAX_LINE_BYTES + 1):
@@ -141,84 +103,158 @@ def read_prompts(path: Path, max_lines: int = MAX_LINES) -> list[Prompt]:
             if not raw.strip():
                 continue
             data = loads_bounded(raw, where)  # its refusals name the line already
-            if not isinstance(data, dict):
-                raise ValueError(f"{where}: not a JSON object")
             try:
-                prompts.append(to_prompt(data))
+                prompt = to_prompt(data)
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from exc
+            if prompt is None:
+                skipped.append(number)
+            else:
+                prompts.append(prompt)
+    if skipped:
+        log.warning(
+            "validation set: %d lines with no user input skipped: %s", len(skipped), skipped[:10]
+        )
     if not prompts:
-        raise ValueError("validation set: no lines")
+        raise ValueError("validation set: no line with a conversation to prompt with")
     return prompts
 
 
 # --- parts ------------------------------------------------------------------------------------
 
 
-def _validate(model: type[BaseModel], data: Any, where: str) -> Any:
-    """`model` from `data`, or a ValueError naming the first faulty field under `where`."""
+def _messages(turns: list[Any]) -> list[dict[str, Any]]:
+    """The chat messages of a line's turns: blank turns and unknown roles dropped, a function
+    call as an assistant message with tool calls (or, when its content is not JSON, as plain
+    assistant text), an observation as a tool message answering the oldest open call."""
+    messages: list[dict[str, Any]] = []
+    open_calls: list[str] = []  # ids of the calls not answered yet, oldest first
+    count = 0  # call_1, call_2, ...: one number per function_call turn, as the network counts
+    for index, turn in enumerate(turns):
+        if not isinstance(turn, dict):
+            raise ValueError(f"conversations.{index}: not an object")
+        content = turn.get("content", "")
+        if not isinstance(content, str):
+            raise ValueError(f"conversations.{index}.content: must be text")
+        _check_size(content, f"conversations.{index}.content")
+        content = content.strip()
+        role = turn.get("role", "")
+        if not content:
+            continue
+        if role == "function_call":
+            count += 1
+            calls = _calls(content, f"conversations.{index}.content")
+            if calls is None:  # not JSON: the network keeps it as what the assistant said
+                messages.append({"role": "assistant", "content": content})
+                continue
+            tool_calls = []
+            for n, (name, arguments) in enumerate(calls):
+                call_id = f"call_{count + n}"
+                open_calls.append(call_id)
+                function = {"name": name, "arguments": arguments}
+                tool_calls.append({"id": call_id, "type": "function", "function": function})
+            count += len(calls) - 1
+            messages.append({"role": "assistant", "content": "", "tool_calls": tool_calls})
+        elif role == "observation":
+            call_id = open_calls.pop(0) if open_calls else "call_unknown"
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        elif role in ROLES:
+            messages.append({"role": role, "content": content})
+    return messages
+
+
+def _take_reference(turns: list[Any], messages: list[dict[str, Any]]) -> str | None:
+    """The reference, decided by the line's last turn as written (blank or not): an assistant
+    turn's content as the line gives it, or a function call rendered as the judges read it.
+    Either way the last message kept is taken out of the prompt, as the network takes it out
+    (which is another message when that last turn was blank)."""
+    last = turns[-1]
+    if "role" not in last:
+        raise ValueError(f"conversations.{len(turns) - 1}: no role")
+    if last["role"] == "assistant":
+        if "content" not in last:
+            raise ValueError(f"conversations.{len(turns) - 1}: no content")
+        messages.pop()
+        return last["content"]
+    if last["role"] == "function_call":
+        return render_reference(messages.pop())
+    return None
+
+
+def _calls(content: str, where: str) -> list[tuple[Any, dict[str, Any]]] | None:
+    """A function_call turn's calls as (name, arguments); None when its content is not JSON.
+    One call object, as the network takes it; a list of calls (where the network raises) is
+    read call by call."""
     try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        path = ".".join(str(part) for part in (*([where] if where else []), *first["loc"]))
-        raise ValueError(f"{path or 'line'}: {first['msg']}") from exc
-
-
-def _calls(content: str, index: int) -> list[tuple[str, dict[str, Any]]]:
-    """A function_call turn's calls as (name, arguments): its content is JSON, one call or a
-    non-empty list of them."""
-    where = f"conversations.{index}"
-    data = loads_bounded(content, f"{where}.content")
+        data = loads_bounded(content, where)
+    except JsonRefused as exc:
+        if "not valid JSON" in str(exc):
+            return None
+        raise ValueError(str(exc)) from None
     items = data if isinstance(data, list) else [data]
     if not 1 <= len(items) <= MAX_CALLS:
         raise ValueError(f"{where}: a function call turn holds 1 to {MAX_CALLS} calls")
     calls = []
     for n, item in enumerate(items):
-        at = f"{where}.content" + (f"[{n}]" if isinstance(data, list) else "")
-        call = _validate(Call, item, at)
-        calls.append((call.name, _arguments(call.arguments, f"{at}.arguments")))
+        at = where + (f"[{n}]" if isinstance(data, list) else "")
+        if not isinstance(item, dict):
+            raise ValueError(f"{at}: a call must be a JSON object")
+        calls.append((item.get("name", ""), _arguments(item.get("arguments", {}), at)))
     return calls
 
 
 def _arguments(arguments: Any, where: str) -> dict[str, Any]:
-    """A call's arguments as an object, never as JSON text: Qwen3.5's chat template iterates
-    them as a mapping (`arguments|items`), which a string would make fail."""
+    """A call's arguments as an object. The network passes them as given, and the chat
+    templates iterate them as a mapping: an object is what they take. Null, blank or JSON text
+    of an object (where the network raises) are read as {} or that object."""
     if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         return {}
     if isinstance(arguments, str):
-        arguments = loads_bounded(arguments, where, max_bytes=MAX_TEXT_CHARS)
+        arguments = loads_bounded(arguments, f"{where}.arguments", max_bytes=MAX_TEXT_CHARS)
     if not isinstance(arguments, dict):
-        raise ValueError(f"{where}: must be a JSON object")
+        raise ValueError(f"{where}.arguments: must be a JSON object")
     return arguments
 
 
-def _render_calls(calls: list[tuple[str, dict[str, Any]]]) -> str:
-    """`<tool_call><function=NAME><parameter=KEY>VALUE</parameter>...</function></tool_call>`,
-    one per call, joined by "\\n"; a string VALUE as it is, any other as JSON."""
-    rendered = []
-    for name, arguments in calls:
-        parameters = "".join(
-            f"<parameter={key}>{_value(value)}</parameter>" for key, value in arguments.items()
-        )
-        rendered.append(f"<tool_call><function={name}>{parameters}</function></tool_call>")
-    return "\n".join(rendered)
+def render_reference(message: dict[str, Any]) -> str:
+    """One message written the way the network's reference template writes it: a tag block per
+    role, blank lines around it, values with Python's str() (`False`, `{'round': 'half-up'}`,
+    `None`), one parameter per line."""
+    role, content = message["role"], message.get("content")
+    if role == "assistant" and message.get("tool_calls"):
+        lines = ["<tool_call>"]
+        for call in message["tool_calls"]:
+            function = call["function"]
+            lines.append(f"<function={function['name']}>")
+            lines += [f"<parameter={k}>{v}</parameter>" for k, v in function["arguments"].items()]
+            lines.append("</function>")
+        return "\n\n" + "\n".join(lines) + "\n</tool_call>\n\n"
+    if role == "assistant":
+        return f"\n\n<assistant>\n{content}\n</assistant>\n\n"
+    tag = {"system": "system", "user": "user", "tool": "tool_response"}[role]
+    return f"\n<{tag}>\n{content}\n</{tag}>\n\n\n"
 
 
-def _value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _tools(raw: Any) -> tuple[list[dict[str, Any]] | None, str]:
-    """The tools for the chat template and their text for the judges; absent, blank or an
-    empty list: (None, "")."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return None, ""
+def _tools(raw: Any) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """The tools for the chat template, and their text for the function-call rubric (None when
+    the line's tools are absent or empty: that rubric then cannot be written). JSON text is
+    decoded for the template; the rubric writes them as the line gives them."""
+    text = str(raw) if raw else None  # the rubric's `{tools}`: str() of the value as given
+    if text is not None and len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"tools: over {MAX_TEXT_CHARS} characters")
+    tools = raw
     if isinstance(raw, str):
-        text = raw.strip()
-        tools = loads_bounded(text, "tools", max_bytes=MAX_TEXT_CHARS)
-    else:
-        tools, text = raw, json.dumps(raw, ensure_ascii=False)
+        try:
+            tools = loads_bounded(raw, "tools") if raw.strip() else None
+        except JsonRefused as exc:
+            raise ValueError(f"{exc} (the chat template takes a list of tool objects)") from None
+    if not tools:
+        return None, text
     if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
         raise ValueError("tools: must be a JSON list of tool objects")
-    return (tools, text) if tools else (None, "")
+    return tools, text
+
+
+def _check_size(text: str | None, where: str) -> None:
+    if text is not None and len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"{where}: over {MAX_TEXT_CHARS} characters")

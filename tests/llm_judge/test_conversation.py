@@ -1,15 +1,21 @@
-"""A validation line as chat messages, reference and transcript (docs/llm-judge-scoring.md,
-"Prompts and references"), against messages and texts written out by hand."""
+"""A validation line as the network reads it: chat messages, reference and transcript
+(docs/llm-judge-scoring.md, "Prompts and references"), against values written out by hand from
+the network's behaviour."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from transformers.utils.chat_template_utils import render_jinja_template
 
 from devkit.validator_cli import REPO_ROOT
-from modules.llm_judge.conversation import MAX_TEXT_CHARS, Prompt, read_prompts, to_prompt
+from modules.llm_judge.conversation import (
+    MAX_TEXT_CHARS,
+    Prompt,
+    read_prompts,
+    render_reference,
+    to_prompt,
+)
 
 DATA = REPO_ROOT / "tests" / "fixtures" / "data"
 
@@ -32,329 +38,223 @@ def write(tmp_path, *lines):
     return path
 
 
+SYSTEM_NONE = {"role": "system", "content": None}
+
+
 # --- chat lines -------------------------------------------------------------------------------
 
 
 def test_a_chat_line_loses_its_last_answer_to_the_reference():
     got = to_prompt(
         {
-            "system": "Be brief.",
+            "system": " Be brief. ",
             "conversations": [
-                turn("user", "Hi"),
+                turn("user", " Hi "),
                 turn("assistant", "Hello!"),
                 turn("user", "2+2?"),
-                turn("assistant", "4"),
+                turn("assistant", " 4 "),
             ],
         }
     )
     assert got == Prompt(
+        # The system text as given (not stripped); turns stripped.
         messages=[
-            {"role": "system", "content": "Be brief."},
+            {"role": "system", "content": " Be brief. "},
             {"role": "user", "content": "Hi"},
             {"role": "assistant", "content": "Hello!"},
             {"role": "user", "content": "2+2?"},
         ],
         tools=None,
-        tools_text="",
-        reference="4",
-        reference_kind="answer",
-        transcript="System: Be brief.\n\nUser: Hi\n\nAssistant: Hello!\n\nUser: 2+2?",
-    )
-
-
-def test_a_line_ending_with_a_user_turn_has_no_reference():
-    got = to_prompt(
-        {"conversations": [turn("user", "Hi"), turn("assistant", "Hello!"), turn("user", "Joke?")]}
-    )
-    assert got.messages == [
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Hello!"},
-        {"role": "user", "content": "Joke?"},
-    ]
-    assert (got.reference, got.reference_kind) == (None, None)
-    assert got.transcript == "User: Hi\n\nAssistant: Hello!\n\nUser: Joke?"
-
-
-@pytest.mark.parametrize(
-    ("line", "first"),
-    [
-        ({"system": "  Be kind.\n"}, {"role": "system", "content": "Be kind."}),
-        ({}, {"role": "user", "content": "Hi"}),
-        ({"system": None}, {"role": "user", "content": "Hi"}),
-        ({"system": " \n"}, {"role": "user", "content": "Hi"}),
-    ],
-)
-def test_the_system_text_comes_first_when_the_line_has_one(line, first):
-    got = to_prompt({**line, "conversations": [turn("user", "  Hi\n"), turn("assistant", " Yo ")]})
-    assert got.messages[0] == first
-    assert len(got.messages) == (2 if first["role"] == "system" else 1)
-    assert got.reference == "Yo"  # contents are stripped, the reference too
-    assert got.transcript.startswith(
-        "System: Be kind.\n\nUser: Hi" if len(got.messages) == 2 else "User: Hi"
-    )
-
-
-# --- calls and observations -------------------------------------------------------------------
-
-
-def test_calls_become_tool_calls_numbered_from_one_across_the_conversation():
-    got = to_prompt(
-        {
-            "conversations": [
-                turn("user", "Weather in Paris and Rome, then the time?"),
-                turn(
-                    "function_call",
-                    json.dumps(
-                        [
-                            {"name": "weather", "arguments": {"city": "Paris"}},
-                            {"name": "weather", "arguments": {"city": "Rome"}},
-                        ]
-                    ),
-                ),
-                turn("observation", "Paris: 18C"),
-                turn("observation", "Rome: 24C"),
-                turn("function_call", call("time", {})),
-                turn("observation", "12:00"),
-                turn("assistant", "18C, 24C, noon."),
-            ]
-        }
-    )
-    assert got.messages == [
-        {"role": "user", "content": "Weather in Paris and Rome, then the time?"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                tool_call("call_1", "weather", {"city": "Paris"}),
-                tool_call("call_2", "weather", {"city": "Rome"}),
-            ],
-        },
-        {"role": "tool", "content": "Paris: 18C", "tool_call_id": "call_1"},
-        {"role": "tool", "content": "Rome: 24C", "tool_call_id": "call_2"},
-        {"role": "assistant", "content": "", "tool_calls": [tool_call("call_3", "time", {})]},
-        {"role": "tool", "content": "12:00", "tool_call_id": "call_3"},
-    ]
-    assert (got.reference, got.reference_kind) == ("18C, 24C, noon.", "answer")
-
-
-def test_observations_answer_the_oldest_open_call_across_turns():
-    got = to_prompt(
-        {
-            "conversations": [
-                turn("user", "Two things"),
-                turn("function_call", call("a", {"x": 1})),
-                turn("function_call", call("b", {"y": 2})),
-                turn("observation", "from a"),
-                turn("observation", "from b"),
-                turn("observation", "from nobody"),
-            ]
-        }
-    )
-    assert got.messages[1:] == [
-        {"role": "assistant", "content": "", "tool_calls": [tool_call("call_1", "a", {"x": 1})]},
-        {"role": "assistant", "content": "", "tool_calls": [tool_call("call_2", "b", {"y": 2})]},
-        {"role": "tool", "content": "from a", "tool_call_id": "call_1"},
-        {"role": "tool", "content": "from b", "tool_call_id": "call_2"},
-        {"role": "tool", "content": "from nobody"},  # no call is open: it answers none
-    ]
-    assert (got.reference, got.reference_kind) == (None, None)
-
-
-def test_a_line_ending_with_a_call_has_the_rendered_call_as_reference():
-    arguments = {
-        "to": "EUR",
-        "amount": 100,
-        "rate": 0.92,
-        "exact": True,
-        "note": None,
-        "options": {"round": "half-up", "digits": 2},
-        "via": ["USD", "GBP"],
-        "label": "café",
-    }
-    got = to_prompt(
-        {
-            "conversations": [
-                turn("user", "100 USD in EUR?"),
-                turn("function_call", call("convert", arguments)),
-            ]
-        }
-    )
-    assert got.reference_kind == "function_call"
-    assert got.reference == (
-        "<tool_call><function=convert>"
-        "<parameter=to>EUR</parameter>"
-        "<parameter=amount>100</parameter>"
-        "<parameter=rate>0.92</parameter>"
-        "<parameter=exact>true</parameter>"
-        "<parameter=note>null</parameter>"
-        '<parameter=options>{"round": "half-up", "digits": 2}</parameter>'
-        '<parameter=via>["USD", "GBP"]</parameter>'
-        "<parameter=label>café</parameter>"
-        "</function></tool_call>"
-    )
-    assert got.messages == [{"role": "user", "content": "100 USD in EUR?"}]
-    assert got.transcript == "User: 100 USD in EUR?"
-
-
-def test_a_final_turn_of_several_calls_renders_one_per_line():
-    calls = [
-        {"name": "f", "arguments": '{"a": "1"}'},
-        {"name": "g"},
-        {"name": "h", "arguments": ""},
-    ]
-    got = to_prompt(
-        {"conversations": [turn("user", "go"), turn("function_call", json.dumps(calls))]}
-    )
-    assert got.reference == (
-        "<tool_call><function=f><parameter=a>1</parameter></function></tool_call>\n"
-        "<tool_call><function=g></function></tool_call>\n"
-        "<tool_call><function=h></function></tool_call>"
+        tools_text=None,
+        reference=" 4 ",  # the last turn's content as the line gives it
+        transcript="System:  Be brief. \n\nUser: Hi\n\nAssistant: Hello!\n\nUser: 2+2?",
     )
 
 
 @pytest.mark.parametrize(
-    ("arguments", "expected"),
+    ("system", "message", "block"),
     [
-        ({"city": "Paris", "days": 3}, {"city": "Paris", "days": 3}),
-        ('{"city": "Paris", "days": 3}', {"city": "Paris", "days": 3}),
-        (' {"city": "Paris", "days": 3} ', {"city": "Paris", "days": 3}),
-        ({}, {}),
-        ("", {}),
-        (None, {}),
+        ("absent", SYSTEM_NONE, "System: None"),
+        (None, SYSTEM_NONE, "System: None"),
+        ("", {"role": "system", "content": ""}, "System: "),
+        ("  ", {"role": "system", "content": "  "}, "System:   "),
     ],
 )
-def test_arguments_reach_the_template_as_an_object_whether_given_as_text_or_not(
-    arguments, expected
-):
-    line = {
-        "conversations": [
-            turn("user", "Weather?"),
-            turn("function_call", call("weather", arguments)),
-            turn("observation", "sunny"),
-        ]
-    }
+def test_the_system_message_is_always_there(system, message, block):
+    line = {"conversations": [turn("user", "Q")]}
+    if system != "absent":
+        line["system"] = system
     got = to_prompt(line)
-    assert got.messages[1] == {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [tool_call("call_1", "weather", expected)],
-    }
-    # The transcript shows the call as the line gives it.
-    assert got.transcript == (
-        f"User: Weather?\n\nFunction Call: {call('weather', arguments)}\n\nObservation: sunny"
-    )
-    # As a final turn, both forms give the same reference.
-    ending = to_prompt({"conversations": line["conversations"][:2]})
-    params = "".join(f"<parameter={k}>{v}</parameter>" for k, v in expected.items())
-    assert ending.reference == f"<tool_call><function=weather>{params}</function></tool_call>"
+    assert got.messages == [message, {"role": "user", "content": "Q"}]
+    assert got.transcript == f"{block}\n\nUser: Q"
+    assert got.reference is None  # a line ending with a user turn has none
 
 
-def test_the_transcript_writes_every_turn_with_its_label():
+def test_blank_turns_and_unknown_roles_are_dropped():
     got = to_prompt(
         {
-            "system": "Tools help.",
-            "tools": '[{"name": "lookup"}]',
             "conversations": [
-                turn("user", "Look up X"),
-                turn("assistant", "Sure."),
-                turn("function_call", '{"name": "lookup", "arguments": {"q": "X"}}'),
-                turn("observation", '{"found": true}'),
-                turn("user", "Thanks"),
-                turn("assistant", "You're welcome."),
+                turn("user", "A"),
+                turn("assistant", "   "),
+                turn("system", "ignored"),
+                {"content": "no role"},
+                {"role": "user"},
+                turn("user", "B"),
+            ]
+        }
+    )
+    assert got.messages == [
+        SYSTEM_NONE,
+        {"role": "user", "content": "A"},
+        {"role": "user", "content": "B"},
+    ]
+
+
+def test_a_blank_last_answer_still_takes_the_last_message_out():
+    # The reference is decided by the last turn as written: a blank assistant turn gives a blank
+    # reference, and the message before it leaves the prompt.
+    got = to_prompt(
+        {"conversations": [turn("user", "Q1"), turn("assistant", "A1"), turn("assistant", " ")]}
+    )
+    assert got.messages == [SYSTEM_NONE, {"role": "user", "content": "Q1"}]
+    assert got.reference == " "
+
+
+# --- function calls ---------------------------------------------------------------------------
+
+
+def test_calls_become_tool_calls_numbered_by_turn_and_observations_answer_the_oldest():
+    got = to_prompt(
+        {
+            "tools": '[{"name": "f"}]',
+            "conversations": [
+                turn("user", "U"),
+                turn("function_call", call("f", {"a": 1})),
+                turn("function_call", "not json"),  # a plain assistant turn; takes a number
+                turn("function_call", json.dumps({"name": "g"})),  # no arguments: {}
+                turn("observation", "O1"),
+                turn("observation", "O2"),
+                turn("observation", "O3"),  # no call open
+                turn("user", "thanks"),
             ],
         }
     )
+    assert got.messages == [
+        SYSTEM_NONE,
+        {"role": "user", "content": "U"},
+        {"role": "assistant", "content": "", "tool_calls": [tool_call("call_1", "f", {"a": 1})]},
+        {"role": "assistant", "content": "not json"},
+        {"role": "assistant", "content": "", "tool_calls": [tool_call("call_3", "g", {})]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "O1"},
+        {"role": "tool", "tool_call_id": "call_3", "content": "O2"},
+        {"role": "tool", "tool_call_id": "call_unknown", "content": "O3"},
+        {"role": "user", "content": "thanks"},
+    ]
+    # Calls are empty Assistant blocks, observations are left out.
     assert got.transcript == (
-        "System: Tools help.\n\n"
-        "User: Look up X\n\n"
-        "Assistant: Sure.\n\n"
-        'Function Call: {"name": "lookup", "arguments": {"q": "X"}}\n\n'
-        'Observation: {"found": true}\n\n'
-        "User: Thanks"
+        "System: None\n\nUser: U\n\nAssistant: \n\nAssistant: not json\n\nAssistant: \n\n"
+        "User: thanks"
+    )
+    assert (got.tools, got.tools_text) == ([{"name": "f"}], '[{"name": "f"}]')
+
+
+def test_a_line_ending_with_a_call_has_it_rendered_as_the_reference():
+    arguments = {"flag": False, "mode": {"round": "half-up"}, "text": "a b", "n": 1.0, "x": None}
+    got = to_prompt(
+        {"conversations": [turn("user", "U"), turn("function_call", call("calc", arguments))]}
+    )
+    assert got.messages == [SYSTEM_NONE, {"role": "user", "content": "U"}]
+    assert got.reference == (
+        "\n\n<tool_call>\n<function=calc>\n<parameter=flag>False</parameter>\n"
+        "<parameter=mode>{'round': 'half-up'}</parameter>\n<parameter=text>a b</parameter>\n"
+        "<parameter=n>1.0</parameter>\n<parameter=x>None</parameter>\n</function>\n"
+        "</tool_call>\n\n"
     )
 
 
-# --- tools ------------------------------------------------------------------------------------
+def test_references_of_other_messages_render_by_role():
+    assert render_reference({"role": "assistant", "content": "hi\n"}) == (
+        "\n\n<assistant>\nhi\n\n</assistant>\n\n"
+    )
+    assert render_reference({"role": "user", "content": "u"}) == "\n<user>\nu\n</user>\n\n\n"
+    assert render_reference({"role": "tool", "tool_call_id": "x", "content": "t"}) == (
+        "\n<tool_response>\nt\n</tool_response>\n\n\n"
+    )
+    calls = {"role": "assistant", "content": "", "tool_calls": [tool_call("c", "f", {})]}
+    assert render_reference(calls) == "\n\n<tool_call>\n<function=f>\n</function>\n</tool_call>\n\n"
 
 
-def test_tools_given_as_a_json_list_are_parsed_and_kept_as_text():
-    text = '[{"name": "lookup", "parameters": {"type": "object", "properties": {"q": {}}}}]'
-    got = to_prompt({"tools": f" {text}\n", "conversations": [turn("user", "hi")]})
-    assert got.tools == [
-        {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {}}}}
-    ]
-    assert got.tools_text == text
+def test_a_last_call_that_is_not_json_is_rendered_as_assistant_text():
+    got = to_prompt({"conversations": [turn("user", "U"), turn("function_call", "call f now")]})
+    assert got.reference == "\n\n<assistant>\ncall f now\n</assistant>\n\n"
 
 
-def test_tools_given_as_a_list_are_taken_too():
-    got = to_prompt({"tools": [{"name": "é"}], "conversations": [turn("user", "hi")]})
-    assert (got.tools, got.tools_text) == ([{"name": "é"}], '[{"name": "é"}]')
+def test_several_calls_in_one_turn_are_read_call_by_call():
+    # The network raises for the whole set here; this module keeps each call (doc's table).
+    content = json.dumps([{"name": "f", "arguments": {}}, {"name": "g", "arguments": '{"b": 2}'}])
+    got = to_prompt({"conversations": [turn("user", "U"), turn("function_call", content)]})
+    assert got.reference == (
+        "\n\n<tool_call>\n<function=f>\n</function>\n<function=g>\n<parameter=b>2</parameter>\n"
+        "</function>\n</tool_call>\n\n"
+    )
 
 
-@pytest.mark.parametrize("tools", ["absent", None, "", "  ", "[]", []])
-def test_absent_or_empty_tools_are_none(tools):
-    line = {"conversations": [turn("user", "hi")]}
+@pytest.mark.parametrize("arguments", ['{"a": 1}', {"a": 1}])
+def test_arguments_reach_the_template_as_an_object(arguments):
+    got = to_prompt(
+        {"conversations": [turn("function_call", call("f", arguments)), turn("user", "U")]}
+    )
+    assert got.messages[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+
+
+# --- lines with nothing to prompt with, and lines the network cannot read ---------------------
+
+
+def test_a_line_left_empty_is_skipped_unless_it_has_a_user_field():
+    assert to_prompt({"conversations": [turn("assistant", "only a reference")]}) is None
+    assert to_prompt({"conversations": []}) is None
+    got = to_prompt({"user": " Hi ", "conversations": [turn("assistant", "ref")]})
+    assert got.messages == [SYSTEM_NONE, {"role": "user", "content": "Hi"}]
+    assert got.reference == "ref"  # taken before the line fell back to its user field
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ([1], "not a JSON object"),
+        ({"conversations": [turn("user", 5)]}, "conversations.0.content: must be text"),
+        ({"conversations": ["hi"]}, "conversations.0: not an object"),
+        ({"conversations": [turn("user", "U"), {"content": "x"}]}, "conversations.1: no role"),
+        ({"conversations": [turn("function_call", '"text"')]}, "a call must be a JSON object"),
+        ({"conversations": [turn("function_call", call("f", [1]))]}, "must be a JSON object"),
+        ({"system": 5, "conversations": [turn("user", "U")]}, "system: must be text"),
+        ({"conversations": [turn("user", "x" * (MAX_TEXT_CHARS + 1))]}, "over 1048576"),
+        ({"tools": '{"name": "f"}', "conversations": [turn("user", "U")]}, "list of tool objects"),
+        ({"tools": "[oops", "conversations": [turn("user", "U")]}, "not valid JSON"),
+    ],
+)
+def test_lines_the_network_cannot_read_are_refused(line, message):
+    with pytest.raises(ValueError, match=message):
+        to_prompt(line)
+
+
+@pytest.mark.parametrize(
+    ("tools", "template", "text"),
+    [
+        ("absent", None, None),
+        (None, None, None),
+        ("", None, None),
+        ("[]", None, "[]"),  # the rubric still gets the text: "[]" is not empty text
+        ([], None, None),
+        ([{"name": "f"}], [{"name": "f"}], "[{'name': 'f'}]"),  # written with str()
+    ],
+)
+def test_tools_for_the_template_and_for_the_rubric(tools, template, text):
+    line = {"conversations": [turn("user", "U")]}
     if tools != "absent":
         line["tools"] = tools
     got = to_prompt(line)
-    assert (got.tools, got.tools_text) == (None, "")
-
-
-@pytest.mark.parametrize(
-    ("tools", "message"),
-    [
-        ("{not json", "tools: not valid JSON"),
-        ('{"name": "a"}', "tools: must be a JSON list of tool objects"),
-        ('["a"]', "tools: must be a JSON list of tool objects"),
-        (7, "tools: must be a JSON list of tool objects"),
-        ("x" * (MAX_TEXT_CHARS + 1), "tools: "),
-    ],
-)
-def test_bad_tools_are_refused(tools, message):
-    with pytest.raises(ValueError) as refused:
-        to_prompt({"tools": tools, "conversations": [turn("user", "hi")]})
-    assert str(refused.value).startswith(message)
-
-
-# --- the messages reach a chat template -------------------------------------------------------
-
-# Written for this test in the manner of Qwen3.5's template: it walks a call's arguments with
-# `|items` (a JSON string would make it fail) and writes non-string values with tojson.
-TEMPLATE = """\
-{%- for m in messages -%}
-{%- if m.tool_calls -%}
-[{{ m.role }}]{% for c in m.tool_calls %}{{ c.id }}:{{ c.function.name }}(
-{%- for k, v in c.function.arguments|items %}{{ k }}={{ v if v is string else v|tojson }};
-{%- endfor %}){% endfor %}
-{%- elif m.role == "tool" -%}
-[tool {{ m.tool_call_id }}]{{ m.content }}
-{%- else -%}
-[{{ m.role }}]{{ m.content }}
-{%- endif %}{{ "\\n" }}
-{%- endfor -%}
-{%- if tools %}[tools]{{ tools|map(attribute="name")|join(",") }}{% endif -%}"""
-
-
-def test_the_messages_render_through_a_template_that_walks_the_arguments():
-    got = to_prompt(
-        {
-            "system": "S",
-            "tools": '[{"name": "f"}, {"name": "g"}]',
-            "conversations": [
-                turn("user", "U"),
-                turn("function_call", '[{"name": "f", "arguments": "{\\"a\\": [1]}"}, '
-                                      '{"name": "g", "arguments": {"b": "x"}}]'),
-                turn("observation", "O1"),
-                turn("observation", "O2"),
-                turn("assistant", "A"),
-            ],
-        }
-    )  # fmt: skip
-    rendered, _ = render_jinja_template([got.messages], tools=got.tools, chat_template=TEMPLATE)
-    assert rendered[0] == (
-        "[system]S\n[user]U\n[assistant]call_1:f(a=[1];)call_2:g(b=x;)\n"
-        "[tool call_1]O1\n[tool call_2]O2\n[tools]f,g"
-    )
+    assert (got.tools, got.tools_text) == (template, text)
 
 
 # --- reading a set ----------------------------------------------------------------------------
@@ -362,122 +262,34 @@ def test_the_messages_render_through_a_template_that_walks_the_arguments():
 FINE = json.dumps({"conversations": [turn("user", "fine")]})
 
 
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("{not json", "validation set line 3: not valid JSON"),
-        ("[1, 2]", "validation set line 3: not a JSON object"),
-        (json.dumps({"conversations": [turn("robot", "x")]}), "line 3: conversations.0.role:"),
-        (json.dumps({"system": "x"}), "validation set line 3: conversations: Field required"),
-        (json.dumps({"conversations": []}), "validation set line 3: conversations: List should"),
-        (json.dumps({"conversations": [{"role": "user"}]}), "line 3: conversations.0.content:"),
-        (json.dumps({"conversations": [turn("user", 5)]}), "line 3: conversations.0.content:"),
-        (json.dumps({"system": 1, "conversations": [turn("user", "x")]}), "line 3: system:"),
-        (
-            json.dumps({"conversations": [turn("assistant", "x")]}),
-            "validation set line 3: conversations: nothing is left to prompt with",
-        ),
-        (
-            json.dumps({"conversations": [turn("user", "x"), turn("function_call", "nope")]}),
-            "validation set line 3: conversations.1.content: not valid JSON",
-        ),
-        (
-            json.dumps({"conversations": [turn("user", "x"), turn("function_call", "[]")]}),
-            "validation set line 3: conversations.1: a function call turn holds 1 to",
-        ),
-        (
-            json.dumps(
-                {"conversations": [turn("function_call", '[{"arguments": {}}]'), turn("user", "x")]}
-            ),
-            "validation set line 3: conversations.0.content[0].name: Field required",
-        ),
-        (
-            json.dumps(
-                {"conversations": [turn("user", "x"), turn("function_call", call("f", "[1]"))]}
-            ),
-            "validation set line 3: conversations.1.content.arguments: must be a JSON object",
-        ),
-        (
-            json.dumps({"conversations": [turn("user", "x"), turn("function_call", call("f", 3))]}),
-            "validation set line 3: conversations.1.content.arguments: must be a JSON object",
-        ),
-        (
-            json.dumps({"conversations": [turn("user", "x" * (MAX_TEXT_CHARS + 1))]}),
-            "validation set line 3: conversations.0.content: String should have at most",
-        ),
-    ],
-)
-def test_a_malformed_line_is_refused_naming_its_number(tmp_path, text, message):
-    path = write(tmp_path, FINE, "", text, FINE)  # the blank line 2 is skipped, yet counted
-    with pytest.raises(ValueError) as refused:
-        read_prompts(path)
-    assert message in str(refused.value)
+def test_a_malformed_line_is_refused_naming_its_number(tmp_path):
+    with pytest.raises(ValueError, match="validation set line 3: "):
+        read_prompts(write(tmp_path, FINE, "", "{oops"))
 
 
-def test_blank_lines_are_skipped(tmp_path):
-    got = read_prompts(write(tmp_path, "", FINE, "  ", FINE, ""))
-    assert [p.messages for p in got] == [[{"role": "user", "content": "fine"}]] * 2
+def test_blank_and_empty_lines_are_skipped(tmp_path):
+    empty = json.dumps({"conversations": [turn("assistant", "x")]})
+    assert len(read_prompts(write(tmp_path, FINE, "  ", empty, FINE))) == 2
 
 
-def test_a_set_with_no_lines_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="validation set: no lines"):
-        read_prompts(write(tmp_path, "", " "))
+def test_a_set_with_nothing_to_prompt_with_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="no line with a conversation"):
+        read_prompts(write(tmp_path, "", json.dumps({"conversations": []})))
 
 
 def test_a_set_over_max_lines_is_refused(tmp_path):
-    path = write(tmp_path, FINE, FINE, FINE)
-    assert len(read_prompts(path, max_lines=3)) == 3
     with pytest.raises(ValueError, match="more than 2 lines"):
-        read_prompts(path, max_lines=2)
+        read_prompts(write(tmp_path, FINE, FINE, FINE), max_lines=2)
 
 
 def test_lines_end_at_newlines_only(tmp_path):
-    # U+2028 is a line separator to str.splitlines, and JSON allows it raw inside strings.
-    line = json.dumps({"conversations": [turn("user", "a\u2028b")]}, ensure_ascii=False)
-    (got,) = read_prompts(write(tmp_path, line))
-    assert got.messages == [{"role": "user", "content": "a\u2028b"}]
-
-
-# --- the sample sets --------------------------------------------------------------------------
-
-
-def raw_lines(name):
-    return [json.loads(t) for t in (DATA / name).read_text(encoding="utf-8").splitlines()]
+    text = json.dumps({"conversations": [turn("user", "a\u2028b")]}, ensure_ascii=False)
+    assert read_prompts(write(tmp_path, text))[0].messages[1]["content"] == "a\u2028b"
 
 
 def test_both_sample_sets_convert():
     chat = read_prompts(DATA / "chat_sample.jsonl")
     calls = read_prompts(DATA / "function_calling_sample.jsonl")
-    raw = raw_lines("function_calling_sample.jsonl")
-    assert (len(chat), len(calls), len(raw)) == (10, 299, 299)
-    # Every sample line ends with an answer.
-    assert all(p.reference_kind == "answer" and p.reference for p in chat + calls)
-    with_tools = sum(bool(json.loads(line.get("tools") or "[]")) for line in raw)
-    assert sum(p.tools is not None for p in calls) == with_tools > 0
-    assert sum(len(p.tools_text) > 0 for p in calls) == with_tools
-    with_calls = sum(
-        any(t["role"] == "function_call" for t in line["conversations"]) for line in raw
-    )
-    assert sum(any("tool_calls" in m for m in p.messages) for p in calls) == with_calls > 0
-    for prompt in chat + calls:
-        assert prompt.messages[0]["role"] == "system"
-        assert all(m.get("tool_call_id") for m in prompt.messages if m["role"] == "tool")
-        assert prompt.transcript.startswith("System: ")
-
-
-def test_sample_lines_cut_after_their_last_call_give_call_references(tmp_path):
-    cut = []
-    for line in raw_lines("function_calling_sample.jsonl"):
-        roles = [t["role"] for t in line["conversations"]]
-        if "function_call" in roles:
-            last = len(roles) - 1 - roles[::-1].index("function_call")
-            cut.append({**line, "conversations": line["conversations"][: last + 1]})
-    got = read_prompts(write(tmp_path, *(json.dumps(line) for line in cut)))
-    assert len(got) == len(cut) > 0
-    assert all(p.reference_kind == "function_call" for p in got)
-    for prompt, line in zip(got, cut, strict=True):
-        final = json.loads(line["conversations"][-1]["content"])
-        assert prompt.reference.startswith(f"<tool_call><function={final['name']}>")
-        for key in final["arguments"]:
-            assert f"<parameter={key}>" in prompt.reference
-        assert len(prompt.messages) == len(line["conversations"])  # system in, the call out
+    assert chat and calls
+    assert all(p.messages[0]["role"] == "system" for p in chat + calls)
+    assert any("tool_calls" in m for p in calls for m in p.messages)
