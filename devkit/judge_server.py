@@ -7,17 +7,20 @@ model it does not list is a 404.
 Grades are deterministic: the graded answer is the text of the last block between a line
 `<answer>` and a line `</answer>` in the last message (the rubric prompts put the answer there,
 after the conversation and the reference); its score is 1 + (length of the stripped answer mod
-10), its confidence 0.5 for a model whose name has a dash-separated `low` part and 1.0 otherwise
-(`LocalJudge.grade_of`). So "ok" grades 3, "a longer answer" (15 characters) 6.
+10), its confidence 0.5 for a request with `reasoning_effort: "low"` (a judge name ending in
+`-low`) and 1.0 otherwise (`LocalJudge.grade_of`). So "ok" grades 3, "a longer answer"
+(15 characters) 6.
 
 Faults are queued; each takes the next chat completion, whatever its model: `fail_next` (an
 HTTP status, optionally with Retry-After; `models=True`: of the next model listings instead),
-`malformed_next` (a reply that is not JSON), `reply_next` (a given reply text) and `slow_next`
-(a reply after a delay). `requests` logs every chat completion: model, temperature,
-reasoning_effort, chat_template_kwargs, the prompt, the answer found in it, the status and the
+`malformed_next` (a reply that is not JSON), `reply_next` (a given reply text), `slow_next`
+(a reply after a delay), `raw_next` (any body, an HTML page say) and `trickle_next` (a byte at a
+time, never finished). `requests` logs every chat completion: model, temperature,
+reasoning_effort, chat_template_kwargs, extra_body, seed, the messages, the rubric prompt (the
+last user message), the answer found in it, the status and the
 content sent. `peak_in_flight` is the most completions it was answering at once.
 
-    with LocalJudge(["judge-a", "judge-b-low"], "sk-test") as judge:
+    with LocalJudge(["judge-a", "judge-b"], "sk-test") as judge:
         client = openai.OpenAI(base_url=judge.endpoint, api_key="sk-test")
 """
 
@@ -74,9 +77,10 @@ class LocalJudge:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     @staticmethod
-    def grade_of(answer: str, model: str) -> tuple[int, float]:
-        """(score, confidence) the judge gives `answer` as `model`, when no fault is queued."""
-        confidence = 0.5 if "low" in model.lower().split("-") else 1.0
+    def grade_of(answer: str, reasoning_effort: str | None = None) -> tuple[int, float]:
+        """(score, confidence) the judge gives `answer` when no fault is queued: confidence 0.5
+        when asked for a low reasoning effort."""
+        confidence = 0.5 if reasoning_effort == "low" else 1.0
         return 1 + len(answer.strip()) % 10, confidence
 
     # -- faults --------------------------------------------------------------------------------
@@ -106,6 +110,17 @@ class LocalJudge:
         """The next `n` completions wait `seconds` before their (normal) reply."""
         with self._lock:
             self._faults += [("slow", seconds)] * n
+
+    def raw_next(self, n: int, status: int, content_type: str, data: bytes) -> None:
+        """The next `n` completions answer `data` as they are (an HTML page, a body that is not
+        a completion)."""
+        with self._lock:
+            self._faults += [("raw", (status, content_type, data))] * n
+
+    def trickle_next(self, n: int, interval: float) -> None:
+        """The next `n` completions send a byte every `interval` seconds and never finish."""
+        with self._lock:
+            self._faults += [("trickle", interval)] * n
 
     def _take_fault(self, models: bool = False) -> tuple[str, Any] | None:
         with self._lock:
@@ -153,7 +168,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "not found", "invalid_request_error")
         try:
             body = json.loads(raw or b"{}")
-            text = str(body["messages"][-1]["content"])
+            # The rubric is the user message (a judge system message may follow it).
+            users = [m for m in body["messages"] if m.get("role") == "user"]
+            text = str((users or body["messages"])[-1]["content"])
         except (ValueError, KeyError, IndexError, TypeError):
             return self._error(400, "a JSON body with messages is required", "invalid_request")
         self.judge._enter(1)
@@ -170,6 +187,9 @@ class _Handler(BaseHTTPRequestHandler):
             "temperature": body.get("temperature"),
             "reasoning_effort": body.get("reasoning_effort"),
             "chat_template_kwargs": body.get("chat_template_kwargs"),
+            "extra_body": body.get("extra_body"),
+            "seed": body.get("seed"),
+            "messages": body.get("messages"),
             "prompt": text,
             "answer": answer,
         }
@@ -186,10 +206,16 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(status, "injected fault", "server_error", headers=headers)
         if kind == "slow":
             time.sleep(value)
+        if kind == "raw":
+            self.judge._log({**entry, "status": value[0]})
+            return self._send_raw(*value)
+        if kind == "trickle":
+            self.judge._log({**entry, "status": 200})
+            return self._trickle(value)
         if kind == "reply":
             content = value
         else:
-            score, confidence = LocalJudge.grade_of(answer, model)
+            score, confidence = LocalJudge.grade_of(answer, body.get("reasoning_effort"))
             reasoning = "length-based test grade"
             content = json.dumps({"score": score, "confidence": confidence, "reasoning": reasoning})
         self.judge._log({**entry, "status": 200, "content": content})
@@ -199,6 +225,31 @@ class _Handler(BaseHTTPRequestHandler):
                          "message": {"role": "assistant", "content": content}}],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         })  # fmt: skip
+
+    def _send_raw(self, status: int, content_type: str, data: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _trickle(self, interval: float) -> None:
+        """A 200 whose body comes one byte every `interval` seconds, for as long as the client
+        stays (at most a minute): a judge that never finishes answering."""
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "1000000")
+            self.end_headers()
+            for _ in range(int(60 / interval)):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(interval)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _authorized(self) -> bool:
         if self.headers.get("Authorization") == f"Bearer {self.judge.api_key}":

@@ -1,60 +1,64 @@
-"""Grading the generated answers with judge models behind an OpenAI-compatible API
-(docs/llm-judge-scoring.md, "Judging").
+"""Grading the generated answers with judge models behind an OpenAI-compatible API, as the
+network's llm_judge validator grades them (docs/llm-judge-scoring.md, "Judging").
 
-Every judge call goes through the official `openai` client with its own retries off, so that
-this module's policy applies: 408, 409, 429, 5xx, timeouts, lost connections and replies without
-a parsable JSON score are retried with backoff. A judge that stays unreachable or refuses the key
-is the operator's problem, never the submission's: RecoverableException, naming the endpoint
-(never the key), keeps the assignment for later.
+What the judges are sent and how their replies count is the network's rule, quirks included
+(`grading.py`: rubric choice, per-name parameters, reply reading). What a failing judge does is
+ours: every call goes through the official `openai` client with its own retries off and an
+overall deadline per attempt, so that this module's policy applies; a judge that gives no
+completion (HTTP errors, transport errors, a body that is not a completion, no text) after the
+retries is the operator's problem, never the submission's: RecoverableException, naming the
+endpoint (never the key), keeps the assignment for later. Only a completion whose text holds no
+score counts as the network's 5 x 0.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import re
+import random
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from string import Template
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import openai
 
+from modules.llm_judge.conversation import Prompt
+from modules.llm_judge.grading import (
+    CONVERSATION_FAILED,
+    NO_SCORE,
+    Grade,
+    aggregate,
+    call_parameters,
+    conversation_grades,
+    judge_messages,
+    parse_reply,
+    resolve_models,
+)
 from validator.errors import ConfigError, RecoverableException
 from validator.progress import Progress
 
+if TYPE_CHECKING:  # the texts come from judge_texts at start-up
+    from modules.llm_judge.judge_texts import JudgeTexts
+
 log = logging.getLogger(__name__)
 
-PROMPTS = Path(__file__).with_name("prompts")
-RUBRIC_FILES = {1: "direct.txt", 2: "reference.txt", 3: "function_call.txt"}
-MAX_RUBRIC_BYTES = 64 * 1024
 # Backoff before retry k (1-based): BACKOFF_SECONDS * 2**(k-1), a Retry-After instead when the
 # server sends one; every wait is capped at MAX_WAIT_SECONDS. Module constants, read at call
 # time, so that tests can make them small.
 BACKOFF_SECONDS = 1.0
 MAX_WAIT_SECONDS = 60.0
 RETRIED_STATUSES = frozenset({408, 409, 429})  # and every 5xx
-# Upstream's reading of a reply that never gives a score: the middle grade, with no weight.
-UNPARSED = (5.0, 0.0)
-UNPARSABLE = "no parsable score"
-THINKING = re.compile(r"<think>.*?</think>", re.S)
-MAX_REPLY_CHARS = 100_000  # of a judge's reply, searched for the JSON object
-MAX_JSON_STARTS = 64  # `{` positions tried
+# Statuses of a `/models` that the endpoint does not implement: the network then judges with
+# this one model, whatever the task lists.
+NO_LISTING_STATUSES = frozenset({404, 405, 501})
+FALLBACK_MODELS = ["gpt-4o"]
+SEED_RANGE = (0, 10_000)  # each call's `seed`, drawn at random as the network draws it
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Reply:
-    score: float
-    confidence: float
-    parsed: bool
-    refused: str | None = None  # why the judge refused the request (a 4xx), if it did
 
 
 @dataclass(frozen=True)
@@ -66,96 +70,9 @@ class _Failed:
     wait: float | None = None
 
 
-def load_rubrics(prompt_files: dict[int, str]) -> dict[int, Template]:
-    """The three rubric prompts: the module's own, or the operator's files where the config
-    names them (scores depend on the wording; other validators may use other files)."""
-    rubrics = {}
-    for prompt_id, name in RUBRIC_FILES.items():
-        path = Path(prompt_files.get(prompt_id, PROMPTS / name))
-        try:
-            if path.stat().st_size > MAX_RUBRIC_BYTES:
-                raise ConfigError(
-                    f"rubric prompt {prompt_id}: {path} is over {MAX_RUBRIC_BYTES} bytes"
-                )
-            rubrics[prompt_id] = Template(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"rubric prompt {prompt_id}: {path} cannot be read: {exc}") from None
-    return rubrics
-
-
-def rubric_prompt(rubrics: dict[int, Template], prompt_id: int, prompt: Any, answer: str) -> str:
-    """The judge's prompt for one answer to `prompt` (a conversation.Prompt: its `transcript`,
-    `reference` and `tools_text`); an unknown prompt id falls back to 1, as upstream.
-    safe_substitute: conversations are full of `$` and braces."""
-    rubric = rubrics.get(prompt_id, rubrics[1])
-    return rubric.safe_substitute(
-        conversation=prompt.transcript,
-        answer=answer,
-        reference=prompt.reference if prompt.reference is not None else "(none)",
-        tools=prompt.tools_text or "(none)",
-    )
-
-
-def request_options(model: str) -> dict[str, Any]:
-    """What a model name's dash-separated parts ask for: `low`/`high` a reasoning effort (the
-    chat API's `reasoning_effort`), `thinking` thinking on (`chat_template_kwargs`, as
-    vLLM- and SGLang-style servers take it, sent in the request body)."""
-    parts = model.lower().split("-")
-    options: dict[str, Any] = {}
-    for effort in ("low", "high"):
-        if effort in parts:
-            options["reasoning_effort"] = effort
-    if "thinking" in parts:
-        options["extra_body"] = {"chat_template_kwargs": {"enable_thinking": True}}
-    return options
-
-
-def parse_reply(text: str | None) -> tuple[float, float] | None:
-    """(score, confidence) clamped to 1..10 and 0..1, from the first JSON object in the reply
-    that has both as numbers; None when there is none. `<think>` blocks are skipped; code
-    fences, prose around the object, nesting and braces inside its strings are fine."""
-    text = THINKING.sub("", (text or "")[:MAX_REPLY_CHARS])
-    decoder = json.JSONDecoder()
-    start = text.find("{")
-    for _ in range(MAX_JSON_STARTS):
-        if start < 0:
-            break
-        try:
-            data, _end = decoder.raw_decode(text, start)
-        except (ValueError, RecursionError):
-            data = None
-        found = _grade_in(data)
-        if found is not None:
-            return found
-        start = text.find("{", start + 1)
-    return None
-
-
-def _grade_in(data: object) -> tuple[float, float] | None:
-    if not isinstance(data, dict):
-        return None
-    try:
-        values = [data["score"], data["confidence"]]
-        if any(isinstance(v, bool) for v in values):
-            return None
-        score, confidence = (float(v) for v in values)
-    except (KeyError, TypeError, ValueError):
-        return None
-    if math.isnan(score) or math.isnan(confidence):
-        return None
-    return min(max(score, 1.0), 10.0), min(max(confidence, 0.0), 1.0)
-
-
-def aggregate(replies: list[Reply]) -> float:
-    """The module's score: the mean over all replies of score × confidence, divided by 10."""
-    if not replies:
-        raise ValueError("no judge replies to aggregate")
-    return sum(r.score * r.confidence for r in replies) / len(replies) / 10
-
-
 class Judge:
     """The judge endpoint: lists its models at construction (a wrong URL or key stops the
-    validator at start-up), then grades rubric prompts with them."""
+    validator at start-up), then sends judge requests to them."""
 
     def __init__(
         self,
@@ -167,7 +84,7 @@ class Judge:
         backoff_seconds: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.retries, self.concurrency = retries, concurrency
+        self.retries, self.concurrency, self.timeout = retries, concurrency, timeout
         self.backoff = BACKOFF_SECONDS if backoff_seconds is None else backoff_seconds
         self._key = api_key  # only to keep it out of relayed server messages
         self.client = openai.OpenAI(
@@ -195,72 +112,88 @@ class Judge:
         return RecoverableException(f"judge endpoint {self.base_url}: {why}")
 
     def _list_models(self) -> list[str]:
-        result = self._with_retries(lambda: [m.id for m in self.client.models.list()])
+        def listing() -> list[str]:
+            return [model.id for model in self.client.models.list()]
+
+        result = self._with_retries(listing)
         if isinstance(result, _Failed):
+            if result.why.split(":")[0] in {f"HTTP {s}" for s in NO_LISTING_STATUSES}:
+                log.warning(
+                    "judge endpoint %s does not list its models (%s): judging with %s, as the "
+                    "network does",
+                    self.base_url,
+                    result.why,
+                    FALLBACK_MODELS,
+                )
+                return list(FALLBACK_MODELS)
             raise self._unusable(f"cannot list its models ({result.why})")
-        return sorted(result)
+        if not result:
+            raise self._unusable("lists no models")
+        return result
 
     def resolve_models(self, eval_model_list: list[str]) -> list[str]:
-        """The task's judge models that the endpoint lists; every listed one if none is."""
-        chosen = [name for name in eval_model_list if name in self.models]
-        if chosen:
-            return chosen
-        if not self.models:
-            raise self._unusable("lists no models")
-        return list(self.models)
+        """The task's judge names that the endpoint serves (the network's rule)."""
+        return resolve_models(eval_model_list, self.models)
 
-    def grade(self, text: str, model: str, temperature: float) -> Reply:
-        """One judge reply to the rubric prompt `text`. Unparsable after every retry: 5 × 0;
-        refused (a 4xx other than 401/403/408/409/429, not retried): 5 × 0, marked refused;
-        anything else still failing: RecoverableException."""
+    def ask(self, messages: list[dict[str, str]], name: str, temperature: float) -> Grade | None:
+        """One judge request: the reply's grade (`CONVERSATION_FAILED` for a reply the network
+        cannot read, which costs the whole conversation), or None when the server refused the
+        request itself (a 4xx other than 401/403/408/409/429, not retried). A judge that
+        gives no completion after every retry: RecoverableException."""
+        parameters = call_parameters(name, temperature)
 
-        def ask() -> tuple[float, float] | _Failed:
+        def call() -> Grade | _Failed:
             response = self.client.chat.completions.create(
-                model=model,
-                messages=[{"role": "user", "content": text}],
-                temperature=temperature,
-                **request_options(model),
+                messages=messages, seed=random.randint(*SEED_RANGE), **parameters
             )
-            content = response.choices[0].message.content if response.choices else None
-            return parse_reply(content) or _Failed(UNPARSABLE)
+            choices = getattr(response, "choices", None)
+            if not isinstance(choices, list):
+                return _Failed(f"the reply is not a chat completion ({type(response).__name__})")
+            if not choices:
+                return _Failed("the completion has no choices")
+            content = getattr(getattr(choices[0], "message", None), "content", None)
+            if not isinstance(content, str):
+                return _Failed("the completion has no text")
+            grade = parse_reply(content)
+            if grade is not CONVERSATION_FAILED and not math.isfinite(grade.weighted):
+                return _Failed("the reply's score or confidence is not a finite number")
+            return grade
 
-        result = self._with_retries(ask)
-        if not isinstance(result, _Failed):
-            return Reply(*result, parsed=True)
-        if result.why == UNPARSABLE:
-            return Reply(*UNPARSED, parsed=False)
-        if not result.retry:
-            return Reply(*UNPARSED, parsed=False, refused=result.why)
-        raise self._unusable(f"model {model} failed {self.retries + 1} times (last: {result.why})")
+        result = self._with_retries(call)
+        if isinstance(result, _Failed):
+            if not result.retry:
+                return None
+            raise self._unusable(
+                f"model {parameters['model']} failed {self.retries + 1} times (last: {result.why})"
+            )
+        return result
 
-    def grade_all(
-        self, texts: list[str], models: list[str], eval_require: int, temperature: float
-    ) -> list[Reply]:
-        """Every model grades every text `eval_require` times, `concurrency` calls at once;
-        ordered by text, then model, then repeat. The first call that fails for good cancels
-        the calls not started yet. A model that refused every one of its requests is
-        misconfigured (e.g. a temperature it does not take): RecoverableException."""
-        jobs = [(text, model) for text in texts for model in models for _ in range(eval_require)]
+    def ask_all(
+        self, jobs: list[tuple[list[dict[str, str]], str]], temperature: float
+    ) -> list[Grade | None]:
+        """Every (messages, judge name) request, `concurrency` at once, in order. The first
+        request that fails for good cancels those not started yet. A judge name whose every
+        request was refused is misconfigured (a parameter it does not take, say):
+        RecoverableException."""
+        if not jobs:
+            return []
         pool = ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(jobs))))
         try:
-            futures = [pool.submit(self.grade, text, model, temperature) for text, model in jobs]
+            futures = [
+                pool.submit(self.ask, messages, name, temperature) for messages, name in jobs
+            ]
             progress = Progress("judging", total=len(futures), unit="judge calls")
-            replies = []
+            grades = []
             for future in futures:
-                replies.append(future.result())
+                grades.append(future.result())
                 progress.advance()
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-        for model in models:
-            mine = [reply for (_, m), reply in zip(jobs, replies, strict=True) if m == model]
-            if mine and all(reply.refused for reply in mine):
-                raise self._unusable(f"model {model} refused every request ({mine[0].refused})")
-        unparsed = sum(not reply.parsed for reply in replies)
-        if unparsed:
-            log.warning(
-                "%d of %d judge replies gave no score (counted as 5 x 0)", unparsed, len(replies)
-            )
-        return replies
+        for name in dict.fromkeys(name for _, name in jobs):
+            mine = [grade for (_, n), grade in zip(jobs, grades, strict=True) if n == name]
+            if all(grade is None for grade in mine):
+                raise self._unusable(f"model {name} refused every request")
+        return grades
 
     def _with_retries(self, call: Callable[[], T | _Failed]) -> T | _Failed:
         """`call` until it gives a result, at most 1 + retries times, or the last failure."""
@@ -277,10 +210,12 @@ class Judge:
         return failed
 
     def _attempt(self, call: Callable[[], T | _Failed]) -> T | _Failed:
-        """One call, its errors sorted: a refused key raises at once; the rest are failures,
-        retried unless the server refused the request itself."""
+        """One call within the overall deadline, its errors sorted: a refused key raises at
+        once; the rest are failures, retried unless the server refused the request itself."""
         try:
-            return call()
+            return _within(self.timeout, call)
+        except TimeoutError:
+            return _Failed(f"no complete answer within {self.timeout:g} s")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise self._unusable(f"refused the key (HTTP {exc.status_code})") from None
         except openai.APIStatusError as exc:
@@ -290,8 +225,8 @@ class Judge:
             return _Failed(f"HTTP {status}: {self._scrub(_server_message(exc))}", retry=False)
         except openai.APIConnectionError as exc:  # timeouts included
             return _Failed(type(exc).__name__)
-        except openai.APIResponseValidationError:
-            return _Failed(UNPARSABLE)
+        except (openai.APIResponseValidationError, ValueError, AttributeError) as exc:
+            return _Failed(f"the reply is not a chat completion ({type(exc).__name__})")
 
     def _wait(self, attempt: int, asked: float | None) -> float:
         wait = self.backoff * 2 ** (attempt - 1) if asked is None else asked
@@ -300,6 +235,29 @@ class Judge:
     def _scrub(self, message: str) -> str:
         """A server's error message, short and without the key (some servers echo it)."""
         return message.replace(self._key, "***")[:200] if self._key else message[:200]
+
+
+def _within(seconds: float, call: Callable[[], T]) -> T:
+    """`call()`, or TimeoutError once `seconds` have passed, however slowly the server sends:
+    the client's timeouts bound each read, not the whole answer. The call runs in a daemon
+    thread, left to end by itself when abandoned (its socket's read timeout, or the process
+    exit)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="judge-call", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _retry_after(response: Any) -> float | None:
@@ -322,3 +280,46 @@ def _server_message(exc: openai.APIStatusError) -> str:
     if isinstance(body, dict) and isinstance(body.get("message"), str):
         return body["message"]
     return exc.message
+
+
+def score_answers(
+    judge: Judge,
+    texts: JudgeTexts,
+    eval_args: Any,
+    prompts: list[Prompt],
+    answers: dict[tuple[int, int], str],
+    models: list[str],
+) -> float:
+    """The assignment's score: every judge name grades every answer `eval_require` times; a
+    conversation the network cannot grade counts once as CONVERSATION_FAILED."""
+    keys = sorted(answers)
+    requests = {
+        key: judge_messages(texts, eval_args.prompt_id, prompts[key[0]], answers[key])
+        for key in keys
+    }
+    jobs = [
+        (messages, model)
+        for key in keys
+        if (messages := requests[key]) is not None
+        for model in models
+        for _ in range(eval_args.eval_require)
+    ]
+    grades = iter(judge.ask_all(jobs, eval_args.temperature))
+    per_answer = len(models) * eval_args.eval_require
+    conversations = [
+        conversation_grades([next(grades) for _ in range(per_answer)])
+        if requests[key] is not None
+        else [CONVERSATION_FAILED]
+        for key in keys
+    ]
+    no_score = sum(grade is NO_SCORE for grades in conversations for grade in grades)
+    failed = sum(grades == [CONVERSATION_FAILED] for grades in conversations)
+    if no_score or failed:
+        log.warning(
+            "%d judge replies held no score (5 x 0); %d of %d conversations could not be "
+            "graded (5 x 0.5 once each)",
+            no_score,
+            failed,
+            len(conversations),
+        )
+    return aggregate(conversations)
