@@ -6,8 +6,7 @@ from a standard domain. The parameter count comes from the graph alone.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,10 @@ from validator.errors import SubmissionRejected
 # operators and Microsoft's contrib operators. Anything else would need a custom-op library,
 # and none is ever registered.
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+# Where the parameter count stops: no runtime holds a tensor of 2^63 elements, and any task's
+# max_params is far below it, so a count past it scores as over max_params, as upstream's
+# unbounded one does.
+COUNT_CAP = 2**63
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,37 @@ def _load_without_data(model_path: Path) -> ModelProto:
 
 def parameter_count(model: ModelProto) -> int:
     """The sum over the main graph's initializers of the product of their dims (upstream's
-    count; a scalar counts 1)."""
-    return sum(math.prod(tensor.dims) for tensor in model.graph.initializer)
+    count; a scalar counts 1), capped at COUNT_CAP. A negative dim is refused: upstream's plain
+    sum would let an unused initializer of dims [-5000] cancel 5,000 real parameters, and
+    onnxruntime drops unused initializers, so nothing else would ever notice it."""
+    total = 0
+    for tensor in model.graph.initializer:
+        negative = next((dim for dim in tensor.dims if dim < 0), None)
+        if negative is not None:
+            raise SubmissionRejected(
+                f"initializer {_shown(tensor.name)} has a negative dim ({negative}): not a valid "
+                "ONNX tensor, and its parameters cannot be counted"
+            )
+        total = min(total + _element_count(tensor.dims), COUNT_CAP)
+    return total
+
+
+def _element_count(dims: Sequence[int]) -> int:
+    """The product of `dims`, stopping at COUNT_CAP: protobuf's dims are int64 each, but their
+    product is unbounded, and a file of millions of huge dims would otherwise make the
+    validator multiply ever larger integers."""
+    if 0 in dims:
+        return 0  # an empty tensor, whatever its other dims say (upstream's product too)
+    count = 1
+    for dim in dims:
+        count *= dim
+        if count >= COUNT_CAP:
+            return COUNT_CAP
+    return count
+
+
+def _shown(name: str, limit: int = 80) -> str:
+    return repr(name if len(name) <= limit else name[:limit] + "...")
 
 
 def check_external_data(model: ModelProto, folder: Path) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """The child process that runs a submitted policy (docs/rl-scoring.md, "Running the policy").
 
 `python -I sandbox.py REQUEST.json`: a standalone script (numpy and onnxruntime only, nothing of
-the validator), started by `run_policy` in modules/rl/runner.py with no secrets in its
+the validator), started by `run_policy` in modules/rl/inference.py with no secrets in its
 environment, a memory limit, and a wall-clock limit after which it is killed. It creates the
 session with the CPU provider and no custom-op library, checks the policy's input and output
 against the features, runs the rows in order in chunks, and saves the first output of every
@@ -21,6 +21,10 @@ import onnxruntime as ort
 
 class PolicyDoesNotFit(Exception):
     pass
+
+
+# onnxruntime's names of tensor types that hold no numbers.
+NON_NUMERIC_TENSORS = frozenset({"tensor(string)"})
 
 
 def main(request_path: str) -> None:
@@ -46,6 +50,7 @@ def run(request: dict) -> np.ndarray:
     features = np.load(request["features"], allow_pickle=False)
     session = _session(request["model"], int(request["threads"]))
     name = _check_input(session, features.shape[1])
+    _check_output(session)
     venues = int(request["venues"])
     batch = int(request["batch_size"])
     chunks = []
@@ -55,7 +60,12 @@ def run(request: dict) -> np.ndarray:
             output = session.run(None, {name: rows})[0]
         except Exception as exc:  # onnxruntime's errors are one type for all causes
             raise PolicyDoesNotFit(f"inference failed on rows {start}..: {_short(exc)}") from exc
-        output = np.asarray(output)
+        if not isinstance(output, np.ndarray):
+            # Declared a tensor yet not one (a sequence or map slipped past the check above):
+            # np.asarray of a ragged list would raise here, outside any reason.
+            raise PolicyDoesNotFit(
+                f"the policy's first output is a {type(output).__name__}, not a tensor"
+            )
         if output.shape != (rows.shape[0], venues):
             raise PolicyDoesNotFit(
                 f"the policy's first output has shape {output.shape} for {rows.shape[0]} rows; "
@@ -98,6 +108,19 @@ def _check_input(session: ort.InferenceSession, width: int) -> str:
     if required:
         raise PolicyDoesNotFit(f"the policy has inputs besides the features: {required}")
     return first.name
+
+
+def _check_output(session: ort.InferenceSession) -> None:
+    """The first output must be a tensor: a sequence (seq(tensor(float)), ragged or not) or a
+    map comes back as a Python list or dict, which is no (rows, venues) array."""
+    outputs = session.get_outputs()
+    if not outputs:
+        raise PolicyDoesNotFit("the policy has no output")
+    kind = outputs[0].type
+    if not kind.startswith("tensor(") or kind in NON_NUMERIC_TENSORS:
+        raise PolicyDoesNotFit(
+            f"the policy's first output is {kind}; it must be a tensor of numbers (rows, venues)"
+        )
 
 
 def _short(exc: Exception, limit: int = 500) -> str:

@@ -4,8 +4,10 @@ and every hostile case with its intended outcome."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import zipfile
 
 import numpy as np
 import onnx
@@ -26,7 +28,7 @@ from devkit.validator_cli import REPO_ROOT, run_validator, validator_env
 from modules.rl import RlConfig, RlModule
 from tests.helpers.served_hub import served_hub
 from tests.rl.test_rl_reward import plain_reward
-from validator.errors import SubmissionRejected
+from validator.errors import SubmissionRejected, Verdict, classify
 from validator.scoring import InvalidInput, score
 
 FEATURES, VENUES, ROWS = 5, 4, 600
@@ -115,6 +117,46 @@ def test_over_max_params_scores_minus_999_without_running_it(hub, caplog):
     assert metrics == {"average_reward": -999.0}
     assert "dave/big has 5024 parameters, over max_params 5000" in caplog.text
     assert [p for p in hub.file_requests()[before:] if "val.npz" in p] == []  # never needed
+
+
+def test_a_negative_dim_cannot_pull_the_count_under_max_params(hub):
+    # Issue 23, item 5: beside 5,024 real parameters, an unused initializer of dims [-5000]
+    # made upstream's sum 24, and the policy scored -0.4905 at max_params 5000.
+    model = padded_policy(FEATURES, VENUES, 5000)
+    ghost = onnx.TensorProto(name="ghost", data_type=onnx.TensorProto.FLOAT, dims=[-5000])
+    model.graph.initializer.append(ghost)
+    hub.add_repo("dave/ghost", {"model.onnx": to_bytes(model)})
+    before = len(hub.file_requests())
+    with pytest.raises(SubmissionRejected, match="initializer 'ghost' has a negative dim"):
+        scored(hub, "dave/ghost", max_params=5000)
+    assert [p for p in hub.file_requests()[before:] if "val.npz" in p] == []  # never run
+
+
+def test_absurd_dims_score_minus_999_as_over_max_params(hub, caplog):
+    model = linear_policy(FEATURES, VENUES)
+    ghost = onnx.TensorProto(name="ghost", data_type=onnx.TensorProto.FLOAT, dims=[2**62] * 64)
+    model.graph.initializer.append(ghost)
+    hub.add_repo("dave/absurd", {"model.onnx": to_bytes(model)})
+    with caplog.at_level(logging.WARNING):
+        assert scored(hub, "dave/absurd", max_params=10**9) == {"average_reward": -999.0}
+    assert f"dave/absurd has {2**63} parameters, over max_params" in caplog.text
+
+
+def test_a_set_declaring_ten_trillion_elements_fails_the_assignment(hub):
+    _, info = validation_arrays(ROWS, FEATURES, VENUES, seed=11)
+    claim = io.BytesIO()
+    header = {"descr": "<f4", "fortran_order": False, "shape": (10**13,)}
+    np.lib.format.write_array_header_1_0(claim, header)
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as npz:
+        npz.writestr("X.npy", claim.getvalue() + b"\0" * 64)
+        np.save(buffer := io.BytesIO(), info)
+        npz.writestr("Info.npy", buffer.getvalue())
+    hub.add_repo("flock/claims", {"val.npz": archive.getvalue()})
+    url = f"{hub.endpoint}/flock/claims/resolve/main/val.npz"
+    with pytest.raises(ValueError, match=r"declares shape \(10000000000000,\) of float32") as no:
+        scored(hub, "alice/policy", validation_set_url=url)
+    assert classify(no.value) is Verdict.REJECTED
 
 
 def test_nan_actions_score_minus_999_with_a_log_line(hub, caplog):
