@@ -10,6 +10,7 @@ import pytest
 
 from devkit.docker_env import launcher_env, run_py_command
 from devkit.hf_hub import LocalHub
+from devkit.judge_prompts import JudgeSourceServer, write_judge_source
 from devkit.judge_server import LocalJudge
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
@@ -30,7 +31,12 @@ def test_run_py_llm_judge_validates_assignments_in_its_image(engine, tmp_path):
     base = build_chat_base(tmp_path / "base")
     adapter = build_chat_adapter(base, tmp_path / "adapter", BASE, seed=2)
     lines = (REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl").read_text()
-    with LocalHub(tmp_path / "hub") as hub, LocalJudge(["judge-a"], KEY) as judge:
+    source = write_judge_source(tmp_path / "judge-source")  # synthetic texts: no GitHub
+    with (
+        LocalHub(tmp_path / "hub") as hub,
+        LocalJudge(["judge-a"], KEY) as judge,
+        JudgeSourceServer(source) as texts,
+    ):
         hub.add_repo(BASE, files_of(base))
         hub.add_repo("alice/lora", files_of(adapter))
         hub.add_repo("mallory/pickle", {"adapter_config.json": b"{}", "adapter_model.bin": b"\x80"})
@@ -44,7 +50,8 @@ def test_run_py_llm_judge_validates_assignments_in_its_image(engine, tmp_path):
         configs = tmp_path / "configs"
         configs.mkdir()
         (configs / "llm_judge.json").write_text(
-            f'{{"supported_base_models": ["{BASE}"], "max_new_tokens": 8}}'
+            f'{{"supported_base_models": ["{BASE}"], "max_new_tokens": 8, '
+            f'"prompt_source": "{texts.url}"}}'
         )
         with Simulator({"tasks": [task(9, repos, **data)]}, tmp_path) as sim:
             state = f"fv-test-lj-state-{uuid.uuid4().hex[:8]}"
@@ -72,4 +79,5 @@ def test_run_py_llm_judge_validates_assignments_in_its_image(engine, tmp_path):
     assert 0 < results["alice/lora"]["data"]["score"] <= 1
     assert results["mallory/pickle"]["status"] == "failed"
     assert len([r for r in judge.requests if r["status"] == 200]) == 3  # 3 prompts, 1 judge
+    assert any(path.endswith("/prompt.py") for path in texts.requests)  # fetched at start-up
     assert KEY not in result.stdout + result.stderr

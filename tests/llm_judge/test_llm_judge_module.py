@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from devkit.judge_prompts import write_judge_source
 from devkit.judge_server import LocalJudge
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
@@ -26,6 +27,7 @@ CHAT = (REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl").read_by
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("llm-judge")
+    write_judge_source(tmp / "judge-source")  # synthetic judge texts: nothing reaches GitHub
     base = build_chat_base(tmp / "base")
     adapter = build_chat_adapter(base, tmp / "adapter", BASE, seed=1)
     with served_hub(tmp) as hub, LocalJudge(["judge-a", "judge-b-low"], KEY) as judge:
@@ -38,8 +40,9 @@ def world(tmp_path_factory):
             yield hub, judge, base, tmp
 
 
-def module(**config) -> LlmJudgeModule:
+def module(world, **config) -> LlmJudgeModule:
     settings = {"supported_base_models": [BASE], "max_new_tokens": 8, **config}
+    settings.setdefault("prompt_source", str(world[3] / "judge-source"))
     return LlmJudgeModule(LlmJudgeConfig(**settings))
 
 
@@ -53,7 +56,7 @@ def scored(world, repo="alice/lora", eval_args=None, max_params=10**9, **config)
         "max_params": max_params,
         "eval_args": eval_args or {"eval_require": 2},
     }
-    judged = module(**config)
+    judged = module(world, **config)
     try:
         return score(judged, raw)
     finally:
@@ -106,7 +109,7 @@ def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world):
 
 def test_a_judge_that_goes_away_keeps_the_assignment(world):
     _, judge, _, _ = world
-    judged = module(judge_retries=1)
+    judged = module(world, judge_retries=1)
     judge.fail_next(1000, status=503)
     raw = {"hg_repo_id": "alice/lora", "base_model": "qwen1.5", "context_length": 512,
            "validation_set_url": f"{world[0].endpoint}/flock/sets/resolve/main/chat.jsonl",
@@ -120,7 +123,7 @@ def test_a_judge_that_goes_away_keeps_the_assignment(world):
 
 
 def test_check_as_a_subprocess_prints_the_score_and_no_secret(world, tmp_path):
-    hub, judge, _, _ = world
+    hub, judge, _, tmp = world
     request = tmp_path / "input.json"
     request.write_text(json.dumps({
         "hg_repo_id": "alice/lora", "base_model": "qwen1.5", "context_length": 512,
@@ -129,7 +132,13 @@ def test_check_as_a_subprocess_prints_the_score_and_no_secret(world, tmp_path):
     }))  # fmt: skip
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "llm_judge.json").write_text(
-        json.dumps({"supported_base_models": [BASE], "max_new_tokens": 8})
+        json.dumps(
+            {
+                "supported_base_models": [BASE],
+                "max_new_tokens": 8,
+                "prompt_source": str(tmp / "judge-source"),
+            }
+        )  # fmt: skip
     )
     env = validator_env(
         tmp_path, HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf"),
@@ -143,10 +152,10 @@ def test_check_as_a_subprocess_prints_the_score_and_no_secret(world, tmp_path):
 
 
 def test_a_wrong_judge_key_stops_the_validator_with_exit_3(world, tmp_path):
-    hub, judge, _, _ = world
+    hub, judge, _, tmp = world
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "llm_judge.json").write_text(
-        json.dumps({"supported_base_models": [BASE]})
+        json.dumps({"supported_base_models": [BASE], "prompt_source": str(tmp / "judge-source")})
     )
     env = validator_env(
         tmp_path, OPENAI_BASE_URL=judge.endpoint, OPENAI_API_KEY="sk-wrong-0000000000"

@@ -1,0 +1,517 @@
+"""The texts the judges read: the three rubrics and the judge's system message
+(docs/llm-judge-scoring.md, "Rubric texts").
+
+Judges grade with the rubric they are sent, so validators agree only when they send the same
+wording: the network's. That wording is not this project's to ship. It is protocol data, read at
+start-up from where `prompt_source` says, as the chat templates come from the bases' tokenizers:
+
+- a 40-hex commit (the default: NETWORK_COMMIT): the network's public validator source at that
+  commit, over HTTPS from raw.githubusercontent.com;
+- an http(s) URL of a folder holding the two files (plain http only on the loopback);
+- a local path: a checkout of the network's validator, or the folder holding the two files;
+- `builtin`: this project's own texts (prompts/), with a warning that scores will not match
+  the network's.
+
+The files are parsed with `ast` as data, never imported or run: `validator/modules/llm_judge/
+prompt.py` has functions decorated `@register(prompt_id=N)` that assign a string literal to
+`evaluation_criteria` and return `evaluation_criteria.format(...)`; `__init__.py` assigns the
+judge system text, a string literal, to `system_prompt` in `_construct_evaluation_prompt`.
+A file of another shape, or a rubric with format fields other than its own plain names, stops
+the validator (OperatorError). Fetched texts are cached in the state dir, keyed by source; the
+cache is used when the fetch fails; with neither, the validator stops naming the opt-out.
+"""
+
+from __future__ import annotations
+
+import ast
+import errno
+import hashlib
+import json
+import logging
+import os
+import re
+import string
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+import requests
+from pydantic import AfterValidator
+
+from validator.errors import ConfigError, OperatorError
+from validator.text import one_line, quoted
+
+log = logging.getLogger(__name__)
+
+NETWORK_REPO = "FLock-io/FLock-validator"
+NETWORK_COMMIT = "ef8368e3f0a26ec04f24f2d754e00762fca580b6"
+RAW_FOLDER = "https://raw.githubusercontent.com/{repo}/{commit}/validator/modules/llm_judge/"
+CHECKOUT_FOLDER = Path("validator", "modules", "llm_judge")
+PROMPT_FILE, MODULE_FILE = "prompt.py", "__init__.py"
+BUILTIN = "builtin"
+BUILTIN_FOLDER = Path(__file__).with_name("prompts")
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+COMMIT = re.compile(r"[0-9a-fA-F]{40}")
+
+# The str.format fields each rubric is given, as the network's functions pass them.
+RUBRIC_FIELDS: dict[int, frozenset[str]] = {
+    1: frozenset({"conversation_context", "assistant_response"}),
+    2: frozenset({"conversation_context", "assistant_response", "reference_response"}),
+    3: frozenset({"conversation_context", "assistant_response", "reference_response", "tools"}),
+}
+CRITERIA_NAME, SYSTEM_FUNCTION, SYSTEM_NAME = (
+    "evaluation_criteria",
+    "_construct_evaluation_prompt",
+    "system_prompt",
+)
+# Bounds, far above the network's files (prompt.py 11 KB, __init__.py 43 KB at NETWORK_COMMIT),
+# so that a hostile or broken source cannot make start-up parse or send megabytes.
+MAX_FILE_BYTES = {PROMPT_FILE: 256 * 1024, MODULE_FILE: 1024 * 1024}
+MAX_RUBRIC_CHARS = 64 * 1024
+MAX_SYSTEM_CHARS = 4096
+FETCH_TIMEOUT = 30.0
+CACHE_PREFIX = "judge-texts-"
+
+
+@dataclass(frozen=True)
+class JudgeTexts:
+    system: str  # the judge system message
+    source: str  # where the texts came from, for the log
+    rubrics: Mapping[int, str] = field(repr=False)  # prompt id -> str.format text
+    # Ids whose text is an operator's `prompt_files` file (string.Template `$` syntax).
+    template_ids: frozenset[int] = frozenset()
+
+    def rubric_text(
+        self,
+        prompt_id: int,
+        *,
+        conversation_context: str,
+        assistant_response: str,
+        reference_response: str | None = None,
+        tools: str | None = None,
+    ) -> str:
+        """The rubric `prompt_id` (1, 2 or 3: the caller has resolved fallbacks) filled in as the
+        network fills it: str.format with that rubric's fields, so `{{`/`}}` become braces and
+        braces in the values stay as they are."""
+        if prompt_id not in RUBRIC_FIELDS:
+            raise ValueError(f"no rubric {prompt_id!r}: the caller resolves ids to 1, 2 or 3")
+        given = {
+            "conversation_context": conversation_context,
+            "assistant_response": assistant_response,
+            "reference_response": reference_response,
+            "tools": tools,
+        }
+        fields = {name: given[name] for name in RUBRIC_FIELDS[prompt_id]}
+        missing = sorted(name for name, value in fields.items() if value is None)
+        if missing:
+            raise ValueError(f"rubric {prompt_id} needs {', '.join(missing)}")
+        text = self.rubrics[prompt_id]
+        if prompt_id in self.template_ids:
+            return string.Template(text).safe_substitute(
+                conversation=conversation_context,
+                answer=assistant_response,
+                reference=reference_response if reference_response is not None else "(none)",
+                tools=tools or "(none)",
+            )
+        return text.format(**fields)
+
+
+# --- prompt_source -----------------------------------------------------------------------------
+
+
+def source_location(value: str) -> tuple[str, str]:
+    """(`builtin` | `url` | `path`, where): what a `prompt_source` value names. ValueError with
+    the reason when it names nothing usable (pydantic reports it as a config error)."""
+    value = value.strip()
+    if value == BUILTIN:
+        return BUILTIN, BUILTIN
+    if COMMIT.fullmatch(value):
+        return "url", RAW_FOLDER.format(repo=NETWORK_REPO, commit=value.lower())
+    parts = urlsplit(value)
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https"):
+        if scheme == "http" and (parts.hostname or "") not in LOOPBACK_HOSTS:
+            raise ValueError("a prompt_source URL must be https (plain http only on 127.0.0.1)")
+        if parts.query or parts.fragment:
+            raise ValueError("a prompt_source URL names a folder: no query or fragment")
+        return "url", value if value.endswith("/") else value + "/"
+    if scheme and len(scheme) > 1:
+        raise ValueError(
+            f"prompt_source scheme {scheme!r}: give `builtin`, a 40-hex commit of "
+            f"{NETWORK_REPO}, an https URL of a folder, or a local path"
+        )
+    if not value:
+        raise ValueError("prompt_source is empty")
+    return "path", value
+
+
+def _checked_source(value: str) -> str:
+    source_location(value)
+    return value.strip()
+
+
+# The config key's type: checked when the config is read (a bad value is exit 2 then).
+PromptSource = Annotated[str, AfterValidator(_checked_source)]
+
+
+def load_judge_texts(
+    prompt_source: str,
+    cache_dir: Path,
+    timeout: float = FETCH_TIMEOUT,
+    *,
+    prompt_files: Mapping[int, str] | None = None,
+) -> JudgeTexts:
+    """The judge texts `prompt_source` names; `cache_dir` (the state dir) keeps fetched ones
+    for when the source cannot be reached. `prompt_files` (deprecated config key) replaces
+    rubrics with operator files in `$` syntax. ConfigError for a value that names nothing;
+    OperatorError when the texts cannot be had or do not have the expected shape."""
+    try:
+        kind, where = source_location(prompt_source)
+    except ValueError as exc:
+        raise ConfigError(f"prompt_source {quoted(prompt_source)}: {exc}") from None
+    if kind == BUILTIN:
+        texts = builtin_texts()
+        log.warning(
+            "judge texts: prompt_source is builtin, this project's own rubric wording: scores "
+            "will not match the network's validators'"
+        )
+    elif kind == "path":
+        texts = _from_checkout(Path(where).expanduser())
+    else:
+        texts = _from_url(where, cache_dir, timeout)
+    if prompt_files:
+        texts = _with_files(texts, prompt_files)
+    log.info("judge texts from %s", texts.source)
+    return texts
+
+
+def builtin_texts() -> JudgeTexts:
+    """This project's own rubric texts and judge system sentence, with the network's fields."""
+    try:
+        rubrics = {
+            prompt_id: (BUILTIN_FOLDER / f"rubric_{prompt_id}.txt").read_text(encoding="utf-8")
+            for prompt_id in RUBRIC_FIELDS
+        }
+        system = (BUILTIN_FOLDER / "judge_system.txt").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OperatorError(
+            f"judge texts: the module's own prompts cannot be read: {exc}"
+        ) from None
+    return _checked(rubrics, system, "builtin (this project's own texts)", BUILTIN)
+
+
+def _from_checkout(root: Path) -> JudgeTexts:
+    folder = root / CHECKOUT_FOLDER if (root / CHECKOUT_FOLDER).is_dir() else root
+    files = {}
+    for name in (PROMPT_FILE, MODULE_FILE):
+        path = folder / name
+        try:
+            size = path.stat().st_size
+            if size > MAX_FILE_BYTES[name]:
+                raise OperatorError(
+                    f"judge texts from {path}: {size} bytes, over {MAX_FILE_BYTES[name]}"
+                )
+            files[name] = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(
+                f"prompt_source {root}: cannot read {path} ({exc.strerror or exc}); give a "
+                f"checkout of {NETWORK_REPO} or the folder holding {PROMPT_FILE} and {MODULE_FILE}"
+            ) from None
+    return parse_source_files(files[PROMPT_FILE], files[MODULE_FILE], str(folder))
+
+
+def _from_url(folder: str, cache_dir: Path, timeout: float) -> JudgeTexts:
+    try:
+        files = {name: _download(folder + name, name, timeout) for name in MAX_FILE_BYTES}
+    except _FetchFailed as exc:
+        cached = read_cache(cache_dir, folder)
+        if cached is None:
+            raise OperatorError(
+                f"judge texts: {exc}, and no copy cached in {cache_dir}; let the validator "
+                f"reach it, or set `prompt_source: builtin` in the llm_judge config to grade "
+                f"with this project's own texts (scores will not match the network's)"
+            ) from None
+        log.warning("judge texts: %s; using the copy cached in %s", exc, cache_dir)
+        return cached
+    texts = parse_source_files(files[PROMPT_FILE], files[MODULE_FILE], folder)
+    write_cache(cache_dir, folder, texts)
+    return texts
+
+
+class _FetchFailed(Exception):
+    """The source could not be read (network, HTTP status): the cache may stand in."""
+
+
+def _download(url: str, name: str, timeout: float) -> bytes:
+    limit = MAX_FILE_BYTES[name]
+    try:
+        with requests.get(url, timeout=timeout, stream=True) as response:
+            if response.status_code != 200:
+                raise _FetchFailed(f"{url} answered HTTP {response.status_code}")
+            body = bytearray()
+            for chunk in response.iter_content(64 * 1024):
+                body += chunk
+                if len(body) > limit:
+                    # Content, not reachability: the cache must not hide a source gone wrong.
+                    raise OperatorError(f"judge texts from {url}: over {limit} bytes")
+            return bytes(body)
+    except requests.RequestException as exc:
+        raise _FetchFailed(f"cannot fetch {url} ({type(exc).__name__})") from None
+
+
+# --- parsing the network's files as data -------------------------------------------------------
+
+
+def parse_source_files(prompt_py: bytes, init_py: bytes, origin: str) -> JudgeTexts:
+    """The texts in the two files, read with `ast` only. OperatorError naming what is missing
+    or wrong when they do not have the network's shape."""
+    rubrics = _rubrics_in(_syntax_tree(prompt_py, PROMPT_FILE, origin), origin)
+    system = _system_in(_syntax_tree(init_py, MODULE_FILE, origin), origin)
+    return _checked(rubrics, system, origin, origin)
+
+
+def _shape_error(origin: str, name: str, problem: str) -> OperatorError:
+    return OperatorError(one_line(f"judge texts from {origin}: {name}: {problem}"))
+
+
+def _syntax_tree(data: bytes, name: str, origin: str) -> ast.Module:
+    if len(data) > MAX_FILE_BYTES[name]:
+        raise _shape_error(origin, name, f"over {MAX_FILE_BYTES[name]} bytes")
+    try:
+        return ast.parse(data.decode("utf-8"), filename=name)
+    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError) as exc:
+        raise _shape_error(origin, name, f"not a Python file ({type(exc).__name__})") from None
+
+
+def _rubrics_in(tree: ast.Module, origin: str) -> dict[int, str]:
+    found: dict[int, str] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        prompt_id = _registered_id(node)
+        if prompt_id is None:
+            continue
+        where = f"@register(prompt_id={prompt_id}) {node.name}"
+        if prompt_id in found:
+            raise _shape_error(origin, PROMPT_FILE, f"{where}: a second function for that id")
+        if prompt_id in RUBRIC_FIELDS:
+            found[prompt_id] = _criteria_in(node, prompt_id, f"{PROMPT_FILE} {where}", origin)
+        else:
+            log.warning(
+                "judge texts from %s: rubric %d is not one this module knows", origin, prompt_id
+            )
+    missing = [f"@register(prompt_id={i})" for i in RUBRIC_FIELDS if i not in found]
+    if missing:
+        raise _shape_error(origin, PROMPT_FILE, f"no function decorated {', '.join(missing)}")
+    return found
+
+
+def _registered_id(node: ast.FunctionDef) -> int | None:
+    for decorator in node.decorator_list:
+        if not (
+            isinstance(decorator, ast.Call)
+            and isinstance(decorator.func, ast.Name)
+            and decorator.func.id == "register"
+        ):
+            continue
+        values = [k.value for k in decorator.keywords if k.arg == "prompt_id"] + decorator.args
+        if len(values) == 1 and isinstance(values[0], ast.Constant):
+            value = values[0].value
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def _criteria_in(node: ast.FunctionDef, prompt_id: int, where: str, origin: str) -> str:
+    assigned = [
+        n.value
+        for n in ast.walk(node)
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == CRITERIA_NAME for t in n.targets)
+    ]
+    if len(assigned) != 1:
+        raise _shape_error(origin, where, f"{len(assigned)} assignments to {CRITERIA_NAME}, not 1")
+    value = assigned[0]
+    if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+        raise _shape_error(origin, where, f"{CRITERIA_NAME} is not a string literal")
+    returned = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
+    expected = RUBRIC_FIELDS[prompt_id]
+    if len(returned) != 1 or _format_keywords(returned[0]) != expected:
+        keywords = ", ".join(f"{name}=" for name in sorted(expected))
+        raise _shape_error(origin, where, f"does not return {CRITERIA_NAME}.format({keywords})")
+    return value.value
+
+
+def _format_keywords(value: ast.expr | None) -> frozenset[str] | None:
+    """The keyword names of `evaluation_criteria.format(k=...)`; None for anything else."""
+    if not (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "format"
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == CRITERIA_NAME
+        and not value.args
+        and all(k.arg is not None for k in value.keywords)
+    ):
+        return None
+    return frozenset(str(k.arg) for k in value.keywords)
+
+
+def _system_in(tree: ast.Module, origin: str) -> str:
+    functions = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == SYSTEM_FUNCTION
+    ]
+    if len(functions) != 1:
+        raise _shape_error(
+            origin, MODULE_FILE, f"{len(functions)} functions {SYSTEM_FUNCTION}, not 1"
+        )
+    assigned = [
+        n.value
+        for n in ast.walk(functions[0])
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == SYSTEM_NAME for t in n.targets)
+    ]
+    where = f"{MODULE_FILE} {SYSTEM_FUNCTION}"
+    if len(assigned) != 1:
+        raise _shape_error(origin, where, f"{len(assigned)} assignments to {SYSTEM_NAME}, not 1")
+    if not (isinstance(assigned[0], ast.Constant) and isinstance(assigned[0].value, str)):
+        raise _shape_error(origin, where, f"{SYSTEM_NAME} is not a string literal")
+    return assigned[0].value
+
+
+def _checked(rubrics: Mapping[int, str], system: str, source: str, origin: str) -> JudgeTexts:
+    """JudgeTexts once every rubric has exactly its own plain format fields (never `{x.attr}`,
+    `{x[0]}`, a conversion or a format spec) and every text is within its bound."""
+    for prompt_id, text in rubrics.items():
+        _check_rubric(prompt_id, text, origin)
+    if not system.strip() or len(system) > MAX_SYSTEM_CHARS:
+        raise _shape_error(origin, SYSTEM_NAME, f"empty or over {MAX_SYSTEM_CHARS} characters")
+    return JudgeTexts(system=system, source=source, rubrics=dict(rubrics))
+
+
+def _check_rubric(prompt_id: int, text: str, origin: str) -> None:
+    name = f"rubric {prompt_id}"
+    if len(text) > MAX_RUBRIC_CHARS:
+        raise _shape_error(origin, name, f"over {MAX_RUBRIC_CHARS} characters")
+    allowed = RUBRIC_FIELDS[prompt_id]
+    seen = set()
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise _shape_error(origin, name, f"not a format string ({exc})") from None
+    for _literal, field_name, spec, conversion in parsed:
+        if field_name is None:
+            continue
+        if field_name not in allowed or spec or conversion:
+            shown = (
+                field_name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            )
+            raise _shape_error(
+                origin,
+                name,
+                f"format field {quoted(shown, 60)}: only the plain fields "
+                f"{', '.join(sorted(allowed))} are allowed",
+            )
+        seen.add(field_name)
+    if seen != allowed:
+        raise _shape_error(origin, name, f"no {{{'}, {'.join(sorted(allowed - seen))}}} field")
+
+
+# --- the cache in the state dir ----------------------------------------------------------------
+
+
+def cache_path(cache_dir: Path, folder: str) -> Path:
+    key = hashlib.sha256(folder.encode("utf-8")).hexdigest()[:32]
+    return cache_dir / f"{CACHE_PREFIX}{key}.json"
+
+
+def write_cache(cache_dir: Path, folder: str, texts: JudgeTexts) -> None:
+    """Atomically (a temporary file, then a rename): a crash never leaves half a copy. A cache
+    that cannot be written is only a warning: the texts in hand are good."""
+    path = cache_path(cache_dir, folder)
+    body = {"source": folder, "system": texts.system, "rubrics": texts.rubrics}
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        handle, partial = tempfile.mkstemp(prefix=path.name, suffix=".part", dir=cache_dir)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(body, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, path)
+        finally:
+            Path(partial).unlink(missing_ok=True)
+    except OSError as exc:
+        full = " (disk full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        log.warning("judge texts: cannot cache them in %s%s: %s", cache_dir, full, exc)
+
+
+def read_cache(cache_dir: Path, folder: str) -> JudgeTexts | None:
+    """The cached texts of `folder`, checked as fetched ones are; None when there are none or
+    they do not hold up (with a warning)."""
+    path = cache_path(cache_dir, folder)
+    try:
+        if path.stat().st_size > 2 * MAX_FILE_BYTES[MODULE_FILE]:
+            raise ValueError("oversized")
+        body = json.loads(path.read_text(encoding="utf-8"))
+        if body["source"] != folder:
+            raise ValueError("another source's copy")
+        rubrics = {int(key): value for key, value in body["rubrics"].items()}
+        if set(rubrics) != set(RUBRIC_FIELDS) or not all(
+            isinstance(v, str) for v in [*rubrics.values(), body["system"]]
+        ):
+            raise ValueError("not the three rubrics and the system text")
+        return _checked(rubrics, body["system"], f"{folder} (cached in {path})", str(path))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OperatorError) as exc:
+        log.warning("judge texts: the cached copy %s is not usable: %s", path, exc)
+        return None
+
+
+# --- prompt_files, the deprecated alias --------------------------------------------------------
+
+
+def _with_files(texts: JudgeTexts, prompt_files: Mapping[int, str]) -> JudgeTexts:
+    """`texts` with the rubrics the operator's files replace (string.Template `$` syntax:
+    $conversation, $answer, $reference, $tools), as `prompt_files` did before prompt_source."""
+    log.warning(
+        "judge texts: prompt_files is deprecated; it replaces rubrics %s with your files, in "
+        "`$` syntax (use prompt_source for the texts' origin)",
+        sorted(prompt_files),
+    )
+    rubrics, template_ids = dict(texts.rubrics), set(texts.template_ids)
+    for prompt_id, name in sorted(prompt_files.items()):
+        if prompt_id not in RUBRIC_FIELDS:
+            log.warning(
+                "judge texts: prompt_files names rubric %s, not 1, 2 or 3: ignored", prompt_id
+            )
+            continue
+        path = Path(name)
+        try:
+            if path.stat().st_size > MAX_RUBRIC_CHARS:
+                raise ConfigError(
+                    f"rubric prompt {prompt_id}: {path} is over {MAX_RUBRIC_CHARS} bytes"
+                )
+            rubrics[prompt_id] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"rubric prompt {prompt_id}: {path} cannot be read: {exc}") from None
+        template_ids.add(prompt_id)
+    files = ", ".join(f"{i}: {prompt_files[i]}" for i in sorted(template_ids & set(prompt_files)))
+    return JudgeTexts(
+        system=texts.system,
+        source=f"{texts.source}, rubrics from prompt_files ({files})",
+        rubrics=rubrics,
+        template_ids=frozenset(template_ids),
+    )
+
+
+def cache_dir_from_environment() -> Path:
+    """The state dir as the validator's command line resolves it by default: the image sets
+    VALIDATOR_STATE_DIR (/data/state, a volume); elsewhere ./state."""
+    return Path(os.environ.get("VALIDATOR_STATE_DIR") or "state")
