@@ -42,7 +42,7 @@ def main() -> None:
             model = model.to("cuda", torch.bfloat16)
         prompts = read_prompts(DATA / "chat_sample.jsonl")
         prompts = (prompts + read_prompts(DATA / "function_calling_sample.jsonl"))[: args.prompts]
-        requests = [Request(i, 0, render(tokenizer, p.messages, p.tools, 2048))
+        requests = [Request(i, 0, render(tokenizer, p.messages, p.tools))
                     for i, p in enumerate(prompts)]  # fmt: skip
         model.generation_config.suppress_tokens = _stop_tokens(tokenizer)
         sampling = Sampling(0, 1.0, 0, args.new_tokens, token_budget=1 << 22, max_batch=args.batch)

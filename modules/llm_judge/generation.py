@@ -44,21 +44,24 @@ def assignment_seed(*parts: str) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def render(
-    tokenizer, messages: list[dict], tools: list[dict] | None, context_length: int
-) -> list[int]:
-    """The prompt's token ids: the base's chat template with the tools, a generation prompt,
-    thinking off. A prompt longer than `context_length` keeps its last tokens."""
-    ids = tokenizer.apply_chat_template(
+def render(tokenizer, messages: list[dict], tools: list[dict] | None) -> list[int]:
+    """A prompt's token ids, in this process, for a trusted template (the bench, the tests; the
+    module renders in a bounded child, templating.py): the chat template with the tools, a
+    generation prompt and thinking off, as text, then tokenized with `add_special_tokens=True`,
+    as the network does. Never shortened."""
+    text = tokenizer.apply_chat_template(
         messages,
         tools=tools or None,
         add_generation_prompt=True,
         enable_thinking=False,
-        tokenize=True,
-        return_dict=False,
+        tokenize=False,
     )
-    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
-    return ids[-context_length:]
+    return tokenize(tokenizer, [text])[0]
+
+
+def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Rendered prompts as token ids, as the network tokenizes them."""
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]]
 
 
 def generate(
@@ -77,11 +80,23 @@ def generate(
         try:
             texts = _generate_batch(model, tokenizer, batch, sampling, seed + batch_number)
         except RuntimeError as error:
-            if not _is_oom(error) or size == 1:
+            if not _is_oom(error):
                 raise
+            texts = None
+        if texts is None:
+            _release_cuda_cache()
+            if size == 1:
+                # Prompts are never shortened (the network does not shorten them), so one that
+                # does not fit alone cannot be scored on this card: the assignment fails with
+                # that reason rather than crash-looping through restarts. Raised outside the
+                # handler, so that the out-of-memory error does not make it a device fault.
+                raise PromptTooLong(
+                    f"validation set prompt {batch[0].index + 1} ({len(batch[0].ids)} tokens, "
+                    f"plus up to {sampling.max_new_tokens} new) does not fit in the device's "
+                    "memory even alone"
+                )
             limit = max(1, size // 2)
             log.warning("out of memory at %d sequences; trying %d", size, limit)
-            _release_cuda_cache()
             continue
         answers.update({(r.index, r.repeat): text for r, text in zip(batch, texts, strict=True)})
         progress.advance(size)
@@ -120,9 +135,18 @@ def _generate_batch(model, tokenizer, batch, sampling: Sampling, seed: int) -> l
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             max_new_tokens=sampling.max_new_tokens,
-            pad_token_id=pad,
+            # The network stops at the tokenizer's end-of-text token only (not the generation
+            # config's list) and pads with it; one sequence per prompt, whatever a submitted
+            # generation config asks (num_return_sequences > 1 would misalign the answers).
+            pad_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            num_return_sequences=1,
         )
     return tokenizer.batch_decode(output[:, width:], skip_special_tokens=True)
+
+
+class PromptTooLong(ValueError):
+    """A prompt that does not fit the device even alone: the assignment fails with this reason."""
 
 
 def _is_oom(error: RuntimeError) -> bool:

@@ -10,12 +10,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from devkit.tiny_chat_models import build_chat_base
 from modules.llm_judge.generation import (
+    PromptTooLong,
     Request,
     Sampling,
     assignment_seed,
     generate,
     render,
 )
+from validator.errors import Verdict, outcome_of
 
 GREEDY = Sampling(
     temperature=0, top_p=1.0, top_k=0, max_new_tokens=12, token_budget=10**6, max_batch=64
@@ -41,7 +43,7 @@ def base(tmp_path_factory):
 
 def requests_for(tokenizer, repeats: int = 1) -> list[Request]:
     return [
-        Request(i, r, render(tokenizer, [{"role": "user", "content": q}], None, 4096))
+        Request(i, r, render(tokenizer, [{"role": "user", "content": q}], None))
         for i, q in enumerate(QUESTIONS)
         for r in range(repeats)
     ]
@@ -49,10 +51,11 @@ def requests_for(tokenizer, repeats: int = 1) -> list[Request]:
 
 def test_render_uses_the_template_with_a_generation_prompt_and_thinking_off(base):
     _, tokenizer = base
-    ids = render(tokenizer, [{"role": "user", "content": "Hi"}], None, 4096)
+    long = [{"role": "user", "content": "word " * 3000}]
+    ids = render(tokenizer, long, None)
     text = tokenizer.decode(ids)
     assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    assert render(tokenizer, [{"role": "user", "content": "Hi"}], None, 5) == ids[-5:]
+    assert text.count("word") == 3000  # never shortened, whatever the task's context_length
 
 
 def test_batches_give_what_one_prompt_at_a_time_gives(base):
@@ -116,3 +119,41 @@ def test_the_token_budget_bounds_each_batch(base):
         recorder, tokenizer, requests, Sampling(**{**GREEDY.__dict__, "token_budget": budget}), 1
     )
     assert max(recorder.sizes) <= 2 and sum(recorder.sizes) == len(requests)
+
+
+def test_a_prompt_that_does_not_fit_alone_fails_the_assignment(base):
+    model, tokenizer = base
+    requests = requests_for(tokenizer)[:2]
+    recorder = Batches(model, fits=0)
+    with pytest.raises(PromptTooLong, match="prompt 1 .* does not fit") as error:
+        generate(recorder, tokenizer, requests, GREEDY, seed=1)
+    assert recorder.sizes == [2, 1]
+    # A plain ValueError, not raised from the out-of-memory error: the assignment fails once
+    # instead of restarting the process as a device fault would.
+    assert outcome_of(error.value).verdict == Verdict.REJECTED
+
+
+class Calls:
+    """Records generate()'s keyword arguments."""
+
+    def __init__(self, model) -> None:
+        self.model, self.kwargs = model, []
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def generate(self, **kwargs):
+        self.kwargs.append(kwargs)
+        return self.model.generate(**kwargs)
+
+
+def test_generation_stops_at_the_tokenizers_end_of_text_only(base):
+    model, tokenizer = base
+    calls = Calls(model)
+    generate(calls, tokenizer, requests_for(tokenizer)[:1], GREEDY, seed=1)
+    (kwargs,) = calls.kwargs
+    # The network passes the tokenizer's end-of-text token, replacing the model's list, pads
+    # with it, and takes one sequence per prompt.
+    assert model.generation_config.eos_token_id != tokenizer.eos_token_id
+    assert kwargs["eos_token_id"] == kwargs["pad_token_id"] == tokenizer.eos_token_id
+    assert kwargs["num_return_sequences"] == 1
