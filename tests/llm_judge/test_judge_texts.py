@@ -14,13 +14,13 @@ from pydantic import ValidationError
 from devkit.judge_prompts import JudgeSourceServer, builtin_rubrics, write_judge_source
 from devkit.judge_server import answer_in
 from modules.llm_judge import judge_texts
+from modules.llm_judge.judge_source import parse_source_files
 from modules.llm_judge.judge_texts import (
     CACHE_PREFIX,
     NETWORK_COMMIT,
     JudgeTexts,
     builtin_texts,
     load_judge_texts,
-    parse_source_files,
     source_location,
 )
 from modules.llm_judge.schemas import LlmJudgeConfig
@@ -198,7 +198,7 @@ def test_the_system_text_must_be_where_the_network_has_it(tmp_path):
             good, b"def _construct_evaluation_prompt():\n    system_prompt = f'{x}'\n", "here"
         )
     body = b"def _construct_evaluation_prompt():\n    system_prompt = 'Judge.'\n"
-    assert parse_source_files(good, body, "here").system == "Judge."
+    assert parse_source_files(good, body, "here")[1] == "Judge."
 
 
 def test_parsing_never_runs_the_files(tmp_path):
