@@ -63,7 +63,15 @@ LIST = Policy("tasks_list", RETRIED_STATUSES, after_processing=True)
 LOOKUP = Policy("lookup", LOOKUP_RETRY_STATUSES, after_processing=False)
 # A 2xx without JSON is not taken for an answer: sent again, a result the API did take is
 # refused as not validating, which the runner records as submitted, with that story.
-SUBMIT = Policy("submit", RETRIED_STATUSES, after_processing=True, unconfirmed_2xx=True)
+# A 429 may come from a rate limiter that counts after the API committed the result (issue 23):
+# a repeat refused as not validating is then the API holding it, not "too late".
+SUBMIT = Policy(
+    "submit",
+    RETRIED_STATUSES,
+    after_processing=True,
+    unconfirmed_2xx=True,
+    processed_statuses=MAYBE_PROCESSED_STATUSES | {429},
+)
 
 
 def normalise_id(value: Any) -> str:
@@ -214,7 +222,7 @@ class FedLedgerClient:
         if code >= 500 or code in RETRIED_STATUSES:
             raise ApiUnavailable(
                 f"POST {path}: HTTP {code}: {detail}",
-                maybe_processed=reply.earlier is not None or code in MAYBE_PROCESSED_STATUSES,
+                maybe_processed=reply.earlier is not None or code in SUBMIT.processed_statuses,
                 retry_after=reply.retry_after,
             )
         if 200 <= code < 300:

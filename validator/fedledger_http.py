@@ -42,7 +42,7 @@ MAX_RETRY_AFTER_S = 180.0
 BACKOFF_MAX_S = 60.0
 POLL_S = 0.1
 # Answers after which the API may have processed the request (a 503 and the 4xx below surely
-# did not: see fedledger.LOOKUP_RETRY_STATUSES).
+# did not: see fedledger.LOOKUP_RETRY_STATUSES); a submit adds 429 (fedledger.SUBMIT).
 MAYBE_PROCESSED_STATUSES = frozenset({500, 502, 504})
 # Faults of the network or the server, which a later try may not meet. Any other error raised
 # while sending (a URL without a host, a header value with a carriage return) happens before a
@@ -89,6 +89,8 @@ class Policy:
     # without JSON) may be repeated: not for a lookup, which hands out an assignment each time.
     after_processing: bool
     unconfirmed_2xx: bool = False
+    # Answers after which the API may have processed this kind of call.
+    processed_statuses: frozenset[int] = MAYBE_PROCESSED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -263,7 +265,7 @@ def _answer_failure(response: requests.Response, policy: Policy) -> _Failure | N
     if status not in policy.statuses:
         return None
     retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-    processed = status in MAYBE_PROCESSED_STATUSES
+    processed = status in policy.processed_statuses
     return _Failure(f"HTTP {status}", processed, retry_after, kind=f"http_{status}")
 
 

@@ -10,8 +10,12 @@ every step that the journal will have to record (a lookup, a scoring, a submissi
 small reserve file is kept beside the journal and given up when a write finds the disk full, so
 that the step in progress is still recorded before the process stops with exit code 3.
 
-Opening checks the file first, and a broken or locked journal stops the process with exit code
-3 before any lookup: journal_store.py.
+Opening checks the file first, and a broken or locked journal, or a state path that is not
+what it should be (a directory in place of the journal), stops the process with exit code 3
+before any lookup: journal_store.py. One damaged row does not: a row that cannot be read
+(`input` or `metrics` not valid JSON, validator/journal_entry.py) is quarantined, marked
+`quarantined` with the reason and kept as it is, named in one log line and in the report, and
+the rest of the work goes on.
 """
 
 from __future__ import annotations
@@ -24,19 +28,19 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from validator import journal_store as store
 from validator.errors import ConfigError, disk_full
+from validator.journal_entry import UNDECIDED, UNSUBMITTED, DamagedRow, Entry, State
 from validator.journal_store import (
     DEFAULT_LOCK_TIMEOUT_S,
     JournalBroken,
     JournalLocked,
     JournalUnwritable,
 )
+from validator.text import bounded, one_line
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,51 +54,16 @@ RESERVE_NAME = "journal.reserve"
 PROBE_NAME = "journal.probe"
 SQLITE_IOERR = 10
 
-__all__ = ["JournalBroken", "JournalLocked", "JournalUnwritable"]
-
-
-class State(str, Enum):
-    RECEIVED = "received"
-    SCORING = "scoring"
-    SCORED = "scored"
-    FAILED = "failed"
-    SUBMITTED = "submitted"
-    DROPPED = "dropped"
-
-
-UNDECIDED = (State.RECEIVED, State.SCORING)
-UNSUBMITTED = (State.SCORED, State.FAILED)
-
-
-@dataclass(frozen=True)
-class Entry:
-    id: str
-    module: str
-    task_id: str
-    state: State
-    input: dict[str, Any]
-    metrics: dict[str, Any] | None
-    outcome: str | None
-    error: str | None
-    attempts: int
-    not_before: float
-    received_at: float
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Entry:
-        return cls(
-            id=row["id"],
-            module=row["module"],
-            task_id=row["task_id"],
-            state=State(row["state"]),
-            input=json.loads(row["input"]),
-            metrics=json.loads(row["metrics"]) if row["metrics"] is not None else None,
-            outcome=row["outcome"],
-            error=row["error"],
-            attempts=row["attempts"],
-            not_before=row["not_before"],
-            received_at=row["received_at"],
-        )
+__all__ = [
+    "UNDECIDED",
+    "UNSUBMITTED",
+    "DamagedRow",
+    "Entry",
+    "JournalBroken",
+    "JournalLocked",
+    "JournalUnwritable",
+    "State",
+]
 
 
 class Journal:
@@ -110,13 +79,19 @@ class Journal:
         self.state_dir = state_dir
         self.min_free_bytes = min_free_mb * MIB
         self.lock_timeout = lock_timeout
+        self.quarantined_now: list[str] = []  # ids this process quarantined
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
             self._lock = open(state_dir / "validator.lock", "w")  # noqa: SIM115 - held for life
         except OSError as exc:
             if disk_full(exc):
                 raise self._unwritable(f"cannot create files: {exc}") from exc
-            raise ConfigError(f"state directory {state_dir} is not writable: {exc}") from exc
+            # A file in its place, a read-only mount, no permission: the operator's to fix.
+            raise JournalUnwritable(
+                f"state directory {state_dir} cannot be used: {exc.strerror or exc} "
+                f"({exc.filename or state_dir}); give --state-dir a directory the validator "
+                "can write, then rerun"
+            ) from exc
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -224,6 +199,8 @@ class Journal:
             raise store.damaged(self.path, str(exc)) from exc
         if store.read_only(exc):
             raise self._unwritable(f"the journal is read-only: {exc}") from exc
+        if store.unopenable(exc):
+            raise store.cannot_open(self.path, exc) from exc
 
     def _run(self, work: Callable[[], T]) -> T:
         """`work` in one transaction. On a full disk the reserve is given up for one retry, so
@@ -252,7 +229,55 @@ class Journal:
                 "SELECT * FROM assignments WHERE id = ?", (assignment_id,)
             ).fetchone()
         )
-        return Entry.from_row(row) if row else None
+        return self._entry(row) if row else None
+
+    def quarantined(self, module: str) -> list[str]:
+        """Ids of `module`'s quarantined rows, oldest first."""
+        rows = self._run(
+            lambda: self._db.execute(
+                "SELECT id FROM assignments WHERE module = ? AND state = ?"
+                " ORDER BY received_at, id",
+                (module, State.QUARANTINED.value),
+            ).fetchall()
+        )
+        return [str(row["id"]) for row in rows]
+
+    def _entry(self, row: sqlite3.Row) -> Entry:
+        """The row's entry, or, for a row that cannot be read, a quarantined one: the row is
+        marked so and kept as it is, and the loop leaves it alone."""
+        try:
+            return Entry.from_row(row)
+        except DamagedRow as exc:
+            reason = f"quarantined, a damaged journal row: {exc}"
+            if row["state"] != State.QUARANTINED.value:
+                self._quarantine(row, reason)
+            return Entry.quarantined(row, reason)
+
+    def _quarantine(self, row: sqlite3.Row, reason: str) -> None:
+        # Only the state, the error and the time change: the columns as they were, for the
+        # operator to repair; the state and error they replace are in the event's note.
+        was = one_line(bounded(str(row["state"]), 40))
+        note = one_line(bounded(f"{reason}; it was {was}, error {row['error']!r}", 1000))
+        now = time.time()
+
+        def mark() -> None:
+            self._db.execute(
+                "UPDATE assignments SET state = ?, error = ?, updated_at = ? WHERE id = ?",
+                (State.QUARANTINED.value, reason, now, row["id"]),
+            )
+            self._event(row["id"], State.QUARANTINED, note, now)
+
+        self._run(mark)
+        self.quarantined_now.append(str(row["id"]))
+        log.error(
+            "journal %s: assignment %s (%s) %s; kept there, neither scored nor submitted: "
+            "repair the row with sqlite3 and set its state back to %r to have it picked up",
+            self.path,
+            one_line(bounded(str(row["id"]), 100)),
+            was,
+            reason,
+            was,
+        )
 
     def receive(self, assignment_id: str, module: str, task_id: str, data: dict) -> Entry:
         """Record a new assignment; an id seen before keeps its recorded state."""
@@ -326,7 +351,8 @@ class Journal:
                 (module, *(s.value for s in states)),
             ).fetchall()
         )
-        return [Entry.from_row(row) for row in rows]
+        entries = [self._entry(row) for row in rows]
+        return [entry for entry in entries if entry.state is not State.QUARANTINED]
 
     def events(self, assignment_id: str) -> list[tuple[str, str | None]]:
         rows = self._run(

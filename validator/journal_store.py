@@ -61,6 +61,7 @@ RETRY_PAUSE_S = 0.1
 # SQLite's primary result codes; the messages stand in on Python 3.10, which has no
 # sqlite_errorcode. Both come from SQLite, never from a submission.
 SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_NOTADB = 5, 6, 8, 11, 26
+SQLITE_CANTOPEN = 14
 BUSY_MESSAGES = ("database is locked", "database table is locked", "database is busy")
 BROKEN_MESSAGES = ("file is not a database", "database disk image is malformed")
 
@@ -97,6 +98,9 @@ def claim(path: Path, state_dir: Path) -> int:
     """An fd of the database file (created if missing) with an exclusive flock, kept for the
     process's life. Close it only after every SQLite connection to the file: closing any fd of
     a file drops the POSIX locks that SQLite holds on it."""
+    # A directory (or a FIFO, whose open would block) in the journal's place is the operator's.
+    if path.exists() and not path.is_file():
+        raise not_a_file(path, "the journal")
     fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -225,6 +229,25 @@ def damaged(path: Path, problem: str) -> JournalBroken:
     )
 
 
+def not_a_file(path: Path, what: str) -> JournalUnwritable:
+    return JournalUnwritable(
+        f"{path} is not a file ({what} should be one there): move it out of the state dir, "
+        "then rerun"
+    )
+
+
+def cannot_open(path: Path, exc: BaseException) -> JournalUnwritable:
+    """SQLite cannot open the journal or the files beside it (-wal, -shm): one in the way as a
+    directory, no permission."""
+    beside = (path.with_name(f"{path.name}{suffix}") for suffix in ("-wal", "-shm"))
+    odd = [str(p) for p in beside if p.exists() and not p.is_file()]
+    where = f"; not a file: {', '.join(odd)}" if odd else ""
+    return JournalUnwritable(
+        f"journal {path}: SQLite cannot open it ({exc}{where}): check that the validator can "
+        "write the state dir and that the journal's files there are files, then rerun"
+    )
+
+
 def locked(path: Path, lock_timeout: float) -> JournalLocked:
     return JournalLocked(
         f"journal {path} stayed locked by another program for {lock_timeout:g} s (e.g. an "
@@ -239,6 +262,10 @@ def busy(exc: BaseException) -> bool:
 
 def broken(exc: BaseException) -> bool:
     return _is(exc, (SQLITE_CORRUPT, SQLITE_NOTADB), BROKEN_MESSAGES)
+
+
+def unopenable(exc: BaseException) -> bool:
+    return _is(exc, (SQLITE_CANTOPEN,), ("unable to open database file",))
 
 
 def read_only(exc: BaseException) -> bool:

@@ -180,7 +180,7 @@ def latest_failures(rows: list[dict[str, Any]]) -> list[Failure]:
         for row in rows
         if row["state"] == "failed"
         or (row["state"] == "submitted" and row["outcome"] == "failed")
-        or row["state"] == "dropped"
+        or row["state"] in ("dropped", "quarantined")
     ]
     failed.sort(key=lambda row: row["updated_at"], reverse=True)
     return [

@@ -32,7 +32,7 @@ from validator.observer import Observer
 from validator.phases import PhaseTimes, ScoringMarks
 from validator.scoring import ModulePool, score
 from validator.submitting import submit_result
-from validator.text import MAX_INPUT_STRING, cut_strings, oversized_strings
+from validator.text import MAX_INPUT_STRING, cut_strings, one_line, oversized_strings
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,21 @@ class Runner:
                 self.journal.path,
                 len(undecided),
                 len(unsubmitted),
+            )
+        self._remind_quarantined()
+
+    def _remind_quarantined(self) -> None:
+        """Rows quarantined by an earlier process, in one line (this one's had their own)."""
+        earlier = self.journal.quarantined_now
+        ids = [i for i in self.journal.quarantined(self.module) if i not in earlier]
+        if ids:
+            more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
+            log.warning(
+                "journal %s: damaged rows quarantined, kept for you to repair or remove: "
+                "assignments %s%s (python -m validator report lists them)",
+                self.journal.path,
+                one_line(", ".join(ids[:10])),
+                more,
             )
 
     # --- lookups -----------------------------------------------------------------------
