@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from validator.child_process import kill_strays
+
 log = logging.getLogger(__name__)
 
 ROOT_NAME = "flock-validator-work"
@@ -59,6 +61,10 @@ def sweep(root: Path) -> int:
     removed = 0
     for folder in sorted(root.iterdir()):
         if folder.is_dir() and not folder.is_symlink() and _abandoned(folder):
+            # Its owner was killed: so is any child process it left (child_process.py).
+            strays = kill_strays(folder)
+            if strays:
+                log.info("killed %d child processes left running in %s", strays, folder)
             shutil.rmtree(folder, ignore_errors=True)
             removed += 1
     return removed

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import gc
 import logging
+from pathlib import Path
 
 import torch
 
 from modules.llm_judge.conversation import Prompt, read_prompts
-from modules.llm_judge.generation import Request, Sampling, assignment_seed, generate, render
+from modules.llm_judge.generation import Request, Sampling, assignment_seed, generate
 from modules.llm_judge.judging import Judge, aggregate, load_rubrics, rubric_prompt
 from modules.llm_judge.loading import ModelCannotLoad, load
 from modules.llm_judge.schemas import (
@@ -21,6 +22,7 @@ from modules.llm_judge.schemas import (
     LlmJudgeMetrics,
 )
 from modules.llm_judge.submission import fetch_submission
+from modules.llm_judge.templating import TemplateLimits, render_prompts
 from validator.base import BaseValidationModule
 from validator.downloads import fetch_validation_set
 from validator.phases import host_work, note
@@ -64,7 +66,8 @@ class LlmJudgeModule(BaseValidationModule):
                 config.max_model_total_bytes,
                 data.max_params,
             )
-        kind = f"LoRA on {submission.base_model}" if submission.base_model else "full model"
+        full_model = submission.base_model is None
+        kind = "full model" if full_model else f"LoRA on {submission.base_model}"
         note("commit", submission.commit)
         log.info("scoring %s (%s) at commit %s", data.hg_repo_id, kind, submission.commit)
         if (submission.parameter_count or 0) > data.max_params:
@@ -82,11 +85,25 @@ class LlmJudgeModule(BaseValidationModule):
         if loaded.parameter_count > data.max_params:
             return _penalty(f"{loaded.parameter_count} parameters, over {data.max_params}")
         seed = assignment_seed(data.hg_repo_id, submission.commit, data.validation_set_url)
+        # The chat template renders in a bounded child (templating.py): a full model's is the
+        # submission's own code. A LoRA's is its supported base's, from the base's folder. The
+        # texts are tokenized as the network tokenizes them, and never shortened.
+        texts = render_prompts(
+            submission.path if full_model else Path(loaded.tokenizer.name_or_path),
+            [(p.messages, p.tools) for p in prompts],
+            submitted=full_model,
+            limits=TemplateLimits(
+                cpu_seconds=config.template_cpu_seconds,
+                memory_bytes=config.template_memory_bytes,
+                wall_seconds=config.template_wall_seconds,
+                max_output_bytes=config.template_max_output_bytes,
+            ),
+            work=work / "template",
+        )
+        ids = loaded.tokenizer(texts, add_special_tokens=True)["input_ids"]
         requests = [
-            Request(
-                index, repeat, render(loaded.tokenizer, p.messages, p.tools, data.context_length)
-            )
-            for index, p in enumerate(prompts)
+            Request(index, repeat, list(ids[index]))
+            for index in range(len(prompts))
             for repeat in range(data.eval_args.gen_require)
         ]
         answers = generate(loaded.model, loaded.tokenizer, requests, self.sampling, seed)

@@ -47,6 +47,12 @@ class LlmJudgeConfig(BaseConfig):
     max_adapter_total_bytes: int = Field(4 * GIB, gt=0)
     max_model_total_bytes: int = Field(80 * GIB, gt=0)
     max_validation_set_bytes: int = Field(1 * GIB, gt=0)
+    # The chat template renders in a child process with these limits (templating.py); past
+    # one, a full model is rejected. Honest templates need seconds for thousands of prompts.
+    template_cpu_seconds: float = Field(60.0, gt=0)  # after the child's imports
+    template_memory_bytes: int = Field(2 * GIB, gt=0)  # address space after its imports
+    template_wall_seconds: float = Field(300.0, gt=0)  # the whole child, imports included
+    template_max_output_bytes: int = Field(256 * 1024**2, gt=0)  # all rendered texts
     work_dir: str | None = None
 
 

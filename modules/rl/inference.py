@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from validator.child_process import ChildLimits, ChildOutcome, run_child
 from validator.errors import SubmissionRejected
 
 log = logging.getLogger(__name__)
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
 MAX_RESULT_BYTES = 64 * 1024
-STDERR_TAIL = 2000
 
 
 @dataclass(frozen=True)
@@ -63,41 +60,31 @@ def run_policy(
 
 
 def _run_sandbox(request: Path, limits: Limits, work: Path) -> None:
-    # -I: no PYTHON* variables, no user site, no current directory on the path. The child's
-    # environment holds no secret (no FLOCK_API_KEY, no HF_TOKEN).
-    command = [sys.executable, "-I", str(SANDBOX), str(request)]
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(work),
-        "OMP_NUM_THREADS": str(limits.threads),
-        "OPENBLAS_NUM_THREADS": "1",
-    }
-    process = subprocess.Popen(
-        command,
+    # validator/child_process.py: `python -I`, no secret in the environment (no FLOCK_API_KEY,
+    # no HF_TOKEN), its own process group, killed with the validator, swept after a kill.
+    # sandbox.py sets its own address-space limit too, once onnxruntime is imported.
+    result = run_child(
+        SANDBOX,
+        [str(request)],
         cwd=work,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        limits=ChildLimits(wall_seconds=limits.seconds, memory_bytes=limits.memory_bytes),
+        env={"OMP_NUM_THREADS": str(limits.threads), "OPENBLAS_NUM_THREADS": "1"},
     )
-    try:
-        _, stderr = process.communicate(timeout=limits.seconds)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
+    if result.outcome is ChildOutcome.OK:
+        return
+    if result.outcome is ChildOutcome.OVER_TIME:
         raise SubmissionRejected(
             f"the policy did not finish within {limits.seconds:g} s (inference_seconds); stopped"
-        ) from None
-    if process.returncode != 0:
-        tail = stderr.decode(errors="replace")[-STDERR_TAIL:]
-        if process.returncode < 0 or "MemoryError" in tail or "bad_alloc" in tail:
-            # Killed by a signal (the kernel's OOM killer, an allocation past the limit) or out
-            # of memory: the policy's doing, since the features alone fit easily.
-            raise SubmissionRejected(
-                f"the policy's process ended abnormally (exit {process.returncode}), most likely "
-                f"over its memory limit of {limits.memory_bytes} bytes: {tail.strip()[-300:]}"
-            )
-        raise RuntimeError(f"the policy sandbox failed (exit {process.returncode}): {tail}")
+        )
+    tail = result.stderr_tail
+    if result.outcome is ChildOutcome.OVER_MEMORY or result.exit_code < 0:
+        # Killed by a signal (the kernel's OOM killer, an allocation past the limit) or out
+        # of memory: the policy's doing, since the features alone fit easily.
+        raise SubmissionRejected(
+            f"the policy's process ended abnormally (exit {result.exit_code}), most likely "
+            f"over its memory limit of {limits.memory_bytes} bytes: {tail.strip()[-300:]}"
+        )
+    raise RuntimeError(f"the policy sandbox failed (exit {result.exit_code}): {tail}")
 
 
 def _read_result(path: Path) -> dict:

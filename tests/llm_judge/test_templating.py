@@ -1,0 +1,196 @@
+"""Chat templates render in a bounded child process (modules/llm_judge/templating.py): an honest
+template gives exactly apply_chat_template's text, and the hostile templates of issue 23 (three
+nested range(100000) loops, a string doubled 31 times) end in SubmissionRejected at a limit,
+with the validator's process free to stop at once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from devkit.tiny_chat_models import build_chat_base
+from devkit.validator_cli import REPO_ROOT
+from modules.llm_judge.conversation import read_prompts
+from modules.llm_judge.templating import TemplateLimits, render_prompts
+from validator.errors import SubmissionRejected
+
+LOOPS = (
+    "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
+    "x{% endfor %}{% endfor %}{% endfor %}"
+)
+DOUBLED = (
+    "{% set s = namespace(v='ab') %}{% for i in range(31) %}{% set s.v = s.v ~ s.v %}"
+    "{% endfor %}{{ s.v }}"
+)
+RAISES_ON_SECOND = (
+    "{% if messages[-1].content == 'boom' %}{{ raise_exception('no boom here') }}{% endif %}"
+    "<|im_start|>user\n{{ messages[-1].content }}<|im_end|>\n"
+)
+LIMITS = TemplateLimits(
+    cpu_seconds=5, memory_bytes=1024**3, wall_seconds=240, max_output_bytes=64 * 1024**2
+)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+HI = [([{"role": "user", "content": "hi"}], None)]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return build_chat_base(tmp_path_factory.mktemp("template") / "base")
+
+
+def with_template(base: Path, folder: Path, template: str) -> Path:
+    shutil.copytree(base, folder)
+    (folder / "chat_template.jinja").write_text(template)
+    return folder
+
+
+def test_an_honest_template_renders_exactly_apply_chat_templates_text(base, tmp_path):
+    prompts = read_prompts(REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl")
+    items = [(p.messages, p.tools) for p in prompts] + [(prompts[0].messages, TOOLS)]
+    texts = render_prompts(base, items, submitted=True, limits=LIMITS, work=tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    expected = [
+        tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            tokenize=False,
+            add_generation_prompt=True,
+            enable_thinking=False,
+        )  # fmt: skip
+        for messages, tools in items
+    ]
+    assert texts == expected
+    assert "get_weather" in texts[-1] and texts[0].endswith("<think>\n\n</think>\n\n")
+
+
+@pytest.mark.parametrize(
+    ("template", "limit"),
+    [(LOOPS, "CPU time limit (5 s)"), (DOUBLED, f"memory limit ({1024**3} bytes)")],
+    ids=["nested-loops", "doubled-string"],
+)
+def test_a_hostile_template_is_rejected_at_its_limit(base, tmp_path, template, limit):
+    folder = with_template(base, tmp_path / "model", template)
+    with pytest.raises(SubmissionRejected, match=r"the chat template exceeded its") as refused:
+        render_prompts(folder, HI, submitted=True, limits=LIMITS, work=tmp_path / "work")
+    assert limit in str(refused.value)
+
+
+def test_the_bases_template_over_a_limit_is_a_value_error_not_the_submissions(base, tmp_path):
+    folder = with_template(base, tmp_path / "model", LOOPS)
+    with pytest.raises(ValueError, match="exceeded its CPU time limit") as refused:
+        render_prompts(folder, HI, submitted=False, limits=LIMITS, work=tmp_path / "work")
+    assert not isinstance(refused.value, SubmissionRejected)
+
+
+def test_a_template_that_raises_names_the_line_and_the_error(base, tmp_path):
+    folder = with_template(base, tmp_path / "model", RAISES_ON_SECOND)
+    items = [([{"role": "user", "content": c}], None) for c in ("fine", "boom", "fine")]
+    with pytest.raises(SubmissionRejected) as refused:
+        render_prompts(folder, items, submitted=True, limits=LIMITS, work=tmp_path / "work")
+    message = str(refused.value)
+    assert "line 1 of the validation set" in message and "no boom here" in message
+    assert "\n" not in message
+
+
+def test_texts_past_the_output_limit_are_refused(base, tmp_path):
+    folder = with_template(base, tmp_path / "model", "{{ 'x' * 2000000 }}")
+    limits = TemplateLimits(5, 1024**3, 240, max_output_bytes=3_000_000)
+    with pytest.raises(SubmissionRejected, match="exceed 3000000 bytes"):
+        render_prompts(folder, HI * 3, submitted=True, limits=limits, work=tmp_path / "work")
+
+
+PARENT = """
+import signal, sys, threading
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from modules.llm_judge.templating import TemplateLimits, render_prompts
+from validator.entrypoint import _install_signal_handlers
+from validator.errors import SubmissionRejected
+from validator.runner import Interrupted
+
+_install_signal_handlers(threading.Event())  # the validator's own: a second signal interrupts
+limits = TemplateLimits({cpu}, 1024**3, 600, 64 * 1024**2)
+items = [([{{"role": "user", "content": "hi"}}], None)]
+try:
+    render_prompts(Path({model!r}), items, submitted=True, limits=limits, work=Path({work!r}))
+except SubmissionRejected as exc:
+    print("rejected:", exc, flush=True)
+except Interrupted:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the test's later signals
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def start_render(base: Path, tmp_path: Path, cpu: float) -> tuple[subprocess.Popen, dict]:
+    model = with_template(base, tmp_path / "model", LOOPS)
+    work = tmp_path / "work"
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT.format(root=str(REPO_ROOT), cpu=cpu, model=str(model), work=str(work)))
+    process = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        records = [p for p in work.glob(".child-*.pid") if p.stat().st_size]
+        if records:
+            return process, json.loads(records[0].read_text())
+        time.sleep(0.1)
+    raise AssertionError("the renderer never started")
+
+
+def running(record: dict) -> bool:
+    try:
+        cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes()
+        state = Path(f"/proc/{record['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z" and record["token"].encode() in cmdline
+
+
+def test_one_stop_signal_in_a_hostile_render_ends_it_at_its_limit(base, tmp_path):
+    process, record = start_render(base, tmp_path, cpu=5)
+    process.send_signal(signal.SIGTERM)  # the validator's first: finish the current step
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 0 and "rejected: the chat template exceeded its CPU" in output
+    assert not running(record)
+
+
+def test_a_second_stop_signal_ends_a_hostile_render_now_and_leaves_no_child(base, tmp_path):
+    process, record = start_render(base, tmp_path, cpu=600)
+    process.send_signal(signal.SIGTERM)
+    for _ in range(60):  # again until it ends: two signals at once can reach it as one
+        time.sleep(1)
+        process.send_signal(signal.SIGTERM)
+        if process.poll() is not None:
+            break
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130 and "interrupted" in output, output
+    assert not running(record)
+
+
+def test_a_killed_validator_takes_the_renderer_along(base, tmp_path):
+    process, record = start_render(base, tmp_path, cpu=600)
+    process.kill()
+    process.wait(timeout=60)
+    end = time.monotonic() + 60
+    while running(record) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not running(record)
