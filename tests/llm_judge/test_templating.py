@@ -22,9 +22,11 @@ from modules.llm_judge.conversation import read_prompts
 from modules.llm_judge.templating import TemplateLimits, render_prompts
 from validator.errors import SubmissionRejected
 
+# Issue 23's three nested loops; the body writes nothing, so that CPU time is what runs out
+# (with an "x" there, the output list reaches the memory limit first: also a rejection).
 LOOPS = (
     "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
-    "x{% endfor %}{% endfor %}{% endfor %}"
+    "{% set n = a + b + c %}{% endfor %}{% endfor %}{% endfor %}"
 )
 DOUBLED = (
     "{% set s = namespace(v='ab') %}{% for i in range(31) %}{% set s.v = s.v ~ s.v %}"
