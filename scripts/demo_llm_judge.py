@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from devkit.hf_hub import LocalHub
+from devkit.judge_prompts import JudgeSourceServer, write_judge_source
 from devkit.judge_server import LocalJudge
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
@@ -34,7 +35,14 @@ def main() -> int:
         tmp = Path(tmp_name)
         print("building a tiny Qwen3.5-architecture base and adapters ...", flush=True)
         base = build_chat_base(tmp / "base")
-        with LocalHub(tmp / "hub") as hub, LocalJudge(["judge-a", "judge-b-low"], KEY) as judge:
+        # Judge texts of the network's shape, with this project's wording, served here: the
+        # validator fetches them as it fetches the network's, without reaching GitHub.
+        source = write_judge_source(tmp / "judge-source")
+        with (
+            LocalHub(tmp / "hub") as hub,
+            LocalJudge(["judge-a", "judge-b"], KEY) as judge,
+            JudgeSourceServer(source) as texts,
+        ):
             hub.add_repo(BASE, files_of(base))
             for seed in (1, 2):
                 adapter = build_chat_adapter(base, tmp / f"adapter{seed}", BASE, seed)
@@ -47,12 +55,18 @@ def main() -> int:
             data = {
                 "validation_set_url": f"{hub.endpoint}/flock/sets/resolve/main/chat.jsonl",
                 "base_model": "qwen1.5", "context_length": 1024, "max_params": 10**9,
-                "eval_args": {"eval_require": 2},
+                "eval_args": {"eval_require": 2, "eval_model_list": ["judge-a", "judge-b-low"]},
             }  # fmt: skip
             configs = tmp / "configs"
             configs.mkdir()
             (configs / "llm_judge.json").write_text(
-                json.dumps({"supported_base_models": [BASE], "max_new_tokens": 16})
+                json.dumps(
+                    {
+                        "supported_base_models": [BASE],
+                        "max_new_tokens": 16,
+                        "prompt_source": texts.url,
+                    }
+                )
             )
             with Simulator({"tasks": [task(1, repos, **data)]}, tmp) as sim:
                 code = run_validator(sim.api_url, hub.endpoint, judge.endpoint, configs, len(repos))

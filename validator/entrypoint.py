@@ -211,6 +211,9 @@ def main(
             os.environ[name] = value
     flock_api_key = secrets["FLOCK_API_KEY"]
     try:
+        # Modules that keep data across runs (llm_judge's cached judge texts) find the state
+        # dir here, however it was given (flag or env).
+        os.environ["VALIDATOR_STATE_DIR"] = str(state_dir)
         pool = ModulePool(load_module_class(module), module, config_dir)
         if check_input is not None:
             code = run_check(pool, check_input)

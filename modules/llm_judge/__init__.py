@@ -13,7 +13,8 @@ import torch
 
 from modules.llm_judge.conversation import Prompt, read_prompts
 from modules.llm_judge.generation import Request, Sampling, assignment_seed, generate
-from modules.llm_judge.judging import Judge, aggregate, load_rubrics, rubric_prompt
+from modules.llm_judge.judge_texts import cache_dir_from_environment, load_judge_texts
+from modules.llm_judge.judging import Judge, score_answers
 from modules.llm_judge.loading import ModelCannotLoad, load
 from modules.llm_judge.schemas import (
     PENALTY_SCORE,
@@ -25,6 +26,7 @@ from modules.llm_judge.submission import fetch_submission
 from modules.llm_judge.templating import TemplateLimits, render_prompts
 from validator.base import BaseValidationModule
 from validator.downloads import fetch_validation_set
+from validator.errors import SubmissionRejected
 from validator.phases import host_work, note
 from validator.workdirs import WorkArea
 
@@ -39,7 +41,11 @@ class LlmJudgeModule(BaseValidationModule):
 
     def __init__(self, config: LlmJudgeConfig) -> None:
         super().__init__(config)
-        self.rubrics = load_rubrics(config.prompt_files)
+        # The rubric and judge-system texts are protocol data read at start-up (the network's
+        # wording by default): a source that cannot be had stops the validator here (exit 3).
+        self.texts = load_judge_texts(
+            config.prompt_source, cache_dir_from_environment(), prompt_files=config.prompt_files
+        )
         # Asks the endpoint for its models now: a wrong URL or key stops the validator at
         # start-up (exit 3), before any assignment is taken.
         self.judge = Judge.from_environment(config)
@@ -57,15 +63,20 @@ class LlmJudgeModule(BaseValidationModule):
         config = self.config
         work = self._work.new()
         with host_work("download"):
-            submission = fetch_submission(
-                data.hg_repo_id,
-                data.revision,
-                work / "submission",
-                config.supported_base_models,
-                config.max_adapter_total_bytes,
-                config.max_model_total_bytes,
-                data.max_params,
-            )
+            try:
+                submission = fetch_submission(
+                    data.hg_repo_id,
+                    data.revision,
+                    work / "submission",
+                    config.supported_base_models,
+                    config.max_adapter_total_bytes,
+                    config.max_model_total_bytes,
+                    data.max_params,
+                )
+            except SubmissionRejected as exc:
+                # The network scores a submission it cannot load (no such repo, an unsupported
+                # base, weights that do not load) -999, a completed result.
+                return _penalty(f"the submission cannot be loaded: {exc}")
         full_model = submission.base_model is None
         kind = "full model" if full_model else f"LoRA on {submission.base_model}"
         note("commit", submission.commit)
@@ -110,15 +121,9 @@ class LlmJudgeModule(BaseValidationModule):
         del loaded
         _free_memory()
         log.info("%d answers generated; %d judge models: %s", len(answers), len(models), models)
-        judged = [
-            rubric_prompt(self.rubrics, data.eval_args.prompt_id, prompts[index], answer)
-            for (index, _repeat), answer in sorted(answers.items())
-        ]
         with host_work("wait"):
-            replies = self.judge.grade_all(
-                judged, models, data.eval_args.eval_require, data.eval_args.temperature
-            )
-        return LlmJudgeMetrics(score=aggregate(replies))
+            score = score_answers(self.judge, self.texts, data.eval_args, prompts, answers, models)
+        return LlmJudgeMetrics(score=score)
 
     def cleanup(self) -> None:
         self._work.clean()

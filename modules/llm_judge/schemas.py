@@ -7,8 +7,11 @@ defaults.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from modules.llm_judge.judge_texts import NETWORK_COMMIT, PromptSource
 from validator.base import BaseConfig, BaseInputData, BaseMetrics
 
 GIB = 1024**3
@@ -24,7 +27,9 @@ class EvalArgs(BaseModel):
     gen_require: int = Field(1, ge=1, le=16)  # answers generated per prompt
     eval_require: int = Field(3, ge=1, le=16)  # grades per judge model per answer
     temperature: float = Field(0.1, ge=0, le=2)  # the judges' sampling temperature
-    prompt_id: int = 1  # 1 direct, 2 against the reference answer, 3 function call; else 1
+    # 1 direct, 2 against the reference answer, 3 function call; kept as the task gives it
+    # (any JSON value), since the network compares it as Python does (grading.rubric_id).
+    prompt_id: Any = 0
     eval_model_list: list[str] = Field(default_factory=list)  # empty: every model listed
 
 
@@ -41,7 +46,10 @@ class LlmJudgeConfig(BaseConfig):
     judge_timeout_seconds: float = Field(120.0, gt=0)
     judge_retries: int = Field(3, ge=0)  # upstream's count
     judge_concurrency: int = Field(8, gt=0)  # judge calls in flight at once
-    # Other wording of the rubric prompts (files); unset: the module's own prompts/.
+    # Where the rubric and judge-system texts come from (judge_texts.py): a commit of the
+    # network's validator (default: the pinned one), a folder URL, a local checkout, `builtin`.
+    prompt_source: PromptSource = NETWORK_COMMIT
+    # Deprecated: files (`$` syntax) replacing rubrics by id, over prompt_source's (a warning).
     prompt_files: dict[int, str] = Field(default_factory=dict)
     # Downloads.
     max_adapter_total_bytes: int = Field(4 * GIB, gt=0)

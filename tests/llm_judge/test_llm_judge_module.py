@@ -23,6 +23,8 @@ BASE = "Qwen/Qwen3.5-0.8B"
 KEY = "sk-judge-TEST-1234567890"
 CHAT = (REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl").read_bytes()
 
+JUDGES = ["judge-a", "judge-b-low"]
+
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
@@ -30,7 +32,7 @@ def world(tmp_path_factory):
     write_judge_source(tmp / "judge-source")  # synthetic judge texts: nothing reaches GitHub
     base = build_chat_base(tmp / "base")
     adapter = build_chat_adapter(base, tmp / "adapter", BASE, seed=1)
-    with served_hub(tmp) as hub, LocalJudge(["judge-a", "judge-b-low"], KEY) as judge:
+    with served_hub(tmp) as hub, LocalJudge(["judge-a", "judge-b"], KEY) as judge:
         hub.add_repo(BASE, files_of(base))
         hub.add_repo("alice/lora", files_of(adapter))
         hub.add_repo("flock/sets", {"chat.jsonl": CHAT})
@@ -54,7 +56,7 @@ def scored(world, repo="alice/lora", eval_args=None, max_params=10**9, **config)
         "base_model": "qwen1.5",
         "context_length": 512,
         "max_params": max_params,
-        "eval_args": eval_args or {"eval_require": 2},
+        "eval_args": eval_args or {"eval_require": 2, "eval_model_list": JUDGES},
     }
     judged = module(world, **config)
     try:
@@ -65,7 +67,7 @@ def scored(world, repo="alice/lora", eval_args=None, max_params=10**9, **config)
 
 def expected_score(judge, since: int) -> float:
     grades = [
-        judge.grade_of(r["answer"], r["model"])
+        judge.grade_of(r["answer"], r["reasoning_effort"])
         for r in judge.requests[since:]
         if r["status"] == 200
     ]
@@ -79,7 +81,16 @@ def test_the_score_is_the_mean_graded_quality_of_the_generated_answers(world, ca
         metrics = scored(world)
     calls = judge.requests[since:]
     assert len(calls) == 10 * 2 * 2  # 10 prompts x 2 judge models x eval_require 2
-    assert {c["model"] for c in calls} == {"judge-a", "judge-b-low"}
+    # judge-b-low is called as judge-b with a low reasoning effort, as the network calls it.
+    assert {(c["model"], c["reasoning_effort"]) for c in calls} == {
+        ("judge-a", None),
+        ("judge-b", "low"),
+    }
+    # The rubric (the synthetic source's rubric 1) as the user message, then the judge
+    # system message; the transcript opens with the line's system block.
+    system = calls[0]["messages"][1]
+    assert system["role"] == "system" and all(c["messages"][1] == system for c in calls)
+    assert all("System: " in c["messages"][0]["content"] for c in calls)
     assert metrics["score"] == pytest.approx(expected_score(judge, since))
     assert "alice/lora (LoRA on Qwen/Qwen3.5-0.8B) at commit" in caplog.text
     assert KEY not in caplog.text
@@ -101,9 +112,14 @@ def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world):
     hub.add_repo("bob/full", files_of(base))
     files = {**files_of(base), "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
     hub.add_repo("carol/broken", files)
+    hub.add_repo("mallory/pickle", {"adapter_config.json": b"{}", "adapter_model.bin": b"\x80"})
     since = len(judge.requests)
     assert scored(world, repo="bob/full", max_params=10) == {"score": -999.0}
     assert scored(world, repo="carol/broken") == {"score": -999.0}
+    # Submissions that cannot be fetched as we load them: -999 as the network gives a model it
+    # cannot load, not a failure.
+    assert scored(world, repo="mallory/pickle") == {"score": -999.0}
+    assert scored(world, repo="nobody/no-such-repo") == {"score": -999.0}
     assert len(judge.requests) == since  # nothing was generated, nothing judged
 
 
