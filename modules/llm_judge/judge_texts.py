@@ -1,5 +1,5 @@
 """The texts the judges read: the three rubrics and the judge's system message
-(docs/llm-judge-scoring.md, "Rubric texts").
+(docs/llm-judge-scoring.md, "Judging").
 
 Judges grade with the rubric they are sent, so validators agree only when they send the same
 wording: the network's. That wording is not this project's to ship. It is protocol data, read at
