@@ -10,9 +10,13 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 
+from validator.deadline import overall_deadline
 from validator.errors import RecoverableException, TransientError
 
 TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
+# The whole download, however slowly the server sends (the timeouts above bound each read only):
+# past it, TransientError. A set is at most a few hundred MB; 30 min is 100 kB/s for 180 MB.
+VALIDATION_SET_DEADLINE_S = 30 * 60.0
 # Statuses that say "try again later" rather than "this request is wrong".
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
 CHUNK = 1 << 20
@@ -52,9 +56,13 @@ def _download_validation_set(url: str, dest: Path, max_bytes: int, default_name:
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     try:
-        with requests.get(url, stream=True, timeout=TIMEOUT) as response:
+        with (
+            overall_deadline(VALIDATION_SET_DEADLINE_S, f"validation set {url}"),
+            requests.get(url, stream=True, timeout=TIMEOUT) as response,
+        ):
             _check_validation_response(response, url, max_bytes)
             _stream_capped(response, part, url, max_bytes)
+        # Only now: a download cut at the deadline may look complete to the client.
         os.replace(part, target)
     except requests.RequestException as err:
         raise TransientError(f"validation set {url}: download failed: {err}") from err

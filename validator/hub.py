@@ -26,6 +26,7 @@ from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 from huggingface_hub import errors as hf
 from huggingface_hub.hf_api import ModelInfo
 
+from validator.deadline import overall_deadline
 from validator.downloads import TRANSIENT_STATUSES
 from validator.errors import (
     RecoverableException,
@@ -48,6 +49,13 @@ except ImportError:  # huggingface_hub 0.x does not need it
     pass
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+# Overall deadlines (validator/deadline.py): the library's timeouts bound each read only, and a
+# Hub that sends a byte every few seconds would hold the validator for ever. A call without a
+# known size (a listing, a header, a config) gets HUB_CALL_DEADLINE_S; a download of a known
+# size gets that plus its size at HUB_MIN_BYTES_PER_S (a 16 GB model: about 4.6 hours).
+HUB_CALL_DEADLINE_S = 10 * 60.0
+HUB_MIN_BYTES_PER_S = 1024 * 1024
 
 T = TypeVar("T")
 
@@ -90,6 +98,9 @@ def _classify(exc: BaseException, what: str, submission: bool) -> Exception | No
             return blame(f"{what}: repo not found (or private) on the Hub.{hint}")
         if isinstance(err, hf.LocalEntryNotFoundError):
             continue  # a network failure or 5xx wrapped by the library; its cause says which
+        if isinstance(err, hf.SafetensorsParsingError):
+            # E.g. a header over the library's 25 MB limit: the weights cannot be read.
+            return blame(f"{what}: the safetensors header cannot be read: {str(err)[:300]}")
         if isinstance(err, hf.EntryNotFoundError):
             return blame(f"{what}: file listed by the Hub is missing at that commit")
         response = getattr(err, "response", None)
@@ -112,11 +123,27 @@ def _classify_status(response: Any, what: str, blame: type[Exception], hint: str
     return blame(f"{what}: the Hub answered HTTP {status}.{hint}")
 
 
-def hub_call(call: Callable[[], T], what: str, *, submission: bool) -> T:
-    """`call()`, its hub errors translated; `what` names the repo in messages, `submission`
-    says whose fault a missing repo or file is."""
+def download_deadline(size: int | None) -> float:
+    """The overall deadline for downloading `size` bytes (None: not known)."""
+    return HUB_CALL_DEADLINE_S + (size or 0) / HUB_MIN_BYTES_PER_S
+
+
+def hub_call(
+    call: Callable[[], T],
+    what: str,
+    *,
+    submission: bool,
+    deadline_s: float | None = None,
+    deadline_what: str | None = None,
+) -> T:
+    """`call()` within an overall deadline (HUB_CALL_DEADLINE_S unless given; past it,
+    TransientError naming `deadline_what`, or `what`), its hub errors translated; `what` names
+    the repo in messages, `submission` says whose fault a missing repo or file is."""
     try:
-        return call()
+        with overall_deadline(deadline_s or HUB_CALL_DEADLINE_S, deadline_what or what):
+            return call()
+    except TransientError:
+        raise
     except Exception as exc:
         translated = _classify(exc, what, submission)
         if translated is None:
@@ -129,9 +156,26 @@ def model_info(repo_id: str, what: str, *, submission: bool, **kwargs: Any) -> M
     return hub_call(call, what, submission=submission)
 
 
-def download(repo_id: str, name: str, what: str, *, submission: bool, **kwargs: Any) -> Path:
+def download(
+    repo_id: str,
+    name: str,
+    what: str,
+    *,
+    submission: bool,
+    size: int | None = None,
+    **kwargs: Any,
+) -> Path:
+    """One file of a repo; `size` (from the listing) sets the overall deadline."""
     call = partial(hf_hub_download, repo_id, name, endpoint=endpoint(), **kwargs)
-    return Path(hub_call(call, what, submission=submission))
+    return Path(
+        hub_call(
+            call,
+            what,
+            submission=submission,
+            deadline_s=download_deadline(size),
+            deadline_what=f"{what}: {name} from {endpoint() or 'the Hub'}",
+        )
+    )
 
 
 def commit_of(sha: str | None, what: str) -> str:
@@ -167,7 +211,7 @@ def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
     """
     what = f"base model {repo_id}"
     try:
-        info = model_info(repo_id, what, submission=False, token=token)
+        info = model_info(repo_id, what, submission=False, token=token, files_metadata=True)
     except TransientError:
         cached = _cached_snapshot(repo_id)
         if cached is None:
@@ -175,16 +219,22 @@ def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
         log.warning("%s: the Hub is unreachable, using the cached snapshot %s", what, cached)
         return cached
     commit = commit_of(info.sha, what)
-    files = {s.rfilename for s in info.siblings or []}
-    weights = _base_weight_files(repo_id, commit, files, token, what)
-    patterns = [name for name in BASE_MODEL_FILES if name in files] + weights
-    call = partial(
-        snapshot_download, repo_id, allow_patterns=patterns, cache_dir=cache_dir(),
-        endpoint=endpoint(), token=token,
-    )  # fmt: skip
+    sizes = file_sizes(info)
+    weights = _base_weight_files(repo_id, commit, set(sizes), token, what)
+    names = [name for name in BASE_MODEL_FILES if name in sizes] + weights
     folder = Path(cache_dir() or constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
     with watch_bytes(folder, f"downloading {what}"):
-        path = Path(hub_call(call, what, submission=False))
+        # One file at a time in this thread, not in snapshot_download's worker threads: an
+        # overall deadline covers the connections of the thread it runs in.
+        for name in names:
+            download(
+                repo_id, name, what, submission=False, size=sizes.get(name), revision=commit,
+                cache_dir=cache_dir(), token=token,
+            )  # fmt: skip
+    # The ref that snapshot_download writes for `main`, which the cached fallback reads.
+    (folder / "refs").mkdir(parents=True, exist_ok=True)
+    (folder / "refs" / "main").write_text(commit)
+    path = folder / "snapshots" / commit
     if not (path / "config.json").is_file():
         raise RecoverableException(f"{what}: the snapshot at {path} has no config.json")
     return path

@@ -12,6 +12,7 @@ from pathlib import Path
 import transformers
 from transformers import AutoConfig
 
+from modules.llm_judge.param_count import check_against_headers, config_parameter_count
 from validator.errors import SubmissionRejected, TransientError
 from validator.hub import (
     SAFETENSORS_INDEX,
@@ -57,7 +58,8 @@ def fetch_submission(
     max_params: int,
 ) -> Submission:
     """The submission's files in `dest`. A full model over `max_params` (counted from its
-    safetensors headers) comes back without its weights: it scores -999 unloaded."""
+    safetensors headers, then from its config on the meta device) comes back without its
+    weights: it scores -999 unloaded."""
     what = f"submission {repo_id}@{revision}"
     info = model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
     commit = commit_of(info.sha, what)
@@ -76,7 +78,7 @@ def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what) -
             f"{what}: {ADAPTER_CONFIG} without {ADAPTER_WEIGHTS}{_pickles(sizes)}"
         )
     _check_total({name: sizes[name] for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS)}, limit, what)
-    config_path = _get(repo_id, commit, ADAPTER_CONFIG, dest, what)
+    config_path = _get(repo_id, commit, ADAPTER_CONFIG, dest, what, sizes)
     config = _read_json(config_path, what)
     base = config.get("base_model_name_or_path")
     if base not in supported_bases:
@@ -84,7 +86,7 @@ def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what) -
             f"{what}: base_model_name_or_path {str(base)[:200]!r} is not a supported base "
             f"({', '.join(supported_bases)})"
         )
-    _get(repo_id, commit, ADAPTER_WEIGHTS, dest, what)
+    _get(repo_id, commit, ADAPTER_WEIGHTS, dest, what, sizes)
     _tidy(dest)
     return Submission(dest, commit, base, None)
 
@@ -94,9 +96,10 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
         raise SubmissionRejected(f"{what}: neither {ADAPTER_CONFIG} nor config.json: not a model")
     if "model.safetensors" not in sizes and SAFETENSORS_INDEX not in sizes:
         raise SubmissionRejected(f"{what}: no safetensors weights{_pickles(sizes)}")
-    config_path = _get(repo_id, commit, "config.json", dest, what)
+    config_path = _get(repo_id, commit, "config.json", dest, what, sizes)
     _check_architecture(config_path, what)
-    # The parameter count from the safetensors headers, before any weight is downloaded.
+    # The parameter count from the safetensors headers, before any weight is downloaded (a
+    # header the library refuses, e.g. over 25 MB, rejects the submission: hub.py).
     metadata = hub_call(
         lambda: api().get_safetensors_metadata(repo_id, revision=commit), what, submission=True
     )
@@ -104,6 +107,16 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
     if count > max_params:
         _tidy(dest)
         return Submission(dest, commit, None, count)
+    # Then the count of the model the config describes, which is what transformers would
+    # allocate whatever the weights hold: built on the meta device, in a bounded child.
+    try:
+        described = config_parameter_count(dest, dest.parent / "param-count")
+        if described > max_params:
+            _tidy(dest)
+            return Submission(dest, commit, None, described)
+        check_against_headers(described, count)
+    except SubmissionRejected as exc:
+        raise SubmissionRejected(f"{what}: {exc}") from exc
     weights = (
         sorted(set(metadata.weight_map.values())) if metadata.sharded else ["model.safetensors"]
     )
@@ -112,7 +125,7 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
         wanted.append(SAFETENSORS_INDEX)
     _check_total({name: sizes[name] for name in [*wanted, "config.json"]}, limit, what)
     for name in wanted:
-        _get(repo_id, commit, name, dest, what)
+        _get(repo_id, commit, name, dest, what, sizes)
     _tidy(dest)
     return Submission(dest, commit, None, count)
 
@@ -135,10 +148,14 @@ def _check_architecture(config_path: Path, what: str) -> None:
         raise SubmissionRejected(f"{what}: config.json cannot be read: {exc}") from exc
 
 
-def _get(repo_id: str, commit: str, name: str, dest: Path, what: str) -> Path:
+def _get(
+    repo_id: str, commit: str, name: str, dest: Path, what: str, sizes: dict[str, int | None]
+) -> Path:
+    # The listed size sets the download's overall deadline (validator/hub.py).
     return download(
-        repo_id, name, what, submission=True, revision=commit, local_dir=dest, force_download=True
-    )
+        repo_id, name, what, submission=True, size=sizes.get(name), revision=commit,
+        local_dir=dest, force_download=True,
+    )  # fmt: skip
 
 
 def _read_json(path: Path, what: str) -> dict:

@@ -119,9 +119,10 @@ def test_a_model_that_does_not_load_is_reported_for_minus_999(world):
     hub, base, _, _ = world
     files = {**files_of(base), "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
     hub.add_repo("dave/broken", files)
-    submission = fetch(world, "dave/broken", max_params=10**9)
-    with pytest.raises(ModelCannotLoad):
-        load(submission)
+    # Weights without the tensors the config describes: refused before any is downloaded
+    # (the module scores a SubmissionRejected from the fetch -999, as a ModelCannotLoad).
+    with pytest.raises(SubmissionRejected, match="the weights are missing"):
+        fetch(world, "dave/broken", max_params=10**9)
 
 
 def test_hub_faults_under_huggingface_hub_1_are_transient(world):

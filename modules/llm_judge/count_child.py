@@ -1,0 +1,43 @@
+"""The child process that counts the parameters a full model's config describes
+(modules/llm_judge/param_count.py): a standalone script (torch and transformers only, nothing of
+the validator), started by validator/child_process.py under CPU, memory and wall-clock limits.
+
+`python -I count_child.py REQUEST.json`: builds the model of `config_dir`'s config.json (never
+with remote code) on the meta device, where a parameter has a shape and no storage, and writes
+{"count": n} (tied parameters counted once, as `model.parameters()` gives them) to the result
+file; a config that transformers cannot build, {"error": "..."}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def main(request_path: str) -> None:
+    with open(request_path, encoding="utf-8") as handle:
+        request = json.load(handle)
+    with open(request["result"], "w", encoding="utf-8") as handle:
+        json.dump(count(request["config_dir"]), handle)
+
+
+def count(config_dir: str) -> dict:
+    try:
+        config = AutoConfig.from_pretrained(config_dir, trust_remote_code=False)
+        # The meta device: every tensor is a shape without storage, however large it claims
+        # to be; only the module objects themselves take memory (the limits bound them).
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+        return {"count": sum(p.numel() for p in model.parameters())}
+    except MemoryError:
+        raise  # past the memory limit: the set-up reports it as such
+    except Exception as exc:  # noqa: BLE001 - a config can make the model's code raise anything
+        text = f"{type(exc).__name__}: {exc}".strip().replace("\n", " ")
+        return {"error": text if len(text) <= 300 else text[:300] + "..."}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
