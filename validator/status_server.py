@@ -2,8 +2,10 @@
 Docker and orchestrators, `/` a status page, `/report` the report of the state dir.
 
 Bound to 127.0.0.1 unless `--http-host` says otherwise: the pages show what the validator
-does (never a secret). Served from a daemon thread; nothing here touches the journal's
-connection (the report reads the file read-only, as `python -m validator report` does).
+does (never a secret). Served by validator/bounded_http.py (a few threads, a cap on connections
+and on their CPU time: a flood of the page does not slow the loop); nothing here touches the
+journal's connection (the report reads the file read-only, as `python -m validator report`
+does). The report, the one costly page, is rendered at most once per REPORT_TTL_S.
 """
 
 from __future__ import annotations
@@ -11,15 +13,19 @@ from __future__ import annotations
 import html
 import json
 import logging
+import shutil
+import subprocess
+import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from validator import telemetry
+from validator.bounded_http import BoundedHTTPServer, RequestHead
 from validator.observer import Observer
+from validator.registry import REPO_ROOT
 from validator.report import render_text, summarize
 
 log = logging.getLogger(__name__)
@@ -27,6 +33,10 @@ log = logging.getLogger(__name__)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_STALE_SECONDS = 1800.0
 REFRESH_SECONDS = 10
+# The report reads the whole journal and draws plots (hundreds of ms): a page opened by many at
+# once, or reloaded in a loop, is drawn once per this many seconds.
+REPORT_TTL_S = 5.0
+REPORT_TIMEOUT_S = 60.0
 
 PAGE_STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -48,10 +58,12 @@ class StatusServer:
         self.observer = observer
         self.state_dir = state_dir
         self.stale_seconds = stale_seconds
+        self.reports_rendered = 0
+        self._report: tuple[float, str] | None = None  # (monotonic time drawn, page)
+        self._report_lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"status": self})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="status", daemon=True)
+        # Binds now: a port in use is a ConfigError (exit 2) before the loop starts.
+        self.httpd = BoundedHTTPServer(host, port, handler)
 
     @property
     def address(self) -> str:
@@ -60,12 +72,11 @@ class StatusServer:
 
     def start(self) -> None:
         telemetry.gpu_memory_gauges()
-        self.thread.start()
+        self.httpd.start()
         log.info("status page on %s (/metrics, /healthz, /report)", self.address)
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.stop()
 
     def health(self) -> tuple[bool, dict]:
         idle = time.time() - self.observer.last_progress
@@ -122,16 +133,45 @@ class StatusServer:
             "</body></html>"
         )
 
+    def cached_report(self) -> str:
+        """The report page, drawn again only when REPORT_TTL_S have passed; requests that come
+        while it is drawn wait for that drawing instead of starting their own."""
+        with self._report_lock:
+            now = time.monotonic()
+            if self._report is None or now - self._report[0] >= REPORT_TTL_S:
+                try:
+                    page = self.report()
+                except (OSError, ValueError) as exc:
+                    page = f"<!doctype html><p>no report yet: {_e(exc)}</p>"
+                self.reports_rendered += 1
+                self._report = (time.monotonic(), page)
+            return self._report[1]
+
     def report(self) -> str:
-        summary, records = summarize(self.state_dir)
+        """Drawn by `python -m validator report` in a child process at a low CPU priority:
+        matplotlib holds the GIL for most of a drawing (a second or more for a long journal),
+        which in this process stalled the loop. The text, as a page, where that fails (no
+        matplotlib in this image)."""
+        command = [sys.executable, "-m", "validator", "report"]
+        command += ["--state-dir", str(self.state_dir.resolve()), "--html", "-"]
+        nice = shutil.which("nice")
         try:
-            from validator.report_html import render_html
-        except ImportError:  # no matplotlib where this runs: the text, as a page
-            return f"<!doctype html><pre>{_e(render_text(summary))}</pre>"
-        return render_html(summary, records)
+            done = subprocess.run(
+                [nice, "-n", "10", *command] if nice else command,
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                timeout=REPORT_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            return f"<!doctype html><p>the report took over {REPORT_TIMEOUT_S:.0f} s</p>"
+        if done.returncode == 0:
+            return done.stdout
+        summary, _ = summarize(self.state_dir)
+        return f"<!doctype html><pre>{_e(render_text(summary))}</pre>"
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(RequestHead):
     status: StatusServer
 
     def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
@@ -144,11 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/":
             self._send(200, "text/html; charset=utf-8", self.status.page().encode())
         elif path == "/report":
-            try:
-                page = self.status.report()
-            except (OSError, ValueError) as exc:
-                page = f"<!doctype html><p>no report yet: {_e(exc)}</p>"
-            self._send(200, "text/html; charset=utf-8", page.encode())
+            self._send(200, "text/html; charset=utf-8", self.status.cached_report().encode())
         else:
             self._send(404, "text/plain", b"not found\n")
 
