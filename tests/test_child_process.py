@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.children import alive, record_in, stop_again_until_it_ends, wait_until
 from validator.child_process import (
     RECORD_PREFIX,
     RECORD_SUFFIX,
@@ -30,32 +31,6 @@ def script(tmp_path: Path, body: str, name: str = "child.py") -> Path:
     path = tmp_path / name
     path.write_text(body)
     return path
-
-
-def alive(pid: int, token: str | None = None) -> bool:
-    """Running (not a zombie), and carrying `token` on its command line if one is given."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z" and (token is None or token.encode() in cmdline)
-
-
-def wait_until(condition, timeout: float = 60.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
-
-
-def record_in(folder: Path, timeout: float = 60.0) -> dict:
-    """The pid record of the child running in `folder`, once it exists."""
-    pattern = f"{RECORD_PREFIX}*{RECORD_SUFFIX}"
-    assert wait_until(lambda: any(p.stat().st_size for p in folder.glob(pattern)), timeout)
-    return json.loads(next(folder.glob(pattern)).read_text())
 
 
 def test_a_child_that_finishes_is_ok_and_gets_no_secret(tmp_path, monkeypatch):
@@ -139,10 +114,7 @@ def test_a_second_stop_signal_ends_the_wait_and_kills_the_child(tmp_path):
     process.send_signal(signal.SIGTERM)  # the first: finish the current step
     time.sleep(1)
     assert process.poll() is None and alive(record["pid"])
-    for _ in range(30):  # the second: now (again until it ends: signals can merge)
-        process.send_signal(signal.SIGTERM)
-        if wait_until(lambda: process.poll() is not None, timeout=1):
-            break
+    stop_again_until_it_ends(process, tries=30)  # the second: now
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130 and "interrupted" in output, output
     assert not alive(record["pid"], record["token"])

@@ -5,12 +5,10 @@ with the validator's process free to stop at once."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from devkit.tiny_chat_models import build_chat_base
 from devkit.validator_cli import REPO_ROOT
 from modules.llm_judge.conversation import read_prompts
 from modules.llm_judge.templating import TemplateLimits, render_prompts
+from tests.helpers.children import gone, record_in, stop_again_until_it_ends, wait_until
 from validator.errors import SubmissionRejected
 
 # Issue 23's three nested loops; the body writes nothing, so that CPU time is what runs out
@@ -149,22 +148,7 @@ def start_render(base: Path, tmp_path: Path, cpu: float) -> tuple[subprocess.Pop
     process = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    end = time.monotonic() + 120
-    while time.monotonic() < end:
-        records = [p for p in work.glob(".child-*.pid") if p.stat().st_size]
-        if records:
-            return process, json.loads(records[0].read_text())
-        time.sleep(0.1)
-    raise AssertionError("the renderer never started")
-
-
-def running(record: dict) -> bool:
-    try:
-        cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes()
-        state = Path(f"/proc/{record['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z" and record["token"].encode() in cmdline
+    return process, record_in(work, timeout=120)
 
 
 def test_one_stop_signal_in_a_hostile_render_ends_it_at_its_limit(base, tmp_path):
@@ -172,27 +156,21 @@ def test_one_stop_signal_in_a_hostile_render_ends_it_at_its_limit(base, tmp_path
     process.send_signal(signal.SIGTERM)  # the validator's first: finish the current step
     output, _ = process.communicate(timeout=240)
     assert process.returncode == 0 and "rejected: the chat template exceeded its CPU" in output
-    assert not running(record)
+    assert gone(record)
 
 
 def test_a_second_stop_signal_ends_a_hostile_render_now_and_leaves_no_child(base, tmp_path):
     process, record = start_render(base, tmp_path, cpu=600)
     process.send_signal(signal.SIGTERM)
-    for _ in range(60):  # again until it ends: two signals at once can reach it as one
-        time.sleep(1)
-        process.send_signal(signal.SIGTERM)
-        if process.poll() is not None:
-            break
+    assert not wait_until(lambda: process.poll() is not None, timeout=1)  # the first: go on
+    stop_again_until_it_ends(process)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130 and "interrupted" in output, output
-    assert not running(record)
+    assert gone(record)
 
 
 def test_a_killed_validator_takes_the_renderer_along(base, tmp_path):
     process, record = start_render(base, tmp_path, cpu=600)
     process.kill()
     process.wait(timeout=60)
-    end = time.monotonic() + 60
-    while running(record) and time.monotonic() < end:
-        time.sleep(0.1)
-    assert not running(record)
+    assert gone(record)

@@ -4,16 +4,15 @@ process behind."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import onnx
 
 from devkit.tiny_policies import slow_policy
+from tests.helpers.children import alive, gone, record_in, stop_again_until_it_ends, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FEATURES, VENUES = 4, 3
@@ -39,34 +38,7 @@ except Interrupted:
 """
 
 
-def sandbox_pid(work: Path, timeout: float = 120.0) -> tuple[int, str]:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        for record in work.glob(".child-*.pid"):
-            if record.stat().st_size:
-                data = json.loads(record.read_text())
-                return data["pid"], data["token"]
-        time.sleep(0.1)
-    raise AssertionError(f"no policy process started in {work}")
-
-
-def running(pid: int, token: str) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z" and token.encode() in cmdline
-
-
-def gone(pid: int, token: str, timeout: float = 60.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and running(pid, token):
-        time.sleep(0.1)
-    return not running(pid, token)
-
-
-def start(tmp_path: Path) -> tuple[subprocess.Popen, int, str]:
+def start(tmp_path: Path) -> tuple[subprocess.Popen, dict]:
     model = tmp_path / "model.onnx"
     onnx.save_model(slow_policy(FEATURES, VENUES), str(model))
     work = tmp_path / "inference"
@@ -77,27 +49,22 @@ def start(tmp_path: Path) -> tuple[subprocess.Popen, int, str]:
         )
     )
     process = subprocess.Popen([sys.executable, str(script)])
-    pid, token = sandbox_pid(work)
-    time.sleep(1)  # the policy is spinning by now
-    assert running(pid, token)
-    return process, pid, token
+    record = record_in(work, timeout=120)
+    assert alive(record["pid"], record["token"])
+    return process, record
 
 
 def test_a_killed_validator_takes_the_policy_process_along(tmp_path):
-    process, pid, token = start(tmp_path)
+    process, record = start(tmp_path)
     process.kill()
     process.wait(timeout=60)
-    assert gone(pid, token)
+    assert gone(record)
 
 
 def test_a_second_stop_signal_kills_the_policy_process(tmp_path):
-    process, pid, token = start(tmp_path)
+    process, record = start(tmp_path)
     process.send_signal(signal.SIGTERM)
-    # Again until it ends: two signals sent at once may reach the handler as one.
-    for _ in range(30):
-        time.sleep(1)
-        process.send_signal(signal.SIGTERM)
-        if process.poll() is not None:
-            break
+    assert not wait_until(lambda: process.poll() is not None, timeout=1)  # the first: go on
+    stop_again_until_it_ends(process, tries=30)
     assert process.wait(timeout=60) == 130
-    assert gone(pid, token, timeout=5)
+    assert gone(record, timeout=5)

@@ -1,0 +1,55 @@
+"""Watching the child processes that validator/child_process.py starts, from tests: its pid
+record, whether a pid still runs that child, and stopping a parent with repeated SIGTERMs.
+Every wait is for a state, bounded by a generous timeout."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from validator.child_process import RECORD_PREFIX, RECORD_SUFFIX
+
+
+def alive(pid: int, token: str | None = None) -> bool:
+    """Running (not a zombie), and carrying `token` on its command line if one is given."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z" and (token is None or token.encode() in cmdline)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def record_in(folder: Path, timeout: float = 60.0) -> dict:
+    """The pid record (`pid`, `token`) of the child running in `folder`, once it exists."""
+    pattern = f"{RECORD_PREFIX}*{RECORD_SUFFIX}"
+    assert wait_until(lambda: any(p.stat().st_size for p in folder.glob(pattern)), timeout), (
+        f"no child started in {folder}"
+    )
+    return json.loads(next(p for p in folder.glob(pattern) if p.stat().st_size).read_text())
+
+
+def gone(record: dict, timeout: float = 60.0) -> bool:
+    return wait_until(lambda: not alive(record["pid"], record["token"]), timeout)
+
+
+def stop_again_until_it_ends(process: subprocess.Popen, tries: int = 60) -> None:
+    """SIGTERM, once a second, until `process` ends: two signals sent at once may reach the
+    validator's handler as one, so the second stop is repeated rather than sent in a burst."""
+    for _ in range(tries):
+        process.send_signal(signal.SIGTERM)
+        if wait_until(lambda: process.poll() is not None, timeout=1):
+            return
