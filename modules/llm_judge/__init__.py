@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from modules.llm_judge.conversation import Prompt, read_prompts
-from modules.llm_judge.generation import Request, Sampling, assignment_seed, generate
+from modules.llm_judge.generation import Request, Sampling, assignment_seed, generate, tokenize
 from modules.llm_judge.judge_texts import cache_dir_from_environment, load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
 from modules.llm_judge.loading import ModelCannotLoad, load
@@ -111,9 +111,9 @@ class LlmJudgeModule(BaseValidationModule):
             ),
             work=work / "template",
         )
-        ids = loaded.tokenizer(texts, add_special_tokens=True)["input_ids"]
+        ids = tokenize(loaded.tokenizer, texts)
         requests = [
-            Request(index, repeat, list(ids[index]))
+            Request(index, repeat, ids[index])
             for index in range(len(prompts))
             for repeat in range(data.eval_args.gen_require)
         ]

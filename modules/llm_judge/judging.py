@@ -68,6 +68,7 @@ class _Failed:
     why: str
     retry: bool = True
     wait: float | None = None
+    status: int | None = None  # the HTTP status, when the server answered one
 
 
 class Judge:
@@ -117,7 +118,7 @@ class Judge:
 
         result = self._with_retries(listing)
         if isinstance(result, _Failed):
-            if result.why.split(":")[0] in {f"HTTP {s}" for s in NO_LISTING_STATUSES}:
+            if result.status in NO_LISTING_STATUSES:
                 log.warning(
                     "judge endpoint %s does not list its models (%s): judging with %s, as the "
                     "network does",
@@ -221,8 +222,9 @@ class Judge:
         except openai.APIStatusError as exc:
             status = exc.status_code
             if status in RETRIED_STATUSES or status >= 500:
-                return _Failed(f"HTTP {status}", wait=_retry_after(exc.response))
-            return _Failed(f"HTTP {status}: {self._scrub(_server_message(exc))}", retry=False)
+                return _Failed(f"HTTP {status}", wait=_retry_after(exc.response), status=status)
+            message = self._scrub(_server_message(exc))
+            return _Failed(f"HTTP {status}: {message}", retry=False, status=status)
         except openai.APIConnectionError as exc:  # timeouts included
             return _Failed(type(exc).__name__)
         except (openai.APIResponseValidationError, ValueError, AttributeError) as exc:
