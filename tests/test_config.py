@@ -3,9 +3,9 @@ import json
 import pytest
 from pydantic import Field
 
-from validator.base import BaseConfig
 from validator.config import resolve_config
 from validator.errors import ConfigError
+from validator.kit.base import BaseConfig
 
 
 class ExampleConfig(BaseConfig):

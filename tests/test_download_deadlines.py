@@ -15,10 +15,10 @@ from tests.helpers.trickle_server import (
     hub_download_meets_its_deadline,
     trickle_server,
 )
-from validator import deadline, downloads
-from validator.deadline import overall_deadline
-from validator.downloads import fetch_validation_set
 from validator.errors import TransientError
+from validator.kit import deadline, downloads
+from validator.kit.deadline import overall_deadline
+from validator.kit.downloads import fetch_validation_set
 
 
 def test_a_trickled_validation_set_ends_at_the_overall_deadline(

@@ -271,8 +271,8 @@ def test_the_launcher_names_its_exit_codes():
 
 
 def test_the_reason_at_the_attempt_limit_names_the_last_error():
-    from validator.journal import Entry, State
     from validator.runner import _attempts_used_up
+    from validator.state.journal import Entry, State
 
     def entry(error: str | None) -> Entry:
         return Entry("1", "m", "1", State.SCORING, {}, None, None, error, 3, 0.0, 0.0)

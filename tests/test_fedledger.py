@@ -11,8 +11,8 @@ import pytest
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
 from validator.errors import RecoverableException
-from validator.fedledger import ApiUnavailable, Assignment, FedLedgerClient, Refusal
-from validator.fedledger_http import MAX_RETRY_AFTER_S, retry_after_seconds
+from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient, Refusal
+from validator.ledger.transport import MAX_RETRY_AFTER_S, retry_after_seconds
 
 KEY = "client-test-key-0001"
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers.tmpfs import fill, small_tmpfs
 from validator.errors import ConfigError
-from validator.journal import (
+from validator.state.journal import (
     RESERVE_NAME,
     UNDECIDED,
     UNSUBMITTED,
@@ -18,7 +18,7 @@ from validator.journal import (
     JournalUnwritable,
     State,
 )
-from validator.journal_store import SCHEMA, SCHEMA_VERSION
+from validator.state.store import SCHEMA, SCHEMA_VERSION
 
 JOURNAL = "journal.sqlite3"
 

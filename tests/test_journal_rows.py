@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from validator.journal import UNSUBMITTED, Journal, State
+from validator.state.journal import UNSUBMITTED, Journal, State
 
 # column, value written over a scored row's, what the reason says
 DAMAGE = [

@@ -3,7 +3,7 @@ import logging
 import sys
 import time
 
-from validator.logs import RedactSecrets
+from validator.observe.logs import RedactSecrets
 from validator.text import MAX_LOG_MESSAGE, MAX_TRACEBACK
 
 SECRET = "sk-flock-abcdef123456"

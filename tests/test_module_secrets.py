@@ -27,7 +27,7 @@ SECRETIVE_MODULE = """\
 import logging
 import os
 
-from validator.base import BaseInputData, BaseMetrics, BaseValidationModule
+from validator.kit.base import BaseInputData, BaseMetrics, BaseValidationModule
 
 
 class Metrics(BaseMetrics):

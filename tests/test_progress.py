@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import time
 
-from validator.phases import ScoringMarks
-from validator.progress import Progress, watch_bytes
+from validator.kit.progress import Progress, watch_bytes
+from validator.state.phases import ScoringMarks
 
 
 def test_progress_lines_are_rate_limited_and_beat_the_heart(tmp_path, caplog):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from validator.journal import Journal
-from validator.records import AssignmentRecord, RecordStore
-from validator.report import percentile, render_text, summarize
+from validator.report.summary import percentile, render_text, summarize
+from validator.state.journal import Journal
+from validator.state.records import AssignmentRecord, RecordStore
 
 REPO = Path(__file__).resolve().parents[1]
 HOUR = 3600.0

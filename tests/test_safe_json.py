@@ -1,6 +1,6 @@
 import pytest
 
-from validator.safe_json import JsonRefused, loads_bounded, nesting_depth
+from validator.kit.safe_json import JsonRefused, loads_bounded, nesting_depth
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from validator.workdirs import LOCK_NAME, ROOT_NAME, UNLOCKED_GRACE_SECONDS, WorkArea, sweep
+from validator.kit.workdirs import LOCK_NAME, ROOT_NAME, UNLOCKED_GRACE_SECONDS, WorkArea, sweep
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from validator.workdirs import WorkArea
+    from validator.kit.workdirs import WorkArea
     folder = WorkArea("lora", sys.argv[1]).new()
     (folder / "adapter_model.safetensors").write_bytes(b"x" * 1024)
     print(folder, flush=True)

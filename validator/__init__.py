@@ -1,1 +1,11 @@
-"""Inner orchestrator of flock-validator: runs inside a module image as `python -m validator`."""
+"""The validator that runs inside every module image (README; the rooms: ledger/, state/,
+observe/, report/, and kit/, the one import for module authors).
+
+Modules written against an earlier layout import paths that have moved (`validator.exceptions`,
+`validator.base`, `validator.phases`, ...): `_moved.py` keeps them importing, with a warning
+that names the new path.
+"""
+
+from validator import _moved
+
+_moved.install()

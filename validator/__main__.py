@@ -9,7 +9,7 @@ def main() -> None:
             sys.exit(f"error: new-module runs in a checkout of the repository ({exc})")
         sys.exit(new_module(sys.argv[2:]))
     if sys.argv[1:2] == ["report"]:  # likewise: what the state dir says happened
-        from validator.report import main as report
+        from validator.report.cli import main as report
 
         sys.exit(report(sys.argv[2:]))
     from validator.entrypoint import main as validate

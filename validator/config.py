@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from validator.base import BaseConfig
 from validator.errors import ConfigError
+from validator.kit.base import BaseConfig
 
 
 def read_json_object(path: Path, holds: str) -> dict[str, Any]:

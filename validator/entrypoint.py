@@ -21,18 +21,18 @@ from validator.errors import (
     describe,
     outcome_of,
 )
-from validator.fedledger import DEFAULT_API_URL, FedLedgerClient
-from validator.journal import DEFAULT_MIN_FREE_MB, Journal
-from validator.journal_store import lock_timeout_from_env
-from validator.logs import setup_logging
-from validator.observer import Observer
+from validator.ledger.client import DEFAULT_API_URL, FedLedgerClient
+from validator.observe.logs import setup_logging
+from validator.observe.observer import Observer
+from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
 from validator.options import gathered_secrets, missing_for_module, secret_names
-from validator.records import DEFAULT_KEEP
 from validator.registry import REPO_ROOT, load_module_class, load_module_spec
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.secrets import MalformedSecret
-from validator.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
+from validator.state.journal import DEFAULT_MIN_FREE_MB, Journal
+from validator.state.records import DEFAULT_KEEP
+from validator.state.store import lock_timeout_from_env
 
 log = logging.getLogger("validator")
 POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)

@@ -11,8 +11,8 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from validator.base import BaseValidationModule
 from validator.errors import ConfigError, RecoverableException, UnknownModuleError
+from validator.kit.base import BaseValidationModule
 from validator.spec import ModuleSpec, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -26,12 +26,12 @@ from validator.errors import (
     describe,
     outcome_of,
 )
-from validator.fedledger import ApiUnavailable, Assignment, FedLedgerClient
-from validator.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
-from validator.observer import Observer
-from validator.phases import PhaseTimes, ScoringMarks
+from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient
+from validator.ledger.submitting import submit_result
+from validator.observe.observer import Observer
 from validator.scoring import ModulePool, score
-from validator.submitting import submit_result
+from validator.state.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
+from validator.state.phases import PhaseTimes, ScoringMarks
 from validator.text import MAX_INPUT_STRING, cut_strings, one_line, oversized_strings
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class Runner:
     def _settle_interrupted(self) -> None:
         """An assignment left in `scoring` was being scored when its process died, and that
         attempt was counted when it began; it is taken back unless the submission plausibly
-        caused the death (validator/phases.py)."""
+        caused the death (validator/state/phases.py)."""
         for entry in self.journal.pending(self.module, (State.SCORING,)):
             reason = self.marks.not_counted(entry.id)
             if reason is not None:

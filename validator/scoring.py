@@ -9,7 +9,6 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from validator.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.config import resolve_config
 from validator.errors import (
     OperatorError,
@@ -19,6 +18,7 @@ from validator.errors import (
     classify,
     describe,
 )
+from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.text import quoted
 
 log = logging.getLogger(__name__)

@@ -24,11 +24,13 @@ from modules.llm_judge.schemas import (
 )
 from modules.llm_judge.submission import fetch_submission
 from modules.llm_judge.templating import TemplateLimits, render_prompts
-from validator.base import BaseValidationModule
-from validator.downloads import fetch_validation_set
-from validator.errors import SubmissionRejected
-from validator.phases import host_work, note
-from validator.workdirs import WorkArea
+from validator.kit import (
+    BaseValidationModule,
+    SubmissionRejected,
+    WorkArea,
+    current_scope,
+    fetch_validation_set,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ class LlmJudgeModule(BaseValidationModule):
     def validate(self, data: LlmJudgeInput) -> LlmJudgeMetrics:
         config = self.config
         work = self._work.new()
-        with host_work("download"):
+        with current_scope().host_work("download"):
             try:
                 submission = fetch_submission(
                     data.hg_repo_id,
@@ -79,11 +81,11 @@ class LlmJudgeModule(BaseValidationModule):
                 return _penalty(f"the submission cannot be loaded: {exc}")
         full_model = submission.base_model is None
         kind = "full model" if full_model else f"LoRA on {submission.base_model}"
-        note("commit", submission.commit)
+        current_scope().note("commit", submission.commit)
         log.info("scoring %s (%s) at commit %s", data.hg_repo_id, kind, submission.commit)
         if (submission.parameter_count or 0) > data.max_params:
             return _penalty(f"{submission.parameter_count} parameters, over {data.max_params}")
-        with host_work("data"):
+        with current_scope().host_work("data"):
             path = fetch_validation_set(
                 data.validation_set_url, work / "validation.jsonl", config.max_validation_set_bytes
             )
@@ -121,7 +123,7 @@ class LlmJudgeModule(BaseValidationModule):
         del loaded
         _free_memory()
         log.info("%d answers generated; %d judge models: %s", len(answers), len(models), models)
-        with host_work("wait"):
+        with current_scope().host_work("wait"):
             score = score_answers(self.judge, self.texts, data.eval_args, prompts, answers, models)
         return LlmJudgeMetrics(score=score)
 

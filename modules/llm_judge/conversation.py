@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from validator.safe_json import JsonRefused, loads_bounded
+from validator.kit import JsonRefused, loads_bounded
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The child process that counts the parameters a full model's config describes
 (modules/llm_judge/param_count.py): a standalone script (torch and transformers only, nothing of
-the validator), started by validator/child_process.py under CPU, memory and wall-clock limits.
+the validator), started by validator/kit/child_process.py under CPU, memory and wall-clock limits.
 
 `python -I count_child.py REQUEST.json`: builds the model of `config_dir`'s config.json (never
 with remote code) on the meta device, where a parameter has a shape and no storage, and writes
@@ -11,6 +11,7 @@ file; a config that transformers cannot build, {"error": "..."}.
 from __future__ import annotations
 
 import json
+import resource
 import sys
 
 import torch
@@ -35,8 +36,25 @@ def count(config_dir: str) -> dict:
     except MemoryError:
         raise  # past the memory limit: the set-up reports it as such
     except Exception as exc:  # noqa: BLE001 - a config can make the model's code raise anything
+        if _memory_spent():
+            # An allocation failed inside C code that does not turn it into MemoryError (torch's
+            # module set-up answers "SystemError: ... returned NULL without setting an
+            # exception"): the limit was met, and the set-up must report it as such.
+            raise MemoryError(str(exc)) from exc
         text = f"{type(exc).__name__}: {exc}".strip().replace("\n", " ")
         return {"error": text if len(text) <= 300 else text[:300] + "..."}
+
+
+def _memory_spent(share: float = 0.9) -> bool:
+    """Whether this process's peak address space came within `share` of its RLIMIT_AS."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return False
+    with open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) * 1024 >= share * limit
+    return False
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from validator.progress import Progress
+from validator.kit import Progress
 
 log = logging.getLogger(__name__)
 

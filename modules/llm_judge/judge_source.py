@@ -15,8 +15,7 @@ import logging
 import string
 from collections.abc import Mapping
 
-from validator.errors import OperatorError
-from validator.text import one_line, quoted
+from validator.kit import OperatorError, one_line, quoted
 
 log = logging.getLogger(__name__)
 

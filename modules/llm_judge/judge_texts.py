@@ -49,8 +49,7 @@ from modules.llm_judge.judge_source import (
     check_texts,
     parse_source_files,
 )
-from validator.errors import ConfigError, OperatorError
-from validator.text import quoted
+from validator.kit import ConfigError, OperatorError, quoted
 
 log = logging.getLogger(__name__)
 

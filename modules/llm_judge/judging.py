@@ -38,8 +38,7 @@ from modules.llm_judge.grading import (
     parse_reply,
     resolve_models,
 )
-from validator.errors import ConfigError, RecoverableException
-from validator.progress import Progress
+from validator.kit import ConfigError, Progress, RecoverableException
 
 if TYPE_CHECKING:  # the texts come from judge_texts at start-up
     from modules.llm_judge.judge_texts import JudgeTexts

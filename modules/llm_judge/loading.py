@@ -14,8 +14,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from modules.llm_judge.submission import Submission
-from validator.adapter_bounds import check_lora_against_base, ranks_of
-from validator.hub import fetch_base_model
+from validator.kit import check_lora_against_base, fetch_base_model, ranks_of
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ hold, so a config of 32 layers at hidden 2048 beside a tiny safetensors file too
 the process) before the count could be checked.
 
 The config is built on the meta device in a child (count_child.py, via
-validator/child_process.py): no tensor gets storage, and a config that describes millions of
+validator/kit/child_process.py): no tensor gets storage, and a config that describes millions of
 layers or experts, whose module objects alone would fill the host, meets the child's CPU,
 memory and wall-clock limits instead. `check_full_model` then compares the count with
 `max_params` and with the count of the safetensors headers.
@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from validator.child_process import ChildLimits, ChildOutcome, run_child
-from validator.errors import SubmissionRejected
+from validator.kit import ChildLimits, ChildOutcome, SubmissionRejected, run_child
 
 CHILD = Path(__file__).with_name("count_child.py")
 # A real model of 100 layers builds on the meta device in seconds and tens of MB.

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from modules.llm_judge.judge_texts import NETWORK_COMMIT, PromptSource
-from validator.base import BaseConfig, BaseInputData, BaseMetrics
+from validator.kit import BaseConfig, BaseInputData, BaseMetrics
 
 GIB = 1024**3
 # What upstream submits for a model over max_params or one that cannot be loaded.

@@ -13,17 +13,7 @@ import transformers
 from transformers import AutoConfig
 
 from modules.llm_judge.param_count import check_against_headers, config_parameter_count
-from validator.errors import SubmissionRejected, TransientError
-from validator.hub import (
-    SAFETENSORS_INDEX,
-    api,
-    commit_of,
-    download,
-    file_sizes,
-    hub_call,
-    model_info,
-)
-from validator.safe_json import JsonRefused, loads_bounded
+from validator.kit import JsonRefused, SubmissionRejected, TransientError, hub, loads_bounded
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -61,10 +51,10 @@ def fetch_submission(
     safetensors headers, then from its config on the meta device) comes back without its
     weights: it scores -999 unloaded."""
     what = f"submission {repo_id}@{revision}"
-    info = model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
-    commit = commit_of(info.sha, what)
+    info = hub.model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
+    commit = hub.commit_of(info.sha, what)
     what = f"submission {repo_id}@{commit}"
-    sizes = file_sizes(info)
+    sizes = hub.file_sizes(info)
     if ADAPTER_CONFIG in sizes:
         return _fetch_adapter(
             repo_id, commit, sizes, dest, supported_bases, max_adapter_bytes, what
@@ -94,14 +84,14 @@ def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what) -
 def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> Submission:
     if "config.json" not in sizes:
         raise SubmissionRejected(f"{what}: neither {ADAPTER_CONFIG} nor config.json: not a model")
-    if "model.safetensors" not in sizes and SAFETENSORS_INDEX not in sizes:
+    if "model.safetensors" not in sizes and hub.SAFETENSORS_INDEX not in sizes:
         raise SubmissionRejected(f"{what}: no safetensors weights{_pickles(sizes)}")
     config_path = _get(repo_id, commit, "config.json", dest, what, sizes)
     _check_architecture(config_path, what)
     # The parameter count from the safetensors headers, before any weight is downloaded (a
     # header the library refuses, e.g. over 25 MB, rejects the submission: hub.py).
-    metadata = hub_call(
-        lambda: api().get_safetensors_metadata(repo_id, revision=commit), what, submission=True
+    metadata = hub.hub_call(
+        lambda: hub.api().get_safetensors_metadata(repo_id, revision=commit), what, submission=True
     )
     count = sum(metadata.parameter_count.values())
     if count > max_params:
@@ -122,7 +112,7 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
     )
     wanted = [name for name in (*MODEL_FILES, *weights) if name in sizes and name != "config.json"]
     if metadata.sharded:
-        wanted.append(SAFETENSORS_INDEX)
+        wanted.append(hub.SAFETENSORS_INDEX)
     _check_total({name: sizes[name] for name in [*wanted, "config.json"]}, limit, what)
     for name in wanted:
         _get(repo_id, commit, name, dest, what, sizes)
@@ -151,8 +141,8 @@ def _check_architecture(config_path: Path, what: str) -> None:
 def _get(
     repo_id: str, commit: str, name: str, dest: Path, what: str, sizes: dict[str, int | None]
 ) -> Path:
-    # The listed size sets the download's overall deadline (validator/hub.py).
-    return download(
+    # The listed size sets the download's overall deadline (validator/kit/hub.py).
+    return hub.download(
         repo_id, name, what, submission=True, size=sizes.get(name), revision=commit,
         local_dir=dest, force_download=True,
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """The child process that renders the validation set's prompts with a chat template
 (modules/llm_judge/templating.py): a standalone script (transformers only, nothing of the
-validator), started by validator/child_process.py under CPU, memory and wall-clock limits.
+validator), started by validator/kit/child_process.py under CPU, memory and wall-clock limits.
 
 `python -I template_child.py REQUEST.json`: loads the tokenizer of `tokenizer_dir` (never with
 remote code) and writes, for every (messages, tools), the template's text with a generation

@@ -1,5 +1,5 @@
 """Rendering the validation set's prompts with the model's chat template, in a child process
-(modules/llm_judge/template_child.py via validator/child_process.py).
+(modules/llm_judge/template_child.py via validator/kit/child_process.py).
 
 A full model's chat template is the submission's own Jinja: three nested `range(100000)` loops
 or a string doubled 31 times would hold a core or take the host's memory for good if rendered in
@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from validator.child_process import ChildLimits, ChildOutcome, run_child
-from validator.errors import SubmissionRejected
+from validator.kit import ChildLimits, ChildOutcome, SubmissionRejected, run_child
 
 CHILD = Path(__file__).with_name("template_child.py")
 # The result file may exceed the texts' own size by its JSON frame.

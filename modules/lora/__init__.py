@@ -28,12 +28,15 @@ from modules.lora.metrics import (
 from modules.lora.precision import pick_precision
 from modules.lora.schemas import LoraConfig, LoraInput, LoraMetrics
 from modules.lora.templates import get_template
-from validator.base import BaseValidationModule
-from validator.downloads import fetch_validation_set
-from validator.errors import ConfigError, SubmissionRejected
-from validator.hub import fetch_base_model
-from validator.phases import host_work, note
-from validator.workdirs import WorkArea
+from validator.kit import (
+    BaseValidationModule,
+    ConfigError,
+    SubmissionRejected,
+    WorkArea,
+    current_scope,
+    fetch_base_model,
+    fetch_validation_set,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +86,11 @@ class LoraModule(BaseValidationModule):
     def validate(self, data: LoraInput) -> LoraMetrics:
         get_template(data.base_model)  # an unknown key fails before anything is downloaded
         work = self._work.new()
-        with host_work("download"):
+        with current_scope().host_work("download"):
             submission = fetch_adapter(
                 data.hg_repo_id, data.revision, work / "adapter", self.limits
             )
-        note("commit", submission.commit)
+        current_scope().note("commit", submission.commit)
         log.info(
             "scoring %s at commit %s (revision %s)",
             data.hg_repo_id,
@@ -103,7 +106,7 @@ class LoraModule(BaseValidationModule):
         plan = plan_adapter(submission.adapter_config, self.config.supported_base_models)
         if plan.dropped_keys:
             log.info("ignored empty adapter_config keys: %s", ", ".join(plan.dropped_keys))
-        with host_work("load"):
+        with current_scope().host_work("load"):
             base = self.bases.get(plan.base_model)
         if base.parameter_count > data.max_params:
             log.warning(
@@ -115,7 +118,7 @@ class LoraModule(BaseValidationModule):
             return LoraMetrics(**high_loss_metrics(), gpu_type=gpu_type(self.device))
         # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
         check_against_base(plan, base.model, submission.path / ADAPTER_WEIGHTS)
-        with host_work("data"):
+        with current_scope().host_work("data"):
             encoded = self._encode(data, base, work)
         try:
             with applied_adapter(

@@ -1,5 +1,5 @@
 """The adapter's ranks and LoRA tensor shapes against its base, before peft allocates anything
-(validator/adapter_bounds.py): a refusal is the submission's, as AdapterRejected."""
+(validator/kit/adapter_bounds.py): a refusal is the submission's, as AdapterRejected."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from torch import nn
 
 from modules.lora.adapters import AdapterPlan, AdapterRejected
-from validator.adapter_bounds import check_lora_against_base, ranks_of
+from validator.kit import check_lora_against_base, ranks_of
 
 
 def check_against_base(plan: AdapterPlan, base: nn.Module, weights: Path) -> None:

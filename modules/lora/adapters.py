@@ -22,8 +22,7 @@ from peft.tuners.lora import LoraLayer
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from modules.lora.pristine import BaseNotRestored, Key, PristineWeights
-from validator.errors import SubmissionRejected
-from validator.text import quoted
+from validator.kit import SubmissionRejected, quoted
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 
 from modules.lora.records import EncodedExample
 from modules.lora.templates import Template, get_template
-from validator.safe_json import loads_bounded
+from validator.kit import loads_bounded
 
 log = logging.getLogger(__name__)
 

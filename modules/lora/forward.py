@@ -30,7 +30,7 @@ from torch import nn
 
 from modules.lora.records import EncodedExample
 from modules.lora.schemas import DEFAULT_TOKEN_BUDGET
-from validator.progress import Progress
+from validator.kit import Progress
 
 log = logging.getLogger(__name__)
 

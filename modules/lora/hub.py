@@ -4,7 +4,7 @@ A submission is hostile (docs/lora-scoring.md, "Untrusted submissions"): we pin 
 score to a commit, fetch only the allow-listed adapter files, never pickle weights or code, and
 check sizes from the Hub's listing before any byte is downloaded and again on what was written.
 
-Every call goes through validator/hub.py: huggingface_hub with one error translation, and
+Every call goes through validator/kit/hub.py: huggingface_hub with one error translation, and
 `HF_ENDPOINT`, `HF_HUB_CACHE`/`HF_HOME` and `HF_TOKEN` read at call time.
 """
 
@@ -16,14 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from validator.errors import SubmissionRejected, TransientError
-from validator.hub import (
-    commit_of,
-    download,
-    file_sizes,
-    model_info,
-)
-from validator.safe_json import JsonRefused, loads_bounded
+from validator.kit import JsonRefused, SubmissionRejected, TransientError, hub, loads_bounded
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +61,13 @@ def fetch_adapter(
     """
     what = f"submission {repo_id}@{revision or 'main'}"
     # One listing gives both the commit and its files, so they cannot disagree.
-    info = model_info(
+    info = hub.model_info(
         repo_id, what, submission=True, revision=revision or "main", files_metadata=True,
         token=token,
     )  # fmt: skip
-    commit = commit_of(info.sha, what)
+    commit = hub.commit_of(info.sha, what)
     what = f"submission {repo_id}@{commit}"
-    sizes = file_sizes(info)
+    sizes = hub.file_sizes(info)
     if ADAPTER_CONFIG not in sizes:
         return FetchedSubmission(dest, commit, False, None, sorted(sizes))
     _check_weight_format(sizes, what)
@@ -89,7 +82,7 @@ def fetch_adapter(
     for name in ADAPTER_FILES:  # the config first: no weights are fetched for a broken one
         # force_download: never reuse a file already in dest (hf_hub_download falls back to one
         # when the Hub is unreachable); revision=commit: what we score is what we recorded.
-        paths.append(download(
+        paths.append(hub.download(
             repo_id, name, what, submission=True, revision=commit, local_dir=dest, token=token,
             force_download=True,
         ))  # fmt: skip

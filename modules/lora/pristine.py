@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import torch
 
-from validator.errors import DeviceError
+from validator.kit import DeviceError
 
 log = logging.getLogger(__name__)
 

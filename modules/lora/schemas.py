@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from validator.base import BaseConfig, BaseInputData, BaseMetrics
+from validator.kit import BaseConfig, BaseInputData, BaseMetrics
 
 GIB = 1024**3
 DEFAULT_TOKEN_BUDGET = 16384  # also the batched forward's default when called directly

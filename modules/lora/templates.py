@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from validator.safe_json import loads_bounded
+from validator.kit import loads_bounded
 
 DEFAULT_TABLE_PATH = Path(__file__).with_name("chat_templates.json")
 

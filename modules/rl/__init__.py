@@ -15,10 +15,7 @@ from modules.rl.policy import inspect_policy
 from modules.rl.reward import average_reward, rewards
 from modules.rl.schemas import PENALTY_REWARD, RlConfig, RlInput, RlMetrics
 from modules.rl.validation_set import load_validation_set
-from validator.base import BaseValidationModule
-from validator.downloads import fetch_validation_set
-from validator.phases import host_work, note
-from validator.workdirs import WorkArea
+from validator.kit import BaseValidationModule, WorkArea, current_scope, fetch_validation_set
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +39,7 @@ class RlModule(BaseValidationModule):
     def validate(self, data: RlInput) -> RlMetrics:
         config = self.config
         work = self._work.new()
-        with host_work("download"):
+        with current_scope().host_work("download"):
             policy = fetch_policy(
                 data.hg_repo_id,
                 data.revision,
@@ -51,7 +48,7 @@ class RlModule(BaseValidationModule):
                 config.max_model_bytes,
                 config.max_external_data_bytes,
             )
-        note("commit", policy.commit)
+        current_scope().note("commit", policy.commit)
         log.info(
             "scoring %s/%s at commit %s (revision %s)",
             data.hg_repo_id,
@@ -69,7 +66,7 @@ class RlModule(BaseValidationModule):
                 PENALTY_REWARD,
             )
             return RlMetrics(average_reward=PENALTY_REWARD)
-        with host_work("data"):
+        with current_scope().host_work("data"):
             path = fetch_validation_set(
                 data.validation_set_url, work / "validation", config.max_validation_set_bytes,
                 default_name="validation_set.npz",

@@ -7,8 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from validator.errors import SubmissionRejected, TransientError
-from validator.hub import commit_of, download, file_sizes, model_info
+from validator.kit import SubmissionRejected, TransientError, hub
 
 
 @dataclass(frozen=True)
@@ -30,10 +29,10 @@ def fetch_policy(
     """Download the policy's one or two files into `dest`; sizes are checked from the Hub's
     listing before any byte is fetched, and again on disk."""
     what = f"submission {repo_id}@{revision}"
-    info = model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
-    commit = commit_of(info.sha, what)
+    info = hub.model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
+    commit = hub.commit_of(info.sha, what)
     what = f"submission {repo_id}@{commit}"
-    sizes = file_sizes(info)
+    sizes = hub.file_sizes(info)
     data_filename = model_filename + ".data"
     if model_filename not in sizes:
         onnx_files = sorted(name for name in sizes if name.endswith(".onnx"))
@@ -54,7 +53,7 @@ def fetch_policy(
     for name, limit in wanted.items():
         # force_download: never a stale file from an earlier run; revision=commit: what is
         # scored is what was logged.
-        path = download(
+        path = hub.download(
             repo_id, name, what, submission=True, revision=commit, local_dir=dest,
             force_download=True,
         )  # fmt: skip

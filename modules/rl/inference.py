@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from validator.child_process import ChildLimits, ChildOutcome, run_child
-from validator.errors import SubmissionRejected
+from validator.kit import ChildLimits, ChildOutcome, SubmissionRejected, run_child
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ def run_policy(
 
 
 def _run_sandbox(request: Path, limits: Limits, work: Path) -> None:
-    # validator/child_process.py: `python -I`, no secret in the environment (no FLOCK_API_KEY,
+    # validator/kit/child_process.py: `python -I`, no secret in the environment (no FLOCK_API_KEY,
     # no HF_TOKEN), its own process group, killed with the validator, swept after a kill.
     # sandbox.py sets its own address-space limit too, once onnxruntime is imported.
     result = run_child(

@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
-from validator.errors import SubmissionRejected
+from validator.kit import SubmissionRejected
 
 # The operator sets onnxruntime ships: the default domain (also spelled ai.onnx), the ML
 # operators and Microsoft's contrib operators. Anything else would need a custom-op library,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from validator.base import BaseConfig, BaseInputData, BaseMetrics
+from validator.kit import BaseConfig, BaseInputData, BaseMetrics
 
 MIB = 1024**2
 GIB = 1024**3

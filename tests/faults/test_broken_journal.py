@@ -25,7 +25,7 @@ from devkit.validator_cli import (
 )
 from tests.faults.figures import record
 from tests.faults.ledger import assert_each_submitted_once, journal_notes, journal_rows
-from validator.journal_store import SCHEMA
+from validator.state.store import SCHEMA
 
 LOCK_BOUND_S = "1.5"
 HOLD_S = 6.5

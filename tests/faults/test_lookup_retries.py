@@ -17,11 +17,11 @@ from tests.faults.figures import record
 from tests.faults.ledger import LOOKUP, UPDATE, Ledger, journal_rows
 from tests.fixtures.modules.fixture import MODULE as FIXTURE_MODULE
 from validator.errors import ExitCode
-from validator.fedledger import FedLedgerClient
-from validator.journal import Journal
-from validator.observer import Observer
+from validator.ledger.client import FedLedgerClient
+from validator.observe.observer import Observer
 from validator.runner import LoopSettings, Runner
 from validator.scoring import ModulePool
+from validator.state.journal import Journal
 
 READ_TIMEOUT = 0.2
 DELAY = 0.6  # longer than READ_TIMEOUT: the API answers after the client gave up

@@ -23,7 +23,7 @@ from devkit.validator_cli import (
 )
 from tests.faults.figures import record
 from validator.errors import ConfigError
-from validator.fedledger import FedLedgerClient
+from validator.ledger.client import FedLedgerClient
 
 # Random-looking, and sharing no four characters with any message, so a found fragment is a leak.
 KEY = "fk-Zq7Wx2Rv9Ty4Pm6Kd3Hn8Jc"

@@ -27,9 +27,9 @@ from devkit.validator_cli import (
 )
 from tests.faults.figures import record
 from tests.faults.ledger import UPDATE, journal_notes, journal_rows, target
-from validator.fedledger import ApiUnavailable, FedLedgerClient
-from validator.fedledger_http import MAX_RETRY_AFTER_S
-from validator.submitting import MAYBE_TAKEN
+from validator.ledger.client import ApiUnavailable, FedLedgerClient
+from validator.ledger.submitting import MAYBE_TAKEN
+from validator.ledger.transport import MAX_RETRY_AFTER_S
 
 LOST_ANSWER = "the API's answer to an earlier try was lost"
 

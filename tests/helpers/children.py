@@ -1,4 +1,4 @@
-"""Watching the child processes that validator/child_process.py starts, from tests: its pid
+"""Watching the child processes that validator/kit/child_process.py starts, from tests: its pid
 record, whether a pid still runs that child, and stopping a parent with repeated SIGTERMs.
 Every wait is for a state, bounded by a generous timeout."""
 
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from validator.child_process import RECORD_PREFIX, RECORD_SUFFIX
+from validator.kit.child_process import RECORD_PREFIX, RECORD_SUFFIX
 
 
 def alive(pid: int, token: str | None = None) -> bool:

@@ -80,11 +80,11 @@ SEEN_CLOSED_S = 60.0
 
 
 def hub_download_meets_its_deadline(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """validator/hub.py's download from a Hub that trickles the file ends at the (shrunk)
+    """validator/kit/hub.py's download from a Hub that trickles the file ends at the (shrunk)
     overall deadline with TransientError, and the connection is closed: shared by the tests
     under huggingface_hub 0.x (requests) and 1.x (httpx)."""
-    from validator import hub
     from validator.errors import TransientError
+    from validator.kit import hub
 
     with trickle_server() as trickle:
         monkeypatch.setenv("HF_ENDPOINT", trickle.url)

@@ -101,7 +101,7 @@ def test_a_config_far_beyond_its_weights_scores_minus_999_without_being_built(ba
 
 def test_a_config_of_a_million_layers_meets_the_counters_limits(base, tmp_path, monkeypatch):
     from modules.llm_judge import param_count
-    from validator.child_process import ChildLimits
+    from validator.kit.child_process import ChildLimits
 
     # Shrunk limits: the module objects of 10**6 layers alone would take tens of GB.
     monkeypatch.setattr(

@@ -13,9 +13,9 @@ import pytest
 
 from devkit.hf_hub import LocalHub
 from modules.lora.hub import DownloadLimits, SubmissionRejected, fetch_adapter
-from validator.downloads import fetch_validation_set
 from validator.errors import RecoverableException, TransientError
-from validator.hub import fetch_base_model
+from validator.kit.downloads import fetch_validation_set
+from validator.kit.hub import fetch_base_model
 
 LIMITS = DownloadLimits(
     max_file_bytes=10_000, max_total_bytes=15_000, max_validation_set_bytes=1000

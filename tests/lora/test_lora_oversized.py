@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from modules.lora.adapters import AdapterRejected
 from tests.lora.test_lora_hostile import World, honest_tensors, inputs, module, world  # noqa: F401
 from validator.errors import describe
-from validator.logs import RedactSecrets
+from validator.observe.logs import RedactSecrets
 from validator.text import MAX_LOG_MESSAGE, MAX_REASON
 
 MIB = 1024 * 1024

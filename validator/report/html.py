@@ -14,8 +14,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
-from validator.records import AssignmentRecord  # noqa: E402
-from validator.report import Summary, completed_scores, phase_seconds  # noqa: E402
+from validator.report.summary import Summary, completed_scores, phase_seconds  # noqa: E402
+from validator.state.records import AssignmentRecord  # noqa: E402
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }

@@ -26,15 +26,15 @@ from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 from huggingface_hub import errors as hf
 from huggingface_hub.hf_api import ModelInfo
 
-from validator.deadline import overall_deadline
-from validator.downloads import TRANSIENT_STATUSES
 from validator.errors import (
     RecoverableException,
     SubmissionRejected,
     TransientError,
     exception_chain,
 )
-from validator.progress import watch_bytes
+from validator.kit.deadline import overall_deadline
+from validator.kit.downloads import TRANSIENT_STATUSES
+from validator.kit.progress import watch_bytes
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ except ImportError:  # huggingface_hub 0.x does not need it
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
-# Overall deadlines (validator/deadline.py): the library's timeouts bound each read only, and a
+# Overall deadlines (validator/kit/deadline.py): the library's timeouts bound each read only, and a
 # Hub that sends a byte every few seconds would hold the validator for ever. A call without a
 # known size (a listing, a header, a config) gets HUB_CALL_DEADLINE_S; a download of a known
 # size gets that plus its size at HUB_MIN_BYTES_PER_S (a 16 GB model: about 4.6 hours).

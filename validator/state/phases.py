@@ -17,52 +17,40 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+
+from validator.kit.scope import HostPhase, Scope, entered
 
 log = logging.getLogger(__name__)
 
 PHASE_FILE = "scoring.phase"
 STOP_FILE = "stop.requested"
 SUBMISSION = "submission"
-# What a module's host work is: fetching files, loading a base model, reading the task's data,
-# waiting on outside services (judge models). Also the phases that records and metrics time.
-HostPhase = Literal["download", "load", "data", "wait"]
-HOST_PHASES: tuple[HostPhase, ...] = ("download", "load", "data", "wait")
-
-_record: Callable[[str], None] | None = None
-_facts: dict[str, str] | None = None
-_beat: Callable[[], None] | None = None
 
 
-def heartbeat() -> None:
-    """Long work is still going (validator/progress.py): /healthz must not call it stuck."""
-    if _beat is not None:
-        _beat()
+class LoopScope(Scope):
+    """The scope of one scoring in the loop: host work marked on disk and timed, notes into
+    the record's facts, heartbeats to /healthz."""
 
+    def __init__(
+        self,
+        record: Callable[[str], None],
+        facts: dict[str, str],
+        beat: Callable[[], None] | None,
+    ) -> None:
+        self._record, self._facts, self._beat = record, facts, beat
 
-def note(key: str, value: str) -> None:
-    """A fact of the assignment being scored for its record (e.g. "commit", the revision it
-    resolved to). For modules; outside the loop it goes nowhere."""
-    if _facts is not None:
-        _facts[key] = str(value)[:200]
+    def note(self, key: str, value: object) -> None:
+        self._facts[key] = str(value)[:200]
 
+    def heartbeat(self) -> None:
+        if self._beat is not None:
+            self._beat()
 
-@contextmanager
-def host_work(phase: HostPhase) -> Iterator[None]:
-    """A section of `validate()` whose failure to return is not the submission's: if the
-    process dies inside it, the scoring attempt is not counted. Its time is recorded under
-    `phase`; the rest of `validate()` is the submission's own ("score"). For modules."""
-    if phase not in HOST_PHASES:
-        raise ValueError(f"host_work phase {phase!r}: one of {', '.join(HOST_PHASES)}")
-    record = _record
-    if record is None:  # outside the loop (--check, tests): nothing to count
-        yield
-        return
-    record(f"host: {phase}")
-    try:
-        yield
-    finally:
-        record(SUBMISSION)
+    def _enter(self, phase: HostPhase) -> None:
+        self._record(f"host: {phase}")
+
+    def _leave(self, phase: HostPhase) -> None:
+        self._record(SUBMISSION)
 
 
 def phase_name(mark: str) -> str:
@@ -104,8 +92,8 @@ class ScoringMarks:
         on_phase: Callable[[str], None] | None = None,
         on_beat: Callable[[], None] | None = None,
     ) -> Iterator[PhaseTimes]:
-        """While `assignment_id` is scored: its phase is kept on disk, and timed."""
-        global _record, _facts, _beat
+        """While `assignment_id` is scored: its phase is kept on disk, and timed; the module
+        reaches both through the scope entered here (validator/kit/scope.py)."""
         times = PhaseTimes()
 
         def record(phase: str) -> None:
@@ -115,11 +103,10 @@ class ScoringMarks:
                 on_phase(phase)
 
         _write(self.phase_path, f"{assignment_id}\n{SUBMISSION}\n")
-        _record, _facts, _beat = record, times.facts, on_beat
         try:
-            yield times
+            with entered(LoopScope(record, times.facts, on_beat)):
+                yield times
         finally:
-            _record, _facts, _beat = None, None, None
             self.phase_path.unlink(missing_ok=True)
 
     def watch_stop(self, stop: threading.Event) -> None:

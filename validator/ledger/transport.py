@@ -1,4 +1,4 @@
-"""The HTTP transport of the Fed Ledger client (validator/fedledger.py): tries, retries, deadlines.
+"""The HTTP transport of the Fed Ledger client (ledger/client.py): tries, retries, deadlines.
 
 requests' timeouts bound each read, not a call: a server that trickles a byte every few seconds
 holds a call forever. So each try runs in a worker thread that the caller abandons when the
@@ -27,10 +27,10 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
 
-from validator import telemetry
 from validator.errors import ConfigError, TransientError
+from validator.observe import telemetry
 
-log = logging.getLogger("validator.fedledger")
+log = logging.getLogger("validator.ledger.client")
 
 DEFAULT_DEADLINE_S = 300.0
 # A try in progress when a stop signal comes gets this long to end by itself: a submit that is

@@ -1,7 +1,7 @@
 """Typed client of the FLock Fed Ledger API (docs/fed-ledger-api.md).
 
 Every call has a timeout per read and an overall deadline, ends shortly after a stop signal
-(validator/fedledger_http.py), and is tried again with exponential backoff: listing tasks and
+(validator/ledger/transport.py), and is tried again with exponential backoff: listing tasks and
 submitting after any connection error, 5xx, 408 or 429 (honouring a bounded Retry-After), but a
 lookup only when the API surely did not process it (see LOOKUP_RETRY_STATUSES); bodies that are
 empty or not JSON are tolerated. The API key travels only in the request header and is never
@@ -22,7 +22,7 @@ import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from validator.errors import RecoverableException
-from validator.fedledger_http import (
+from validator.ledger.transport import (
     DEFAULT_DEADLINE_S,
     MAYBE_PROCESSED_STATUSES,
     ApiUnavailable,

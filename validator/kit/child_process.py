@@ -14,13 +14,13 @@ child up and then runs `script` as `__main__` with `args`:
   after the imports), the size of any file it writes (RLIMIT_FSIZE), and a wall clock that the
   parent enforces by killing the group;
 - a pid record in `cwd` (`.child-<token>.pid`): a run killed before it could kill its child
-  leaves the record, and `kill_strays` (called by validator/workdirs.py when it sweeps an
+  leaves the record, and `kill_strays` (called by validator/kit/workdirs.py when it sweeps an
   abandoned work folder at start-up) kills the process if /proc/<pid>/cmdline still carries
   the record's token (pids are reused).
 
 The parent waits by polling, so a signal handler runs at once: a second stop signal
 (`Interrupted`) or Ctrl-C ends the wait, and the child's group is killed on the way out. While it
-waits it beats the heartbeat (validator/phases.py): a bounded child is work going on, not a
+waits it beats the heartbeat (validator/kit/scope.py): a bounded child is work going on, not a
 stuck validator. The outcome says which limit a child ran into, for the caller to word the
 rejection.
 """
@@ -103,7 +103,10 @@ def run_child(
     """Runs `python -I script *args` in `cwd` under `limits` (see the module's docstring) and
     returns how it ended. Raises only what interrupts the wait (a stop signal's exception),
     after killing the child."""
-    from validator.phases import heartbeat  # here: the child side below imports nothing of ours
+    # Here: the child side below imports nothing of ours.
+    from validator.kit.scope import current_scope  # noqa: PLC0415
+
+    heartbeat = current_scope().heartbeat
 
     cwd.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex

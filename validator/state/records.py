@@ -110,7 +110,7 @@ class LogCapture(logging.Handler):
 @contextmanager
 def captured_logs() -> Iterator[LogCapture]:
     """Captures the root logger's lines while the block runs, through the filters of its
-    handlers (validator.logs.RedactSecrets)."""
+    handlers (validator.observe.logs.RedactSecrets)."""
     root = logging.getLogger()
     filters = [f for handler in root.handlers for f in handler.filters]
     capture = LogCapture([f for f in filters if isinstance(f, logging.Filter)])
@@ -124,3 +124,19 @@ def captured_logs() -> Iterator[LogCapture]:
 def json_safe(value: Any) -> Any:
     """`value` as JSON can hold it (a config may hold paths, sets...)."""
     return json.loads(json.dumps(value, default=str))
+
+
+def outcome_label(state: str, outcome: str | None) -> str:
+    """What an assignment came to, as the report, the records and the metrics name it: the
+    submitted outcome (completed, failed), or the journal state it waits in."""
+    if state == "submitted":
+        return outcome or "submitted"
+    return {"scored": "to submit", "failed": "to submit (failed)"}.get(state, state)
+
+
+def main_metric(metrics: dict[str, Any]) -> str | None:
+    """The metric a module submits first (lora: loss, rl: average_reward, llm_judge: score)."""
+    for name, value in metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return name
+    return None

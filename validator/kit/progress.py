@@ -1,6 +1,7 @@
 """Progress of long work (a scoring's batches, a model download): a log line at most every
 `every` seconds instead of minutes of silence, and a heartbeat for /healthz, which would
-otherwise take a long scoring for a stuck loop."""
+otherwise take a long scoring for a stuck loop. `Progress` lives in scope.py (it beats the
+scope's heart); this file watches downloads."""
 
 from __future__ import annotations
 
@@ -11,34 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from validator import phases
+from validator.kit.scope import EVERY_SECONDS, Progress, current_scope
+
+__all__ = ["Progress", "watch_bytes"]
 
 log = logging.getLogger("validator.progress")
-
-EVERY_SECONDS = 30.0
-
-
-class Progress:
-    def __init__(
-        self, what: str, total: int | None = None, unit: str = "", every: float = EVERY_SECONDS
-    ) -> None:
-        self.what, self.total, self.unit, self.every = what, total, unit, every
-        self.done = 0
-        self.started = self.last = time.monotonic()
-
-    def advance(self, count: int = 1) -> None:
-        self.done += count
-        now = time.monotonic()
-        if now - self.last >= self.every:
-            self.last = now
-            log.info("%s: %s", self.what, self.describe(now))
-            phases.heartbeat()
-
-    def describe(self, now: float | None = None) -> str:
-        elapsed = (now or time.monotonic()) - self.started
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        share = f" of {self.total} ({self.done / self.total:.0%})" if self.total else ""
-        return f"{self.done}{share} {self.unit} in {elapsed:.0f} s, {rate:.2f}/s".replace("  ", " ")
 
 
 @contextmanager
@@ -46,6 +24,7 @@ def watch_bytes(folder: Path, what: str, every: float = EVERY_SECONDS) -> Iterat
     """While the block runs (a download into `folder`), logs how many bytes it holds every
     `every` seconds."""
     done = threading.Event()
+    beat = current_scope().heartbeat  # the watching thread does not see the scope itself
 
     def watch() -> None:
         started = time.monotonic()
@@ -59,7 +38,7 @@ def watch_bytes(folder: Path, what: str, every: float = EVERY_SECONDS) -> Iterat
                 elapsed,
                 size / 2**20 / elapsed,
             )
-            phases.heartbeat()
+            beat()
 
     thread = threading.Thread(target=watch, name="download-progress", daemon=True)
     thread.start()

@@ -1,6 +1,6 @@
-"""What the loop is doing, for the operator: per-assignment records (validator/records.py),
-Prometheus metrics (validator/telemetry.py) and the state the status page shows
-(validator/status_server.py). The runner tells it what happens; nothing here decides anything.
+"""What the loop is doing, for the operator: per-assignment records (validator/state/records.py),
+Prometheus metrics (validator/observe/telemetry.py) and the state the status page shows
+(status_server.py). The runner tells it what happens; nothing here decides anything.
 """
 
 from __future__ import annotations
@@ -13,11 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from validator import telemetry
-from validator.journal import Entry, State
-from validator.phases import phase_name
-from validator.records import AssignmentRecord, RecordStore, captured_logs, json_safe
-from validator.report import main_metric, outcome_label
+from validator.observe import telemetry
+from validator.state.journal import Entry, State
+from validator.state.phases import phase_name
+from validator.state.records import (
+    AssignmentRecord,
+    RecordStore,
+    captured_logs,
+    json_safe,
+    main_metric,
+    outcome_label,
+)
 
 RECENT = 10
 
@@ -89,7 +95,7 @@ class Observer:
             self.progress()
 
     def phase(self, phase: str) -> None:
-        """The scoring moved to `phase` (validator/phases.py)."""
+        """The scoring moved to `phase` (validator/state/phases.py)."""
         if self.current is not None:
             self.current.phase, self.current.since = phase_name(phase), time.time()
         self.progress()

@@ -1,4 +1,4 @@
-"""A journal row as the validator reads it (validator/journal.py), checked at that boundary.
+"""A journal row as the validator reads it (validator/state/journal.py), checked at that boundary.
 
 The journal is a file an operator can edit, restore or damage: a row whose `input` or `metrics`
 is not valid JSON, or whose columns hold what this validator never writes, raises DamagedRow,

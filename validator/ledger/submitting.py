@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import time
 
-from validator.fedledger import ApiUnavailable, FedLedgerClient
-from validator.journal import Entry, Journal, State
+from validator.ledger.client import ApiUnavailable, FedLedgerClient
+from validator.state.journal import Entry, Journal, State
 
 log = logging.getLogger("validator.runner")
 

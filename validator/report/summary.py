@@ -1,18 +1,16 @@
-"""What the validator did, from its state dir: `python -m validator report --state-dir DIR`.
+"""What the validator did, from its state dir (`python -m validator report --state-dir DIR`,
+validator/report/cli.py).
 
 The journal says what happened to every assignment (it is the truth for counts and outcomes);
-the records (validator/records.py) add seconds per phase, scores and log lines. Plain text by
+the records (validator/state/records.py) add seconds per phase, scores and log lines. Plain text by
 default, `--json` for machines, `--html FILE` for one self-contained page with plots
-(validator/report_html.py).
+(validator/report/html.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sqlite3
 import statistics
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -20,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from validator.records import AssignmentRecord, RecordStore
+from validator.state.records import AssignmentRecord, RecordStore, main_metric, outcome_label
 
 JOURNAL_FILE = "journal.sqlite3"
 PHASE_ORDER = ("lookup", "download", "load", "data", "wait", "score", "submit")
@@ -102,14 +100,6 @@ def journal_rows(state_dir: Path) -> list[dict[str, Any]]:
         db.close()
 
 
-def outcome_label(state: str, outcome: str | None) -> str:
-    """What an assignment came to, as the report, the records and the metrics name it: the
-    submitted outcome (completed, failed), or the journal state it waits in."""
-    if state == "submitted":
-        return outcome or "submitted"
-    return {"scored": "to submit", "failed": "to submit (failed)"}.get(state, state)
-
-
 def percentile(values: list[float], share: float) -> float:
     """The nearest-rank percentile (no interpolation: a value that occurred)."""
     ordered = sorted(values)
@@ -137,14 +127,6 @@ def phase_stats(records: list[AssignmentRecord]) -> list[PhaseStats]:
         )
         for phase, values in phase_seconds(records).items()
     ]
-
-
-def main_metric(metrics: dict[str, Any]) -> str | None:
-    """The metric a module submits first (lora: loss, rl: average_reward, llm_judge: score)."""
-    for name, value in metrics.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return name
-    return None
 
 
 def completed_scores(records: list[AssignmentRecord]) -> dict[tuple[str, str], list[float]]:
@@ -229,33 +211,3 @@ def render_text(summary: Summary) -> str:
 
 def _when(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(epoch))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m validator report", description=__doc__)
-    parser.add_argument("--state-dir", type=Path, default=Path("state"))
-    output = parser.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="the summary as JSON")
-    output.add_argument(
-        "--html", metavar="FILE", help="write a page with plots to FILE (- for stdout)"
-    )
-    args = parser.parse_args(argv)
-    try:
-        summary, records = summarize(args.state_dir)
-    except (FileNotFoundError, sqlite3.Error) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(summary.model_dump(), indent=2))
-    elif args.html:
-        from validator.report_html import render_html  # matplotlib: only for this
-
-        page = render_html(summary, records)
-        if args.html == "-":
-            sys.stdout.write(page)
-        else:
-            Path(args.html).write_text(page)
-            print(f"wrote {args.html}", file=sys.stderr)
-    else:
-        sys.stdout.write(render_text(summary))
-    return 0

@@ -13,7 +13,7 @@ that the step in progress is still recorded before the process stops with exit c
 Opening checks the file first, and a broken or locked journal, or a state path that is not
 what it should be (a directory in place of the journal), stops the process with exit code 3
 before any lookup: journal_store.py. One damaged row does not: a row that cannot be read
-(`input` or `metrics` not valid JSON, validator/journal_entry.py) is quarantined, marked
+(`input` or `metrics` not valid JSON, validator/state/entry.py) is quarantined, marked
 `quarantined` with the reason and kept as it is, named in one log line and in the report, and
 the rest of the work goes on.
 """
@@ -31,10 +31,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from validator import journal_store as store
 from validator.errors import ConfigError, disk_full
-from validator.journal_entry import UNDECIDED, UNSUBMITTED, DamagedRow, Entry, State
-from validator.journal_store import (
+from validator.state import store
+from validator.state.entry import UNDECIDED, UNSUBMITTED, DamagedRow, Entry, State
+from validator.state.store import (
     DEFAULT_LOCK_TIMEOUT_S,
     JournalBroken,
     JournalLocked,

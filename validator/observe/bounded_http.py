@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler
 
 from validator.errors import ConfigError, describe
 
-log = logging.getLogger("validator.status_server")
+log = logging.getLogger("validator.observe.status_server")
 
 WORKERS = 2
 MAX_CONNECTIONS = 64

@@ -2,7 +2,7 @@
 Docker and orchestrators, `/` a status page, `/report` the report of the state dir.
 
 Bound to 127.0.0.1 unless `--http-host` says otherwise: the pages show what the validator
-does (never a secret). Served by validator/bounded_http.py (a few threads, a cap on connections
+does (never a secret). Served by bounded_http.py beside it (a few threads, a cap on connections
 and on their CPU time: a flood of the page does not slow the loop); nothing here touches the
 journal's connection (the report reads the file read-only, as `python -m validator report`
 does). The report, the one costly page, is rendered at most once per REPORT_TTL_S.
@@ -22,11 +22,10 @@ from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from validator import telemetry
-from validator.bounded_http import BoundedHTTPServer, RequestHead
-from validator.observer import Observer
-from validator.registry import REPO_ROOT
-from validator.report import render_text, summarize
+from validator.observe import telemetry
+from validator.observe.bounded_http import BoundedHTTPServer, RequestHead
+from validator.observe.observer import Observer
+from validator.spec import REPO_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +149,21 @@ class StatusServer:
     def report(self) -> str:
         """Drawn by `python -m validator report` in a child process at a low CPU priority:
         matplotlib holds the GIL for most of a drawing (a second or more for a long journal),
-        which in this process stalled the loop. The text, as a page, where that fails (no
-        matplotlib in this image)."""
+        which in this process stalled the loop. Where the page cannot be drawn (no matplotlib
+        in this image), the child's text, as a page. The loop never imports the report."""
+        html_page = self._report_child("--html", "-")
+        if html_page is not None and not html_page.startswith("error:"):
+            return html_page
+        text = self._report_child()
+        if text is None:
+            return f"<!doctype html><p>the report took over {REPORT_TIMEOUT_S:.0f} s</p>"
+        return f"<!doctype html><pre>{_e(text)}</pre>"
+
+    def _report_child(self, *options: str) -> str | None:
+        """The output of `python -m validator report OPTIONS` (its error line when it fails);
+        None past REPORT_TIMEOUT_S."""
         command = [sys.executable, "-m", "validator", "report"]
-        command += ["--state-dir", str(self.state_dir.resolve()), "--html", "-"]
+        command += ["--state-dir", str(self.state_dir.resolve()), *options]
         nice = shutil.which("nice")
         try:
             done = subprocess.run(
@@ -164,11 +174,10 @@ class StatusServer:
                 timeout=REPORT_TIMEOUT_S,
             )
         except subprocess.TimeoutExpired:
-            return f"<!doctype html><p>the report took over {REPORT_TIMEOUT_S:.0f} s</p>"
+            return None
         if done.returncode == 0:
             return done.stdout
-        summary, _ = summarize(self.state_dir)
-        return f"<!doctype html><pre>{_e(render_text(summary))}</pre>"
+        return "error: " + (done.stderr.strip().splitlines() or ["the report failed"])[-1]
 
 
 class _Handler(RequestHead):

@@ -10,8 +10,8 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 
-from validator.deadline import overall_deadline
 from validator.errors import RecoverableException, TransientError
+from validator.kit.deadline import overall_deadline
 
 TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
 # The whole download, however slowly the server sends (the timeouts above bound each read only):

@@ -1,0 +1,116 @@
+"""The one import for module authors (docs/module-api.md): everything a module needs from the
+validator, and nothing of the loop.
+
+    from validator.kit import BaseValidationModule, SubmissionRejected, current_scope
+
+Names are loaded on first use, so a module that needs no torch (rl) does not import it through
+`check_lora_against_base`. What is not listed in `__all__` is the validator's own and may move.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> the module that defines it (a module's own name maps to itself: `hub`); the same
+# names, in the same order, are __all__ below.
+_WHERE = {
+    # the plugin contract
+    "BaseConfig": "validator.kit.base",
+    "BaseInputData": "validator.kit.base",
+    "BaseMetrics": "validator.kit.base",
+    "BaseValidationModule": "validator.kit.base",
+    # what validate() raises (validator/errors.py: the failure contract)
+    "SubmissionRejected": "validator.errors",
+    "RecoverableException": "validator.errors",
+    "OperatorError": "validator.errors",
+    "ConfigError": "validator.errors",
+    "TransientError": "validator.errors",
+    "DeviceError": "validator.errors",
+    # the runtime scope: host work, notes, heartbeats, progress
+    "Scope": "validator.kit.scope",
+    "HostPhase": "validator.kit.scope",
+    "current_scope": "validator.kit.scope",
+    "Progress": "validator.kit.scope",
+    # files and processes
+    "WorkArea": "validator.kit.workdirs",
+    "fetch_validation_set": "validator.kit.downloads",
+    "loads_bounded": "validator.kit.safe_json",
+    "JsonRefused": "validator.kit.safe_json",
+    "run_child": "validator.kit.child_process",
+    "ChildLimits": "validator.kit.child_process",
+    "ChildOutcome": "validator.kit.child_process",
+    # the Hugging Face Hub, with deadlines and the failure contract
+    "hub": "validator.kit.hub",
+    "fetch_base_model": "validator.kit.hub",
+    "check_lora_against_base": "validator.kit.adapter_bounds",
+    "ranks_of": "validator.kit.adapter_bounds",
+    # text in reasons and logs
+    "quoted": "validator.text",
+    "one_line": "validator.text",
+}
+
+__all__ = [
+    "BaseConfig",
+    "BaseInputData",
+    "BaseMetrics",
+    "BaseValidationModule",
+    "SubmissionRejected",
+    "RecoverableException",
+    "OperatorError",
+    "ConfigError",
+    "TransientError",
+    "DeviceError",
+    "Scope",
+    "HostPhase",
+    "current_scope",
+    "Progress",
+    "WorkArea",
+    "fetch_validation_set",
+    "loads_bounded",
+    "JsonRefused",
+    "run_child",
+    "ChildLimits",
+    "ChildOutcome",
+    "hub",
+    "fetch_base_model",
+    "check_lora_against_base",
+    "ranks_of",
+    "quoted",
+    "one_line",
+]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'validator.kit' has no attribute {name!r}")
+    module = importlib.import_module(where)
+    value = module if where.rsplit(".", 1)[-1] == name else getattr(module, name)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr__ above
+    from validator.errors import (
+        ConfigError,
+        DeviceError,
+        OperatorError,
+        RecoverableException,
+        SubmissionRejected,
+        TransientError,
+    )
+    from validator.kit import hub
+    from validator.kit.adapter_bounds import check_lora_against_base, ranks_of
+    from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
+    from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+    from validator.kit.downloads import fetch_validation_set
+    from validator.kit.hub import fetch_base_model
+    from validator.kit.safe_json import JsonRefused, loads_bounded
+    from validator.kit.scope import HostPhase, Progress, Scope, current_scope
+    from validator.kit.workdirs import WorkArea
+    from validator.text import one_line, quoted
