@@ -13,9 +13,7 @@ from pathlib import Path
 
 from validator.errors import ConfigError, RecoverableException, UnknownModuleError
 from validator.kit.base import BaseValidationModule
-from validator.spec import ModuleSpec, load_spec
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from validator.spec import REPO_ROOT, ModuleSpec, load_spec
 
 
 def _ensure_repo_on_path() -> None:

@@ -29,6 +29,9 @@ CORE_ENV = (
     "VALIDATOR_MIN_FREE_MB",
 )
 # The container paths the image owns (Dockerfile): a module's volumes go elsewhere under /data.
+# The checkout (or the image's /app) that holds validator/, modules/ and configs/: computed here,
+# once, for the launcher, the registry and the dev tools.
+REPO_ROOT = Path(__file__).resolve().parent.parent
 STATE_PATH = "/data/state"
 CONFIG_PATH = "/app/configs"
 RESERVED_PATHS = ("/app", STATE_PATH)
