@@ -1,0 +1,190 @@
+"""validator.kit is the one import for module authors: the modules and the scaffold use only it,
+its names load lazily, earlier paths keep working with a warning, and the runtime scope is an
+object that is a no-op outside a run."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from devkit.validator_cli import REPO_ROOT, run_validator, validator_env
+from validator import _moved, kit
+from validator.kit.scope import NO_RUN, Progress, Scope, current_scope
+from validator.state.phases import ScoringMarks
+
+IMPORT = re.compile(r"^\s*(?:from|import) (validator(?:\.\w+)*)\b", re.M)
+AUTHORED = sorted(
+    [*(REPO_ROOT / "modules").glob("*/*.py"), *(REPO_ROOT / "devkit" / "scaffold").rglob("*.j2")]
+)
+
+
+def validator_imports(path: Path) -> list[str]:
+    """Every `validator...` module that `path` imports, at any depth (templates are not Python
+    until rendered, so the lines are read as text)."""
+    return IMPORT.findall(path.read_text())
+
+
+def test_modules_and_the_scaffold_import_the_validator_through_the_kit_only():
+    assert len([p for p in AUTHORED if p.suffix == ".j2"]) >= 2
+    # The scaffold's test template checks the config loading and the spec, as a test may.
+    allowed = {"validator.kit", "validator.config", "validator.spec"}
+    outside = {
+        str(path.relative_to(REPO_ROOT)): sorted(set(names) - {"validator.kit"})
+        for path in AUTHORED
+        if (names := validator_imports(path))
+        and set(names) - ({"validator.kit"} | (allowed if path.name.startswith("test_") else set()))
+    }
+    assert outside == {}
+
+
+def test_every_name_of_the_kit_resolves_and_all_lists_them():
+    assert sorted(kit.__all__) == sorted(kit._WHERE) and len(kit.__all__) == len(set(kit.__all__))
+    for name in kit.__all__:
+        assert getattr(kit, name) is not None, name
+    assert kit.current_scope is current_scope
+    with pytest.raises(AttributeError, match="no attribute 'journal'"):
+        _ = kit.journal
+
+
+def test_importing_the_kit_loads_neither_torch_nor_the_hub_library():
+    code = (
+        "import sys; from validator.kit import BaseValidationModule, SubmissionRejected, "
+        "current_scope; print(sorted(m for m in ('torch', 'huggingface_hub') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_scope_is_a_no_op_outside_a_run():
+    scope = current_scope()
+    assert scope is NO_RUN and type(scope) is Scope
+    with scope.host_work("load"):
+        scope.note("commit", "abc")
+        scope.heartbeat()
+    with pytest.raises(ValueError, match="host_work phase 'compile'"):
+        with scope.host_work("compile"):  # type: ignore[arg-type]
+            pass
+
+
+def test_the_loops_scope_records_host_work_notes_and_beats_then_goes(tmp_path):
+    beats: list[int] = []
+    phases: list[str] = []
+    marks = ScoringMarks(tmp_path)
+    with marks.scoring("a1", on_phase=phases.append, on_beat=lambda: beats.append(1)) as times:
+        scope = current_scope()
+        assert scope is not NO_RUN
+        with scope.host_work("download"):
+            # What a later process reads after a SIGKILL in here: the host's work.
+            assert (tmp_path / "scoring.phase").read_text() == "a1\nhost: download\n"
+        scope.note("commit", "c" * 300)
+        Progress("scoring", total=2, every=0).advance()
+    assert phases == ["host: download", "submission"]
+    assert times.facts == {"commit": "c" * 200} and beats == [1]
+    assert current_scope() is NO_RUN and not (tmp_path / "scoring.phase").exists()
+
+
+def test_a_progress_made_in_a_scoring_beats_from_another_thread(tmp_path):
+    import threading
+
+    beats: list[int] = []
+    with ScoringMarks(tmp_path).scoring("a1", on_beat=lambda: beats.append(1)):
+        progress = Progress("judging", total=1, every=0)
+        thread = threading.Thread(target=progress.advance)
+        thread.start()
+        thread.join()
+    assert beats == [1]
+
+
+@pytest.mark.parametrize("old, new", sorted(_moved.MOVED.items()))
+def test_earlier_paths_import_the_same_module_with_a_warning(old, new):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import importlib, sys; m = importlib.import_module({old!r}); "
+            f"print(m is sys.modules[{new!r}])",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+    assert f"{old} has moved to {new}" in done.stderr and "MovedPathWarning" in done.stderr
+
+
+def test_the_warning_points_at_the_line_that_imports_the_old_path():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sys.modules.pop("validator.exceptions", None)
+        from validator.exceptions import SubmissionRejected  # noqa: F401
+    (warning,) = [w for w in caught if issubclass(w.category, _moved.MovedPathWarning)]
+    assert "validator.exceptions has moved to validator.errors" in str(warning.message)
+    assert warning.filename == __file__  # the author's import line, not importlib's
+
+
+# A module as the README wrote it before the kit: the paths it used, `host_work` and `note` as
+# functions. It must load, score and record its facts, with the warnings in the log.
+OLD_MODULE = """
+from validator.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
+from validator.exceptions import RecoverableException, SubmissionRejected
+from validator.phases import host_work, note
+
+
+class OldConfig(BaseConfig):
+    weight: float = 1.0
+
+
+class OldInput(BaseInputData):
+    hg_repo_id: str
+    context_length: int
+
+
+class OldMetrics(BaseMetrics):
+    score: float
+
+
+class OldModule(BaseValidationModule):
+    config_schema = OldConfig
+    input_data_schema = OldInput
+    metrics_schema = OldMetrics
+
+    def validate(self, data: OldInput) -> OldMetrics:
+        if data.context_length <= 0:
+            raise SubmissionRejected("context_length must be positive")
+        with host_work("load"):
+            note("commit", "0" * 40)
+        return OldMetrics(score=self.config.weight * len(data.hg_repo_id))
+
+
+MODULE = OldModule
+"""
+
+
+def test_a_module_written_from_the_earlier_readme_loads_with_a_warning(tmp_path):
+    folder = tmp_path / "modules" / "oldstyle"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(OLD_MODULE)
+    (folder / "module.yaml").write_text("name: oldstyle\n")
+    (folder / "environment.yml").write_text("name: oldstyle\ndependencies: [python=3.11]\n")
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps({"hg_repo_id": "alice/x", "context_length": 7}))
+    result = run_validator(
+        ["oldstyle", "--check", str(path)], validator_env(tmp_path, PYTHONPATH=str(tmp_path))
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {"score": 7.0}
+    for old, new in [
+        ("validator.base", "validator.kit.base"),
+        ("validator.exceptions", "validator.errors"),
+        ("validator.phases", "validator.kit.scope"),
+    ]:
+        assert f"{old} has moved to {new}" in result.stderr
