@@ -208,7 +208,7 @@ class SimulatorHandler(BaseHTTPRequestHandler):
     def _api(self, method: str, path: str, raw: bytes) -> Reply | None:
         sub_path = path[len(API_PREFIX) :]
         state = self.server.state
-        state.request_begun()
+        received = state.request_begun()
         rule = self.server.faults.take(endpoint_of(sub_path))
         fault = rule.kind if rule else None
         reply = None
@@ -234,7 +234,7 @@ class SimulatorHandler(BaseHTTPRequestHandler):
             # after its response always finds its request there; an error here is logged as a
             # dropped connection, which is what the client sees.
             status = reply.status if reply else None
-            state.log_request(method, path, status, fault, processed=processed)
+            state.log_request(method, path, status, fault, processed=processed, received=received)
         return reply
 
     def _api_call(self, method: str, sub_path: str, raw: bytes) -> Reply:

@@ -251,9 +251,11 @@ class SimState:
             submission = self._add_submission(task.id, data, assignment_data)
             return {"id": submission.id}
 
-    def request_begun(self) -> None:
+    def request_begun(self) -> float:
+        """Count an API request in flight; the simulator's clock when it arrived."""
         with self._lock:
             self._in_flight += 1
+            return self._clock()
 
     def log_request(
         self,
@@ -263,17 +265,23 @@ class SimState:
         fault: str | None,
         *,
         processed: bool = True,
+        received: float | None = None,
     ) -> None:
         """Record an API request's outcome (None: dropped); it is no longer in flight.
-        `processed`: whether the API itself handled it (a fault may have replaced its answer)."""
+        `processed`: whether the API itself handled it (a fault may have replaced its answer).
+        `received`: when it arrived (request_begun's clock); `time` is when it was answered,
+        which a delay fault or a busy machine pushes later, so gaps between sends are measured
+        on `received`."""
         with self._lock:
             self._in_flight = max(self._in_flight - 1, 0)
+            now = self._clock()
             self._requests.append(
                 {
                     "method": method,
                     "path": path,
                     "status": status,
-                    "time": self._clock(),
+                    "time": now,
+                    "received": now if received is None else received,
                     "fault": fault,
                     "processed": processed,
                 }

@@ -26,7 +26,11 @@ from tests.faults.ledger import assert_each_submitted_once
 
 @pytest.mark.parametrize("lock_file", ["kept", "deleted"])
 def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_path, lock_file):
-    write_config(tmp_path, "fixture", {"slow_seconds": 1.0, "marker_dir": str(tmp_path)})
+    # The first is held inside its scoring of slow/a until the test releases it, so the second
+    # provably starts while the first runs, however long a loaded machine takes to start it.
+    release = tmp_path / "release"
+    config = {"slow_seconds": 120.0, "marker_dir": str(tmp_path), "release_file": str(release)}
+    write_config(tmp_path, "fixture", config)
     env = validator_env(tmp_path)
     tasks = {"tasks": [task(1, ["slow/a", "ok/b"])]}
     (tmp_path / "second").mkdir()
@@ -48,8 +52,13 @@ def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_
         assert "give each validator its own --state-dir" in second.stderr
         assert "Traceback" not in second.stderr
         assert other.state()["requests"] == []
+        # The first was running all along: still scoring slow/a, its one lookup so far, with
+        # nothing submitted.
+        assert first.poll() is None
+        assert len(sim.lookups()) == 1 and sim.submissions() == []
 
-        assert first.wait(30) == 0, (tmp_path / "first.log").read_text()
+        release.touch()
+        assert first.wait(60) == 0, (tmp_path / "first.log").read_text()
         assert_each_submitted_once(sim, tmp_path / "state", 2)
     record(
         f"two validators on one state dir, its lock file {lock_file}",
