@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from bench.lora_common import GIB, synchronize
 from devkit.tiny_models import LORA_TARGETS
 from modules.lora.adapters import applied_adapter, plan_adapter
-from modules.lora.pristine import PristineWeights
+from validator.kit import PristineWeights
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 The reference merges the adapter into the base weights (`merge_and_unload`) and scores the
 merged model. We do the same, so the numbers match, but keep the base: the weights a merge
-touches are copied back afterwards, bit for bit, from pristine copies (`pristine.py`), instead
-of reloading the base for every assignment.
+touches are copied back afterwards, bit for bit, from pristine copies
+(`validator/kit/pristine.py`), instead of reloading the base for every assignment.
 """
 
 from __future__ import annotations
@@ -18,11 +18,16 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel
-from peft.tuners.lora import LoraLayer
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
-from modules.lora.pristine import BaseNotRestored, Key, PristineWeights
-from validator.kit import SubmissionRejected, quoted
+from validator.kit import (
+    BaseNotRestored,
+    PristineWeights,
+    SubmissionRejected,
+    forget_peft,
+    merge_targets,
+    quoted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +147,10 @@ def applied_adapter(
         try:
             yield peft_model
         finally:
-            _forget_peft(peft_model.unload())
+            forget_peft(peft_model.unload())
         return
     pristine = pristine if pristine is not None else PristineWeights()
-    touched = dict(_merge_targets(peft_model))
+    touched = dict(merge_targets(peft_model))
     try:
         pristine.keep(touched.items())
         merged = peft_model.merge_and_unload()
@@ -155,7 +160,7 @@ def applied_adapter(
         yield merged
     finally:
         pristine.restore(merged, touched)
-        _forget_peft(merged)
+        forget_peft(merged)
 
 
 class BaseCorrupted(AdapterRejected):
@@ -163,19 +168,3 @@ class BaseCorrupted(AdapterRejected):
     base, a safetensors file that does not parse, a dtype peft refuses): the submission's fault.
     Whatever peft raised here is this, with its text as the reason; a device fault under it
     still restarts the process (validator.errors.classify reads the chain)."""
-
-
-def _merge_targets(peft_model: PeftModel) -> Iterator[tuple[Key, torch.Tensor]]:
-    """The tensors a merge rewrites: weight and bias of each layer holding a LoRA."""
-    for name, module in peft_model.base_model.model.named_modules():
-        if isinstance(module, LoraLayer):
-            layer = module.get_base_layer()
-            yield (name, "weight"), layer.weight
-            if getattr(layer, "bias", None) is not None:
-                yield (name, "bias"), layer.bias
-
-
-def _forget_peft(model: torch.nn.Module) -> None:
-    # peft leaves its config on the unloaded model; the next adapter would be taken for a second.
-    if hasattr(model, "peft_config"):
-        del model.peft_config

@@ -17,8 +17,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from modules.lora.fingerprint import BaseFingerprint
-from modules.lora.pristine import PristineWeights
+from validator.kit import BaseFingerprint, PristineWeights, base_intact
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +28,8 @@ class LoadedBase:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     parameter_count: int
-    # Taken at load time: after each assignment the model must still match it (fingerprint.py).
+    # Taken at load time: after each assignment the model must still match it
+    # (validator/kit/fingerprint.py).
     fingerprint: BaseFingerprint
     # Dropped with the base: the copies are only valid for the weights they were taken from.
     pristine: PristineWeights = field(default_factory=PristineWeights)
@@ -89,7 +89,7 @@ class BaseModelCache:
         """Ends an assignment's use of `base` (`user` names the submission in the log). The
         base stays warm only while it is bit for bit the base as loaded; otherwise it is
         dropped, and the next assignment loads it afresh."""
-        if reload or not _intact(base, user):
+        if reload or not base_intact(base.fingerprint, base.model, user):
             self.invalidate(base.repo_id)
 
     def invalidate(self, repo_id: str) -> None:
@@ -127,19 +127,3 @@ class BaseModelCache:
             parameter_count=sum(p.numel() for p in model.parameters()),
             fingerprint=BaseFingerprint.of(model),
         )
-
-
-def _intact(base: LoadedBase, user: str) -> bool:
-    try:
-        changed = base.fingerprint.differences(base.model)
-    except Exception as exc:  # noqa: BLE001 - a base we cannot check is a base we reload
-        log.warning("could not check the base model after %s (%s)", user, exc)
-        return False
-    if changed:
-        log.warning(
-            "%s changed the base model beyond its LoRA layers (%s); the base is reloaded "
-            "before the next submission",
-            user,
-            ", ".join(changed),
-        )
-    return not changed

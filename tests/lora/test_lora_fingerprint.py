@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from devkit.tiny_models import build_model
-from modules.lora.fingerprint import BLOCK, KEYS, BaseFingerprint, _Weights, digest
+from validator.kit.fingerprint import BLOCK, KEYS, BaseFingerprint, _Weights, digest
 
 
 def flip_one_bit(tensor: torch.Tensor, index: int) -> None:

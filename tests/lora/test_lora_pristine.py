@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 
 from devkit.tiny_models import build_model, make_lora
 from modules.lora.adapters import applied_adapter, plan_adapter
-from modules.lora.pristine import BaseNotRestored, PristineWeights, keep_on_device
 from tests.lora.test_lora_module import KINDS, inputs, module, world  # noqa: F401 - fixture
 from validator.errors import Verdict, classify
+from validator.kit.pristine import BaseNotRestored, PristineWeights, keep_on_device
 
 GIB = 2**30
 QWEN = KINDS["qwen"][2]

@@ -4,7 +4,8 @@ validator, and nothing of the loop.
     from validator.kit import BaseValidationModule, SubmissionRejected, current_scope
 
 Names are loaded on first use, so a module that needs no torch (rl) does not import it through
-`check_lora_against_base`. What is not listed in `__all__` is the validator's own and may move.
+`check_lora_against_base` or the warm-base helpers. What is not listed in `__all__` is the
+validator's own and may move.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ _WHERE = {
     "fetch_base_model": "validator.kit.hub",
     "check_lora_against_base": "validator.kit.adapter_bounds",
     "ranks_of": "validator.kit.adapter_bounds",
+    # a warm base: an adapter merged into a kept base, undone bit for bit (torch and peft)
+    "PristineWeights": "validator.kit.pristine",
+    "BaseNotRestored": "validator.kit.pristine",
+    "merge_targets": "validator.kit.pristine",
+    "forget_peft": "validator.kit.pristine",
+    "BaseFingerprint": "validator.kit.fingerprint",
+    "base_intact": "validator.kit.fingerprint",
     # text in reasons and logs
     "quoted": "validator.text",
     "one_line": "validator.text",
@@ -76,6 +84,12 @@ __all__ = [
     "fetch_base_model",
     "check_lora_against_base",
     "ranks_of",
+    "PristineWeights",
+    "BaseNotRestored",
+    "merge_targets",
+    "forget_peft",
+    "BaseFingerprint",
+    "base_intact",
     "quoted",
     "one_line",
 ]
@@ -109,7 +123,9 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
     from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
     from validator.kit.downloads import fetch_validation_set
+    from validator.kit.fingerprint import BaseFingerprint, base_intact
     from validator.kit.hub import fetch_base_model
+    from validator.kit.pristine import BaseNotRestored, PristineWeights, forget_peft, merge_targets
     from validator.kit.safe_json import JsonRefused, loads_bounded
     from validator.kit.scope import HostPhase, Progress, Scope, current_scope
     from validator.kit.workdirs import WorkArea

@@ -1,4 +1,5 @@
-"""Copies of a warm base's weights as loaded, so that a merged adapter can be undone bit for bit.
+"""Copies of a warm base's weights as loaded, so that a merged adapter can be undone bit for bit
+(the lora and llm_judge modules keep their bases warm across assignments).
 
 A weight is copied out the first time any adapter touches it and kept for as long as its base
 stays loaded, so later assignments only copy back: on a 7B base with every projection adapted
@@ -11,11 +12,13 @@ PCIe speed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
+from peft import PeftModel
+from peft.tuners.lora import LoraLayer
 
-from validator.kit import DeviceError
+from validator.errors import DeviceError
 
 log = logging.getLogger(__name__)
 
@@ -89,3 +92,20 @@ class PristineWeights:
             place = copy.device.type
             held[place] = held.get(place, 0) + copy.numel() * copy.element_size()
         return held
+
+
+def merge_targets(peft_model: PeftModel) -> Iterator[tuple[Key, torch.Tensor]]:
+    """The tensors a merge rewrites: weight and bias of each layer holding a LoRA."""
+    for name, module in peft_model.base_model.model.named_modules():
+        if isinstance(module, LoraLayer):
+            layer = module.get_base_layer()
+            yield (name, "weight"), layer.weight
+            if getattr(layer, "bias", None) is not None:
+                yield (name, "bias"), layer.bias
+
+
+def forget_peft(model: torch.nn.Module) -> None:
+    """Removes what peft leaves on an unloaded model: the next adapter would be taken for a
+    second one on the same model."""
+    if hasattr(model, "peft_config"):
+        del model.peft_config

@@ -18,11 +18,14 @@ the sums run as one matrix product (BLAS, tensor cores) instead of a copy of the
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+
+log = logging.getLogger(__name__)
 
 BLOCK = 2**12  # words per digest
 STEP_BLOCKS = 4096  # blocks digested at once: 128 MiB of float64 words at most
@@ -78,6 +81,25 @@ class BaseFingerprint:
                 if len(changed) == most:
                     break
         return changed
+
+
+def base_intact(fingerprint: BaseFingerprint, model: torch.nn.Module, user: str) -> bool:
+    """Whether `model` is still bit for bit the base `fingerprint` was taken of, after an
+    assignment's use (`user` names the submission in the log); a base that is not, or cannot be
+    checked, is to be dropped and reloaded before the next submission."""
+    try:
+        changed = fingerprint.differences(model)
+    except Exception as exc:  # noqa: BLE001 - a base we cannot check is a base we reload
+        log.warning("could not check the base model after %s (%s)", user, exc)
+        return False
+    if changed:
+        log.warning(
+            "%s changed the base model beyond its LoRA layers (%s); the base is reloaded "
+            "before the next submission",
+            user,
+            ", ".join(changed),
+        )
+    return not changed
 
 
 def _tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
