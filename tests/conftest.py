@@ -1,6 +1,35 @@
 from __future__ import annotations
 
+import pytest
+
 from tests.faults.figures import FIGURES
+from tests.helpers import layers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    layers.register(config)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    layers.mark_layers(items)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """The Docker engine (its users are marked `docker`); a module may define its own."""
+    # Imported here: the docker SDK is not needed to collect or run the other layers.
+    from tests.helpers.docker_env import require_engine
+
+    return require_engine()
+
+
+@pytest.fixture
+def chromium(tmp_path):
+    """A headless Chromium driver (its users are marked `browser`)."""
+    from tests.helpers.browser import browser
+
+    with browser(tmp_path) as driver:
+        yield driver
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -13,7 +13,6 @@ import yaml
 from devkit.docker_env import launcher_env, make_module_repo
 from devkit.scaffold import FILES, ScaffoldError, check_name, scaffold
 from devkit.validator_cli import REPO_ROOT
-from tests.helpers.docker_env import require_engine
 
 NAME = "word_stats"
 
@@ -59,9 +58,9 @@ def test_its_generated_tests_pass(scaffolded):
     assert "6 passed" in result.stdout
 
 
-def test_its_image_builds_and_compose_lists_its_service(scaffolded):
+def test_its_image_builds_and_compose_lists_its_service(scaffolded, engine):
     repo, _ = scaffolded
-    client = require_engine()
+    client = engine
     env = launcher_env(TASK_IDS="1")
     result = run(repo, sys.executable, "run.py", NAME, "--build-only", env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]

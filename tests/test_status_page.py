@@ -24,7 +24,7 @@ from devkit.validator_cli import (
     wait_for,
     write_config,
 )
-from tests.helpers.browser import browser, screenshot
+from tests.helpers.browser import screenshot
 
 LISTENING = re.compile(r"status page on (http://127\.0\.0\.1:\d+)")
 
@@ -64,100 +64,100 @@ def run(tmp_path):
             process.wait(30)
 
 
-def test_metrics_health_and_pages_tell_what_the_validator_did(run, tmp_path):
+def test_metrics_health_and_pages_tell_what_the_validator_did(run, chromium):
     sim, base, process, state = run
-    with browser(tmp_path) as driver:
-        # While the slow one is scoring: the page names it and its phase.
-        wait_for((state / "slow_c.started").exists, 60, "the slow assignment to be scoring")
-        driver.get(base + "/")
-        current = driver.find_element("id", "current").text
-        slow_id = next(
-            str(a["id"])
-            for a in sim.state()["assignments"]
-            if a["task_submission"]["data"]["hg_repo_id"] == "slow/c"
-        )
-        assert current == slow_id
-        assert driver.find_element("id", "phase").text == "score"
-        screenshot(driver, "status-page.png")
+    driver = chromium
+    # While the slow one is scoring: the page names it and its phase.
+    wait_for((state / "slow_c.started").exists, 60, "the slow assignment to be scoring")
+    driver.get(base + "/")
+    current = driver.find_element("id", "current").text
+    slow_id = next(
+        str(a["id"])
+        for a in sim.state()["assignments"]
+        if a["task_submission"]["data"]["hg_repo_id"] == "slow/c"
+    )
+    assert current == slow_id
+    assert driver.find_element("id", "phase").text == "score"
+    screenshot(driver, "status-page.png")
 
-        wait_for(lambda: len(sim.submissions()) == 4, 60, "4 results submitted")
-        # The last result is recorded just after the API took it.
-        wait_for(lambda: get(base + "/")[1].count("</td></tr>") == 4, 10, "4 results shown")
+    wait_for(lambda: len(sim.submissions()) == 4, 60, "4 results submitted")
+    # The last result is recorded just after the API took it.
+    wait_for(lambda: get(base + "/")[1].count("</td></tr>") == 4, 10, "4 results shown")
 
-        # The loop goes on looking up (answered "no submissions") while this scrapes: the
-        # simulator's count before and after brackets the metric's.
-        lookups_before = len(sim.lookups())
-        status, text = get(base + "/metrics")
-        lookups_after = len(sim.lookups())
-        assert status == 200
-        metrics = samples(text)
-        submitted = sim.submissions()
-        repo_task = {a["id"]: str(a["task_id"]) for a in sim.state()["assignments"]}
-        for task_id in ("1", "2"):
-            for outcome in ("completed", "failed"):
-                expected = sum(
-                    1
-                    for s in submitted
-                    if repo_task[s["assignment_id"]] == task_id and s["status"] == outcome
-                )
-                key = (
-                    "flock_validator_assignments_total",
-                    (("outcome", outcome), ("task", task_id)),
-                )
-                assert metrics.get(key, 0) == expected, (task_id, outcome)
-        lookups = sum(v for (name, _), v in metrics.items() if name.endswith("lookups_total"))
-        assert lookups_before - 1 <= lookups <= lookups_after  # one may be in flight
-        handed_out = ("flock_validator_lookups_total", (("answer", "assignment"),))
-        assert (
-            sum(v for (name, labels), v in metrics.items() if (name, labels[:1]) == handed_out)
-            == len(sim.state()["assignments"])
-            == 4
-        )
-        submit_count = ("flock_validator_phase_seconds_count", (("phase", "submit"),))
-        assert metrics[submit_count] == 4
-        assert metrics[("flock_validator_backlog", (("kind", "undecided"),))] == 0
-        assert metrics[("flock_validator_last_submit_timestamp_seconds", ())] > 0
-        faulted = [r for r in sim.state()["requests"] if r.get("fault")]
-        assert len(faulted) == 1
-        retry = ("flock_validator_api_retries_total", (("call", "submit"), ("kind", "http_503")))
-        assert metrics[retry] == 1
+    # The loop goes on looking up (answered "no submissions") while this scrapes: the
+    # simulator's count before and after brackets the metric's.
+    lookups_before = len(sim.lookups())
+    status, text = get(base + "/metrics")
+    lookups_after = len(sim.lookups())
+    assert status == 200
+    metrics = samples(text)
+    submitted = sim.submissions()
+    repo_task = {a["id"]: str(a["task_id"]) for a in sim.state()["assignments"]}
+    for task_id in ("1", "2"):
+        for outcome in ("completed", "failed"):
+            expected = sum(
+                1
+                for s in submitted
+                if repo_task[s["assignment_id"]] == task_id and s["status"] == outcome
+            )
+            key = (
+                "flock_validator_assignments_total",
+                (("outcome", outcome), ("task", task_id)),
+            )
+            assert metrics.get(key, 0) == expected, (task_id, outcome)
+    lookups = sum(v for (name, _), v in metrics.items() if name.endswith("lookups_total"))
+    assert lookups_before - 1 <= lookups <= lookups_after  # one may be in flight
+    handed_out = ("flock_validator_lookups_total", (("answer", "assignment"),))
+    assert (
+        sum(v for (name, labels), v in metrics.items() if (name, labels[:1]) == handed_out)
+        == len(sim.state()["assignments"])
+        == 4
+    )
+    submit_count = ("flock_validator_phase_seconds_count", (("phase", "submit"),))
+    assert metrics[submit_count] == 4
+    assert metrics[("flock_validator_backlog", (("kind", "undecided"),))] == 0
+    assert metrics[("flock_validator_last_submit_timestamp_seconds", ())] > 0
+    faulted = [r for r in sim.state()["requests"] if r.get("fault")]
+    assert len(faulted) == 1
+    retry = ("flock_validator_api_retries_total", (("call", "submit"), ("kind", "http_503")))
+    assert metrics[retry] == 1
 
-        status, body = get(base + "/healthz")
-        assert status == 200 and json.loads(body)["healthy"] is True
+    status, body = get(base + "/healthz")
+    assert status == 200 and json.loads(body)["healthy"] is True
 
-        driver.get(base + "/")
-        rows = driver.find_elements("css selector", "#recent tbody tr")
-        assert len(rows) == 4
-        assert driver.find_element("id", "current").text == "idle"
-        assert driver.find_element("id", "health").text.startswith("healthy")
-        screenshot(driver, "status-page-after.png")
+    driver.get(base + "/")
+    rows = driver.find_elements("css selector", "#recent tbody tr")
+    assert len(rows) == 4
+    assert driver.find_element("id", "current").text == "idle"
+    assert driver.find_element("id", "health").text.startswith("healthy")
+    screenshot(driver, "status-page-after.png")
 
-        driver.get(base + "/report")
-        assert driver.find_element("id", "assignments").text == "4"
-        cells = [
-            [td.text for td in row.find_elements("tag name", "td")]
-            for row in driver.find_elements("css selector", "#outcomes tbody tr")
-        ]
-        assert cells[0][0] == "1" and cells[0][-1] == "3" and cells[1][-1] == "1"
-        rows = driver.find_elements("css selector", "#phases tbody tr")
-        phases = [row.text.split()[0] for row in rows]
-        assert phases == ["lookup", "score", "submit"]
-        widths = driver.execute_script(
-            "return [...document.images].map(i => i.complete ? i.naturalWidth : 0)"
-        )
-        assert len(widths) == 3 and all(w > 100 for w in widths)
-        screenshot(driver, "report-page.png")
+    driver.get(base + "/report")
+    assert driver.find_element("id", "assignments").text == "4"
+    cells = [
+        [td.text for td in row.find_elements("tag name", "td")]
+        for row in driver.find_elements("css selector", "#outcomes tbody tr")
+    ]
+    assert cells[0][0] == "1" and cells[0][-1] == "3" and cells[1][-1] == "1"
+    rows = driver.find_elements("css selector", "#phases tbody tr")
+    phases = [row.text.split()[0] for row in rows]
+    assert phases == ["lookup", "score", "submit"]
+    widths = driver.execute_script(
+        "return [...document.images].map(i => i.complete ? i.naturalWidth : 0)"
+    )
+    assert len(widths) == 3 and all(w > 100 for w in widths)
+    screenshot(driver, "report-page.png")
 
-        pages = [get(base + path)[1] for path in ("/", "/metrics", "/report", "/healthz")]
-        records = [p.read_text() for p in (state / "state" / "records").glob("*.json")]
-        assert len(records) == 4
-        for record in map(json.loads, records):
-            assert {"lookup", "score", "submit"} <= set(record["phases"]), record
-            assert any("scoring (attempt 1)" in line for line in record["log"]), record
-        slow = next(r for r in map(json.loads, records) if r["input"]["hg_repo_id"] == "slow/c")
-        assert slow["phases"]["score"] >= 6.0 and slow["outcome"] == "completed"
-        for text in [*pages, *records]:
-            assert API_KEY not in text and HF_TOKEN not in text
+    pages = [get(base + path)[1] for path in ("/", "/metrics", "/report", "/healthz")]
+    records = [p.read_text() for p in (state / "state" / "records").glob("*.json")]
+    assert len(records) == 4
+    for record in map(json.loads, records):
+        assert {"lookup", "score", "submit"} <= set(record["phases"]), record
+        assert any("scoring (attempt 1)" in line for line in record["log"]), record
+    slow = next(r for r in map(json.loads, records) if r["input"]["hg_repo_id"] == "slow/c")
+    assert slow["phases"]["score"] >= 6.0 and slow["outcome"] == "completed"
+    for text in [*pages, *records]:
+        assert API_KEY not in text and HF_TOKEN not in text
 
 
 def test_healthz_turns_503_when_the_loop_makes_no_progress(tmp_path):
