@@ -33,13 +33,26 @@ $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt 
 	.venv-$*/bin/python -m pip install --quiet --no-deps --editable .
 	touch $@
 
-# The test suite. The Docker tests need a running engine (`make docker-engine` starts one on a
-# Debian machine without); FLOCK_SKIP_DOCKER_TESTS=1 opts out of them explicitly.
+# The test suite. What it needs beyond the venvs (a Docker engine with Compose v2, the stand-in
+# base image, headless Chromium) is brought up first, as root on Debian, the way
+# `make docker-engine` and `make browser` do; elsewhere a missing one stops with one line naming
+# the command to run (scripts/needs.sh). FLOCK_SKIP_DOCKER_TESTS=1 and FLOCK_SKIP_BROWSER_TESTS=1
+# opt out of those tests explicitly.
 test: install wheels
-	@if [ "$$FLOCK_SKIP_DOCKER_TESTS" != 1 ]; then bash scripts/local-base-image.sh; fi
+	@bash scripts/needs.sh test-docker test-browser
 	$(PY) -m pytest -q $(foreach m,$(STACKS),--ignore=tests/$(m))
 	@for m in $(STACKS); do echo "== tests/$$m in .venv-$$m"; \
 		.venv-$$m/bin/python -m pytest -q tests/$$m || exit 1; done
+
+# The inner loop: the unit tests only (no child process, server, model, engine or browser;
+# tests/helpers/layers.py sets each test's layer), in seconds. pytest -m integration, docker,
+# browser or faults runs another layer.
+.PHONY: test-fast
+test-fast: install
+	$(PY) -m pytest -q -m unit $(foreach m,$(STACKS),--ignore=tests/$(m))
+	@# Exit 5: a stack with no unit test.
+	@for m in $(STACKS); do echo "== tests/$$m in .venv-$$m"; \
+		.venv-$$m/bin/python -m pytest -q -m unit tests/$$m || [ $$? = 5 ] || exit 1; done
 
 lint: install
 	$(PY) -m ruff check .
@@ -52,9 +65,11 @@ format: install
 
 # The lora, rl and llm_judge validators end to end, offline, through their images built from
 # the local stand-in base (VALIDATOR_BASE_IMAGE=... builds from another base; DEMO=rl runs one;
-# a module with its own venv runs its demo there). Needs a Docker engine.
+# a module with its own venv runs its demo there). Needs a Docker engine: brought up as for
+# `make test` (scripts/needs.sh).
 DEMO ?= lora rl llm_judge
-demo: install wheels base-image
+demo: install wheels
+	@bash scripts/needs.sh demo-docker
 	@for module in $(DEMO); do \
 		echo "== demo: $$module"; \
 		export VALIDATOR_BASE_IMAGE=$${VALIDATOR_BASE_IMAGE:-local/base:bookworm} \
