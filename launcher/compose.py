@@ -15,6 +15,7 @@ import yaml
 
 from launcher.containers import state_volume_name, volume_name
 from launcher.images import DOCKERFILE, PRODUCTION_BASE
+from validator.errors import ConfigError
 from validator.spec import (
     CONFIG_PATH,
     SPEC_FILE,
@@ -150,24 +151,49 @@ def specs_with_files(repo_root: Path) -> dict[str, ModuleSpec]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # compose_gpus builds on service() here: imported when run, not at the top (a cycle).
+    from launcher.compose_gpus import GPUS_FILE, HOSTS_FILE, load_hosts, render_gpus
+
     parser = argparse.ArgumentParser(description="Write compose.yaml from the module specs.")
     parser.add_argument("--repo", type=Path, default=REPO_ROOT)
     parser.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
+    parser.add_argument(
+        "--hosts",
+        type=Path,
+        help=f"host file: module -> its GPUs, one worker each [default: REPO/{HOSTS_FILE}]",
+    )
+    parser.add_argument(
+        "--gpus-output",
+        type=Path,
+        help=f"the per-GPU Compose file to write [default: REPO/{GPUS_FILE}]",
+    )
     args = parser.parse_args(argv)
+    if args.hosts is not None and args.gpus_output is None:
+        # Another host's file must not overwrite the committed example's output.
+        parser.error("--hosts needs --gpus-output, e.g. compose.gpus.my-host.yaml")
     specs = specs_with_files(args.repo)
     compose, cpu = render(specs)
-    stale = [
-        name
-        for name, text in ((COMPOSE_FILE, compose), (CPU_OVERRIDE_FILE, cpu))
-        if not (args.repo / name).is_file() or (args.repo / name).read_text() != text
-    ]
+    outputs = [(args.repo / COMPOSE_FILE, compose), (args.repo / CPU_OVERRIDE_FILE, cpu)]
+    # A repository without a host file (a module author's scratch repo) has no per-GPU file.
+    hosts_path = args.hosts or args.repo / HOSTS_FILE
+    if args.hosts is not None or hosts_path.is_file():
+        try:
+            gpus = render_gpus(specs, load_hosts(hosts_path, specs))
+        except (ConfigError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        outputs.append((args.gpus_output or args.repo / GPUS_FILE, gpus))
+    stale = [path for path, text in outputs if not path.is_file() or path.read_text() != text]
     if args.check:
-        for name in stale:
-            print(f"{name} is not what the module specs say; run `make compose`", file=sys.stderr)
+        for path in stale:
+            print(
+                f"{path.name} is not what the module specs say; run `make compose`", file=sys.stderr
+            )
         return 1 if stale else 0
-    for name, text in ((COMPOSE_FILE, compose), (CPU_OVERRIDE_FILE, cpu)):
-        (args.repo / name).write_text(text)
-    print(f"wrote {COMPOSE_FILE} and {CPU_OVERRIDE_FILE}: {', '.join(specs) or 'no modules'}")
+    for path, text in outputs:
+        path.write_text(text)
+    written = " and ".join(path.name for path, _ in outputs)
+    print(f"wrote {written}: {', '.join(specs) or 'no modules'}")
     return 0
 
 
