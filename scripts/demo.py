@@ -21,6 +21,7 @@ import uuid
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from devkit.demo_secrets import API_KEY, HF_TOKEN, run_checking_log
 from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
@@ -110,12 +111,12 @@ def run_validator(api_url: str, hub_url: str, count: int) -> int:
     env = {
         **os.environ,
         "HF_ENDPOINT": hub_url,
-        "FLOCK_API_KEY": "demo-key",
-        "HF_TOKEN": "demo-token",
+        "FLOCK_API_KEY": API_KEY,
+        "HF_TOKEN": HF_TOKEN,
     }
     print(f"$ python run.py lora --task_ids 1 --max-assignments {count} ...", flush=True)
     try:
-        return subprocess.call(command, cwd=REPO_ROOT, env=env)
+        return run_checking_log(command, REPO_ROOT, env)
     finally:
         for name in (f"{volumes}-state", f"{volumes}-hf"):
             subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True)

@@ -17,6 +17,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from devkit.demo_secrets import API_KEY, HF_TOKEN, JUDGE_KEY, run_checking_log
 from devkit.hf_hub import LocalHub
 from devkit.judge_prompts import JudgeSourceServer, write_judge_source
 from devkit.judge_server import LocalJudge
@@ -26,7 +27,6 @@ from devkit.tiny_repos import files_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BASE = "Qwen/Qwen3.5-0.8B"
-KEY = "sk-demo-judge-key-0123456789"
 SET = REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl"
 
 
@@ -40,7 +40,7 @@ def main() -> int:
         source = write_judge_source(tmp / "judge-source")
         with (
             LocalHub(tmp / "hub") as hub,
-            LocalJudge(["judge-a", "judge-b"], KEY) as judge,
+            LocalJudge(["judge-a", "judge-b"], JUDGE_KEY) as judge,
             JudgeSourceServer(source) as texts,
         ):
             hub.add_repo(BASE, files_of(base))
@@ -94,14 +94,14 @@ def run_validator(api_url: str, hub_url: str, judge_url: str, configs: Path, cou
     env = {
         **os.environ,
         "HF_ENDPOINT": hub_url,
-        "FLOCK_API_KEY": "demo-key",
-        "HF_TOKEN": "demo-token",
+        "FLOCK_API_KEY": API_KEY,
+        "HF_TOKEN": HF_TOKEN,
         "OPENAI_BASE_URL": judge_url,
-        "OPENAI_API_KEY": KEY,
+        "OPENAI_API_KEY": JUDGE_KEY,
     }
     print(f"$ python run.py llm_judge --task_ids 1 --max-assignments {count} ...", flush=True)
     try:
-        return subprocess.call(command, cwd=REPO_ROOT, env=env)
+        return run_checking_log(command, REPO_ROOT, env)
     finally:
         for name in (f"{volumes}-state", f"{volumes}-hf"):
             subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True)

@@ -8,11 +8,11 @@ be validated), then prints what the simulator received.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from devkit.demo_secrets import API_KEY, HF_TOKEN, run_checking_log
 from devkit.simulator.process import Simulator, task
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -26,14 +26,14 @@ TASKS = [
 def main() -> int:
     with (
         tempfile.TemporaryDirectory(prefix="flock-demo-") as tmp,
-        Simulator({"tasks": TASKS}, Path(tmp), api_key="demo-key") as sim,
+        Simulator({"tasks": TASKS}, Path(tmp), api_key=API_KEY) as sim,
     ):
         print(f"Fed Ledger simulator: {sim.api_url}", flush=True)
         env = {
             **os.environ,
             "PYTHONPATH": str(REPO_ROOT / "tests" / "fixtures"),
-            "FLOCK_API_KEY": "demo-key",
-            "HF_TOKEN": "demo-token",
+            "FLOCK_API_KEY": API_KEY,
+            "HF_TOKEN": HF_TOKEN,
             "VALIDATOR_STATE_DIR": str(Path(tmp) / "state"),
         }
         command = [
@@ -53,7 +53,7 @@ def main() -> int:
             "5",
         ]
         print("$ python -m validator fixture --task_ids 1,2 --max-assignments 5 ...", flush=True)
-        code = subprocess.call(command, cwd=REPO_ROOT, env=env)
+        code = run_checking_log(command, REPO_ROOT, env)
         repos = {
             a["id"]: a["task_submission"]["data"]["hg_repo_id"] for a in sim.state()["assignments"]
         }

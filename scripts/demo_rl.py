@@ -17,6 +17,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from devkit.demo_secrets import API_KEY, run_checking_log
 from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_policies import (
@@ -80,11 +81,11 @@ def run_validator(api_url: str, hub_url: str, count: int) -> int:
         "--max-assignments", str(count), "--assignment-lookup-interval", "0.5",
         "--time-sleep", "2", "--state-volume", state,
     ]  # fmt: skip
-    env = {**os.environ, "HF_ENDPOINT": hub_url, "FLOCK_API_KEY": "demo-key"}
+    env = {**os.environ, "HF_ENDPOINT": hub_url, "FLOCK_API_KEY": API_KEY}
     env.pop("HF_TOKEN", None)  # rl declares no secret
     print(f"$ python run.py rl --task_ids 1 --max-assignments {count} ...", flush=True)
     try:
-        return subprocess.call(command, cwd=REPO_ROOT, env=env)
+        return run_checking_log(command, REPO_ROOT, env)
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", state], capture_output=True)
 
