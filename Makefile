@@ -89,9 +89,12 @@ images: install
 	@if [ -z "$(MODULES)" ]; then echo "no modules with a module.yaml in modules/"; fi
 	@for module in $(MODULES); do $(PY) run.py $$module --build-only || exit 1; done
 
-# compose.yaml and compose.cpu.yaml from the module specs (a test fails when they are stale).
+# compose.yaml, compose.cpu.yaml, compose.gpus.yaml (one service per GPU, from
+# deploy/hosts/example.yaml) and deploy/kubernetes/ from the module specs (a test fails when
+# they are stale).
 compose: install
 	$(PY) -m launcher.compose
+	$(PY) -m launcher.kubernetes
 
 # A new module that works with no edit: make new-module NAME=my_task (README "Adding a module").
 new-module: install
