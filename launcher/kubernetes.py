@@ -66,6 +66,12 @@ HEADER = f"""\
 # the specs, not this file, and change a deployment with an overlay (overlays/example/).
 """
 
+OVERLAY_HEADER = """\
+# An operator's overlay, written by `make compose` as an example: copy this folder to
+# overlays/<yours>/ (make compose leaves it alone) and set your namespace, registry, workers
+# (replicas; the replacements keep each shard count equal to them) and task ids there.
+"""
+
 
 def object_name(module: str) -> str:
     """validator-<module> as a DNS label: Kubernetes names take no underscore."""
@@ -324,16 +330,17 @@ def render(specs: dict[str, ModuleSpec]) -> dict[Path, str]:
         documents = [stateful_set(spec), headless_service(spec), settings(spec)]
         files[BASE / module_file(name)] = HEADER + "---\n".join(_dump(d) for d in documents)
     files[BASE / "kustomization.yaml"] = HEADER + _dump(kustomization(specs))
-    files[EXAMPLE_OVERLAY / "kustomization.yaml"] = HEADER + _dump(example_overlay(specs))
+    files[EXAMPLE_OVERLAY / "kustomization.yaml"] = OVERLAY_HEADER + _dump(example_overlay(specs))
     return files
 
 
 def stale_files(output: Path, files: dict[Path, str]) -> list[Path]:
-    """Files that differ from what the specs say, and YAML files there the generator no longer
-    writes (a removed module's)."""
+    """Files that differ from what the specs say, and YAML files in the base that the generator
+    no longer writes (a removed module's). Only base/ is the generator's own: an operator's
+    overlay beside overlays/example/ is never touched."""
     stale = [path for path, text in files.items() if _read(output / path) != text]
-    if output.is_dir():
-        extra = [p.relative_to(output) for p in output.rglob("*.yaml")]
+    if (output / BASE).is_dir():
+        extra = [p.relative_to(output) for p in (output / BASE).rglob("*.yaml")]
         stale += sorted(p for p in extra if p not in files)
     return stale
 

@@ -78,6 +78,13 @@ def test_a_spec_change_or_a_left_over_file_makes_the_manifests_stale(tmp_path, c
     assert main(["--check", "--repo", str(tmp_path)]) == 1
     assert main(["--repo", str(tmp_path)]) == 0
     assert not left_over.exists()  # a removed module's manifest goes with it
+    # An operator's own overlay is theirs, not stale.
+    mine = tmp_path / OUTPUT_DIR / "overlays" / "mine" / "kustomization.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("resources: [../../base]\n")
+    assert main(["--check", "--repo", str(tmp_path)]) == 0
+    assert main(["--repo", str(tmp_path)]) == 0
+    assert mine.exists()
 
 
 @pytest.mark.parametrize("version", VERSIONS)
