@@ -19,7 +19,6 @@ from launcher.compose_gpus import (
     load_hosts,
     render_gpus,
 )
-from tests.helpers.docker_env import require_engine
 from validator.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -137,8 +136,7 @@ def test_colliding_status_ports_are_refused(tmp_path):
         render_gpus(specs, {"alpha": ["0", "1"], "beta": ["2"]})
 
 
-def test_docker_compose_accepts_the_per_gpu_file():
-    require_engine()
+def test_docker_compose_accepts_the_per_gpu_file(engine):
     env = launcher_env(LORA_TASK_IDS="1", LLM_JUDGE_TASK_IDS="2", RL_TASK_IDS="3")
     run = ["docker", "compose", "-f", GPUS_FILE, "config", "--format", "json"]
     result = subprocess.run(run, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
