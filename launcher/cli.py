@@ -7,6 +7,7 @@ to the supervisor. Options it does not know itself are passed through to the val
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -25,8 +26,10 @@ from launcher.containers import (
 )
 from launcher.docker_errors import docker_client, lost_engine
 from launcher.errors import LaunchError, UsageError
+from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
+from launcher.fleet_run import FleetSupervisor, worker_containers
 from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
-from launcher.report import run_report
+from launcher.report import run_reports, worker_volumes
 from launcher.supervisor import Supervisor, say
 from validator.errors import ConfigError, ExitCode
 from validator.options import gathered_secrets, missing_for_module
@@ -64,8 +67,29 @@ def module_spec(repo_root: Path, module: str) -> ModuleSpec:
 @click.argument("module")
 @click.option(
     "--gpus",
-    help="all, none, or ids such as 0,1 [default: all for a module whose spec says gpu: true, "
-    "else none].",
+    help="all or none (one container), or GPU ids such as 0,1,2,3: one worker container per "
+    "GPU [default: all for a module whose spec says gpu: true, else none].",
+)
+@click.option(
+    "--gpus-per-worker",
+    type=click.IntRange(min=1),
+    help="With --gpus ids: this many GPUs per worker, for bases that need more than one.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Workers without a GPU (a CPU module such as rl): one container each.",
+)
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="Print the workers (one JSON object a line) and exit; touches no Docker engine.",
+)
+@click.option(
+    "--worker",
+    "report_worker",
+    type=click.IntRange(min=0),
+    help="With `report`: only worker K's journal [default: every worker's, with totals].",
 )
 @click.option("--image", help="Use this prebuilt image instead of building one.")
 @click.option("--rebuild", is_flag=True, help="Build the image even if it exists.")
@@ -175,6 +199,10 @@ class LaunchOptions:
     flock_api_key: str | None
     hf_token: str | None
     check_file: Path | None
+    gpus_per_worker: int | None = None
+    workers: int | None = None
+    plan: bool = False
+    report_worker: int | None = None
 
     def build_spec(self, spec: ModuleSpec) -> BuildSpec:
         return BuildSpec(
@@ -229,8 +257,29 @@ class LaunchOptions:
         )
 
     def state(self) -> str:
-        """The Docker volume of the module's journal."""
+        """The Docker volume of the module's journal (worker 0's, in a fleet)."""
         return self.state_volume or state_volume_name(self.module)
+
+    def fleet(self, spec: ModuleSpec) -> tuple[list[Worker], list[str]]:
+        """The workers (launcher/fleet.py) and the validator's options less what each worker
+        gets its own of (--http-port); raises UsageError for options that do not fit."""
+        http_port, passthrough = take_http_port(self.passthrough)
+        fleet = FleetOptions(
+            self.module,
+            self.gpus,
+            spec.gpu,
+            self.gpus_per_worker,
+            self.workers,
+            self.state_volume,
+            self.task_ids,
+            http_port,
+            spec.status_port,
+        )
+        workers = plan(fleet)
+        check_passthrough(passthrough, workers)
+        if self.check_file is not None and len(workers) > 1:
+            raise UsageError("--check scores one input in one container: give one GPU or none")
+        return workers, passthrough
 
     def image_tag(self, client: docker.DockerClient, spec: ModuleSpec) -> str:
         """The image to run: the one --image names (pulled if missing), or the module's, built
@@ -254,7 +303,14 @@ def launch(options: LaunchOptions) -> int:
     if options.passthrough[:1] == ["report"]:  # no key, task ids or GPU needed for it
         client = docker_client()
         tag = options.image_tag(client, spec)
-        return run_report(client, tag, options.state(), options.passthrough[1:])
+        volumes = worker_volumes(client, options.state(), options.report_worker)
+        return run_reports(client, tag, volumes, options.passthrough[1:])
+    workers, passthrough = options.fleet(spec)
+    if options.plan:  # what would run, without an engine, an image or a secret
+        for worker in workers:
+            print(json.dumps(worker.as_json()))
+        return ExitCode.OK
+    options = replace(options, passthrough=passthrough)
     # Whatever the validator would refuse is refused here, before minutes of image building.
     container = None if options.build_only else options.container(spec)
     client = docker_client()
@@ -264,6 +320,15 @@ def launch(options: LaunchOptions) -> int:
         return ExitCode.OK
     container = replace(container, image=tag)
     stop_timeout = options.stop_timeout or spec.stop_grace_seconds
+    if len(workers) > 1:
+        fleet = FleetSupervisor(
+            client, worker_containers(container, workers), options.restart_delay, stop_timeout
+        )
+        fleet.install_signal_handlers()
+        say(f"starting {len(workers)} {module} workers in {tag}")
+        return fleet.run()
+    if container.check_file is None:  # a one-off check runs nameless, as before
+        container = worker_containers(container, workers)[0][1]
     supervisor = Supervisor(client, container, options.restart_delay, stop_timeout)
     supervisor.install_signal_handlers()
     say(f"starting {module} in {tag} (gpus: {container.gpus})")

@@ -55,6 +55,8 @@ class ContainerSpec:
     network: str = "host"
     check_file: Path | None = None
     host_env: dict[str, str] = field(default_factory=dict)
+    name: str | None = None  # the container's name (a fleet's worker); None: Docker picks one
+    env: dict[str, str] = field(default_factory=dict)  # set by the launcher (e.g. the worker)
 
     def command(self) -> list[str]:
         command = [self.module, *self.inner_args]
@@ -66,7 +68,7 @@ class ContainerSpec:
         passed = {k: v for k, v in self.host_env.items() if k in self.env_names and v}
         # Secrets only travel as environment variables: never on the command line, never in
         # the image.
-        return {**passed, **{k: v for k, v in self.secrets.items() if v}}
+        return {**passed, **self.env, **{k: v for k, v in self.secrets.items() if v}}
 
     def mounts(self) -> dict[str, dict[str, str]]:
         volumes = {
@@ -78,7 +80,9 @@ class ContainerSpec:
         return volumes
 
     def run_kwargs(self) -> dict:
+        named = {"name": self.name} if self.name else {}
         return {
+            **named,
             "image": self.image,
             "command": self.command(),
             "environment": self.environment(),

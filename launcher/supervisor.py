@@ -1,5 +1,6 @@
 """Runs the validator's container until it exits for good: streams its logs, restarts it with
 backoff when it asks for a restart, stops it on Ctrl-C/SIGTERM, and explains every other exit.
+A fleet (launcher/fleet_run.py) runs one Supervisor per worker, each in its own thread.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import time
 import docker
 from docker.errors import APIError, NotFound
 
-from launcher.containers import ContainerSpec
+from launcher.containers import LABEL_LAUNCHER, ContainerSpec
 from launcher.docker_errors import refused_to_run
+from launcher.errors import LaunchError
 from validator.errors import ExitCode
 
 MAX_RESTART_DELAY = 300.0
@@ -46,7 +48,8 @@ def say(message: str) -> None:
 
 
 class Supervisor:
-    """Runs the container until it exits for good; restarts it on ExitCode.RESTART."""
+    """Runs the container until it exits for good; restarts it on ExitCode.RESTART (and, for a
+    fleet's worker, when it was killed from outside)."""
 
     def __init__(
         self,
@@ -54,33 +57,52 @@ class Supervisor:
         spec: ContainerSpec,
         restart_delay: float,
         stop_timeout: float,
+        *,
+        worker: str | None = None,
+        restart_killed: bool = False,
     ) -> None:
         self.client = client
         self.spec = spec
         self.restart_delay = restart_delay
         # Seconds the validator gets to finish the assignment in progress before it is killed.
         self.stop_timeout = stop_timeout
+        # A fleet's worker: its lines name it and its output lines carry its name.
+        self.worker = worker
+        # A fleet's worker killed from outside (OOM, docker kill) starts again on its own, as
+        # the others go on; its journal counts the assignment it was killed in, which fails
+        # after its restarts like any other fault.
+        self.restart_killed = restart_killed
         self.stop_requested = threading.Event()
         self.signals = 0
         self.container = None
+        self._output = PrefixedOutput(f"[{worker}] ") if worker else None
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGINT, self.handle_signal)
         signal.signal(signal.SIGTERM, self.handle_signal)
 
     def handle_signal(self, signum: int, _frame) -> None:
-        self.signals += 1
+        if self.container is not None and self.signals == 0:
+            say(f"{signal.Signals(signum).name}: stopping the validator (again to kill it)")
+        self.stop(kill=self.signals > 0)
+
+    def stop(self, kill: bool) -> None:
+        """A stop (the module's grace, then killed) or, `kill`, an immediate kill. Returns at
+        once: Docker calls block, and a thread keeps the log stream flowing meanwhile, so a
+        fleet's workers all stop in parallel."""
+        self.signals = max(self.signals + 1, 2 if kill else 1)  # two or more: killed
         self.stop_requested.set()
         container = self.container
         if container is None:
             return
-        if self.signals == 1:
-            say(f"{signal.Signals(signum).name}: stopping the validator (again to kill it)")
-            action, kwargs = container.stop, {"timeout": self.stop_timeout}
-        else:
+        if kill:
             action, kwargs = container.kill, {}
-        # Docker calls block; a thread keeps the log stream flowing meanwhile.
+        else:
+            action, kwargs = container.stop, {"timeout": self.stop_timeout}
         threading.Thread(target=_quietly, args=(action,), kwargs=kwargs, daemon=True).start()
+
+    def say(self, message: str) -> None:
+        say(f"worker {self.worker}: {message}" if self.worker else message)
 
     def run(self) -> int:
         delay = self.restart_delay
@@ -89,12 +111,17 @@ class Supervisor:
             code = self._run_once()
             if self.stop_requested.is_set():
                 return self._stopped(code)
+            restarted = code == ExitCode.RESTART or (self.restart_killed and code == KILLED_EXIT)
             # A --check scores one input: a restart would score it again, and fault again.
-            if code != ExitCode.RESTART or self.spec.check_file is not None:
-                return _report(code)
+            if not restarted or self.spec.check_file is not None:
+                return self._report(code)
             if time.monotonic() - started > HEALTHY_RUN:
                 delay = self.restart_delay
-            say(f"the validator asked for a restart (exit {code}); restarting in {delay:g}s")
+            if code == KILLED_EXIT:
+                why = f"the validator was killed (exit {code})"
+            else:
+                why = f"the validator asked for a restart (exit {code})"
+            self.say(f"{why}; restarting in {delay:g}s")
             if self.stop_requested.wait(delay):
                 return ExitCode.OK
             delay = min(delay * 2, MAX_RESTART_DELAY)
@@ -107,10 +134,7 @@ class Supervisor:
         return ExitCode.OK if code in (ExitCode.OK, STOPPED_EXIT) else code
 
     def _run_once(self) -> int:
-        try:
-            container = self.client.containers.create(**self.spec.run_kwargs())
-        except APIError as exc:
-            raise refused_to_run(exc) from exc
+        container = self._create()
         try:
             stream = container.attach(stream=True, logs=True, demux=True)
             try:
@@ -121,16 +145,90 @@ class Supervisor:
             if self.stop_requested.is_set():  # a signal came before the container was known
                 _quietly(container.stop, timeout=self.stop_timeout)
             for out, err in stream:
+                if self._output is not None:
+                    self._output.write(out, err)
+                    continue
                 if out:
                     sys.stdout.buffer.write(out)
                     sys.stdout.flush()
                 if err:
                     sys.stderr.buffer.write(err)
                     sys.stderr.flush()
+            if self._output is not None:
+                self._output.flush()
             return int(container.wait()["StatusCode"])
         finally:
             self.container = None
             _quietly(container.remove, force=True)
+
+    def _create(self):
+        try:
+            return self.client.containers.create(**self.spec.run_kwargs())
+        except APIError as exc:
+            if exc.status_code != 409 or not self.spec.name:
+                raise refused_to_run(exc) from exc
+        # The name is taken: a container this launcher left when it was killed itself (kill -9)
+        # is removed if it has stopped; a running one is another launcher's, or still working.
+        name = self.spec.name
+        try:
+            found = self.client.containers.get(name)
+        except NotFound:
+            found = None
+        if found is not None and (
+            found.status == "running" or found.labels.get(LABEL_LAUNCHER) != "run.py"
+        ):
+            raise LaunchError(
+                f"a container named {name} is already {found.status} (another run.py with this "
+                f"journal, or one left running): stop it with `docker stop {name}`, or give "
+                "another --state-volume"
+            )
+        if found is not None:
+            _quietly(found.remove, force=True)
+        try:
+            return self.client.containers.create(**self.spec.run_kwargs())
+        except APIError as exc:
+            raise refused_to_run(exc) from exc
+
+    def _report(self, code: int) -> int:
+        if code == ExitCode.OK:
+            self.say(f"the validator finished (exit {code})")
+        else:
+            self.say(
+                EXIT_MESSAGES.get(code, f"the validator crashed (exit {code}); see its log above")
+            )
+        return code
+
+
+class PrefixedOutput:
+    """A worker's output, line by line with its name in front: a fleet's workers write to one
+    terminal, and a line must not be cut by another worker's."""
+
+    lock = threading.Lock()  # one for every worker: a whole line at a time
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix.encode()
+        self.pending = {"out": b"", "err": b""}
+
+    def write(self, out: bytes | None, err: bytes | None) -> None:
+        for name, chunk in (("out", out), ("err", err)):
+            if chunk:
+                *lines, self.pending[name] = (self.pending[name] + chunk).split(b"\n")
+                self._emit(name, lines)
+
+    def flush(self) -> None:
+        for name, rest in self.pending.items():
+            if rest:
+                self._emit(name, [rest])
+                self.pending[name] = b""
+
+    def _emit(self, name: str, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        stream = sys.stdout if name == "out" else sys.stderr
+        text = b"".join(self.prefix + line + b"\n" for line in lines)
+        with self.lock:
+            stream.buffer.write(text)
+            stream.flush()
 
 
 def _quietly(action, **kwargs) -> None:
@@ -138,11 +236,3 @@ def _quietly(action, **kwargs) -> None:
         action(**kwargs)
     except (NotFound, APIError):
         pass  # the container is already gone, which is what was wanted
-
-
-def _report(code: int) -> int:
-    if code == ExitCode.OK:
-        say(f"the validator finished (exit {code})")
-    else:
-        say(EXIT_MESSAGES.get(code, f"the validator crashed (exit {code}); see its log above"))
-    return code

@@ -1,0 +1,77 @@
+"""A fleet's report: each worker's journal summary (what `python -m validator report --json`
+says of its volume) added up, and a line per worker. The per-worker summaries are the
+validator's own (validator/report/summary.py); only the counts are added here, since medians
+and percentiles do not add (`run.py MODULE report --worker K` has a worker's in full)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from pydantic import BaseModel
+
+from validator.report.summary import Summary
+
+
+class Totals(BaseModel):
+    assignments: int
+    records: int
+    # task id -> state or outcome -> count, over every worker
+    by_task: dict[str, dict[str, int]]
+
+
+class WorkerSummary(BaseModel):
+    worker: int
+    state_volume: str
+    summary: Summary
+
+
+class FleetSummary(BaseModel):
+    totals: Totals
+    workers: list[WorkerSummary]
+
+
+def add_up(summaries: list[Summary]) -> Totals:
+    by_task: dict[str, Counter[str]] = defaultdict(Counter)
+    for summary in summaries:
+        for task, counts in summary.by_task.items():
+            by_task[task].update(counts)
+    return Totals(
+        assignments=sum(s.assignments for s in summaries),
+        records=sum(s.records for s in summaries),
+        by_task={task: dict(sorted(c.items())) for task, c in sorted(by_task.items())},
+    )
+
+
+def outcome_counts(by_task: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Every task's counts together: outcome -> count."""
+    total: Counter[str] = Counter()
+    for counts in by_task.values():
+        total.update(counts)
+    return dict(sorted(total.items()))
+
+
+def render_fleet(fleet: FleetSummary) -> str:
+    totals = fleet.totals
+    lines = [
+        f"flock-validator report: {len(fleet.workers)} workers, {totals.assignments} "
+        f"assignments, {totals.records} records",
+        "",
+        "Assignments by task and outcome, all workers:",
+    ]
+    outcomes = sorted({o for counts in totals.by_task.values() for o in counts})
+    lines.append("  " + "  ".join([f"{'task':<10}", *(f"{o:>12}" for o in outcomes)]))
+    for task, counts in totals.by_task.items():
+        lines.append(
+            "  " + "  ".join([f"{task:<10}", *(f"{counts.get(o, 0):>12}" for o in outcomes)])
+        )
+    lines += ["", "Per worker:"]
+    for worker in fleet.workers:
+        summary = worker.summary
+        counts = ", ".join(f"{o} {n}" for o, n in outcome_counts(summary.by_task).items())
+        tasks = ",".join(summary.by_task) or "none"
+        lines.append(
+            f"  worker {worker.worker} ({worker.state_volume}): {summary.assignments} "
+            f"assignments ({counts or 'none'}), tasks {tasks}"
+        )
+    lines += ["", "One worker's full report: run.py MODULE report --worker K", ""]
+    return "\n".join(lines)
