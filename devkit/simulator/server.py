@@ -234,7 +234,15 @@ class SimulatorHandler(BaseHTTPRequestHandler):
             # after its response always finds its request there; an error here is logged as a
             # dropped connection, which is what the client sees.
             status = reply.status if reply else None
-            state.log_request(method, path, status, fault, processed=processed, received=received)
+            state.log_request(
+                method,
+                path,
+                status,
+                fault,
+                processed=processed,
+                received=received,
+                agent=self.headers.get("User-Agent"),
+            )
         return reply
 
     def _api_call(self, method: str, sub_path: str, raw: bytes) -> Reply:

@@ -266,12 +266,13 @@ class SimState:
         *,
         processed: bool = True,
         received: float | None = None,
+        agent: str | None = None,
     ) -> None:
         """Record an API request's outcome (None: dropped); it is no longer in flight.
         `processed`: whether the API itself handled it (a fault may have replaced its answer).
         `received`: when it arrived (request_begun's clock); `time` is when it was answered,
         which a delay fault or a busy machine pushes later, so gaps between sends are measured
-        on `received`."""
+        on `received`. `agent`: the client's User-Agent (a fleet's worker names itself there)."""
         with self._lock:
             self._in_flight = max(self._in_flight - 1, 0)
             now = self._clock()
@@ -284,6 +285,7 @@ class SimState:
                     "received": now if received is None else received,
                     "fault": fault,
                     "processed": processed,
+                    "agent": agent,
                 }
             )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import socket
 import threading
 import time
@@ -378,12 +379,21 @@ class _TrackedHTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _TrackedHTTPSConnection
 
 
+def user_agent() -> str:
+    """The validator names itself to the API; a fleet's worker (run.py sets VALIDATOR_WORKER)
+    adds its name, so that the API's logs can tell one host's workers apart."""
+    worker = os.environ.get("VALIDATOR_WORKER", "").strip()
+    return f"flock-validator (worker {worker})" if worker else "flock-validator"
+
+
 def _session(api_key: str) -> requests.Session:
     """A session for one try: nothing is reused, so nothing of an abandoned try lingers. No
     retries by urllib3 (Transport.call makes them) and, as requests' default, none after a
     read error."""
     session = requests.Session()
-    session.headers.update({"flock-api-key": api_key, "Content-Type": "application/json"})
+    session.headers.update(
+        {"flock-api-key": api_key, "Content-Type": "application/json", "User-Agent": user_agent()}
+    )
     adapter = HTTPAdapter(max_retries=0)
     adapter.poolmanager.pool_classes_by_scheme = {
         "http": _TrackedHTTPPool,
