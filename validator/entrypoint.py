@@ -30,6 +30,7 @@ from validator.registry import REPO_ROOT, load_module_class, load_module_spec
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.secrets import MalformedSecret
+from validator.shard import SHARD_ENV, describe_lookups, parse_shard, shard_task_ids
 from validator.state.journal import DEFAULT_MIN_FREE_MB, Journal
 from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env
@@ -155,6 +156,14 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
     help="Per-assignment records kept in STATE_DIR/records (oldest dropped first).",
 )
 @click.option(
+    "--shard",
+    "shard_text",
+    envvar=SHARD_ENV,
+    metavar="K/N",
+    help="Worker K of N sharing --task_ids: look up only the ids at positions K, K+N, ... "
+    "(0-based); work already in the journal is finished whatever its task.",
+)
+@click.option(
     "--api-retries",
     envvar="VALIDATOR_API_RETRIES",
     type=click.IntRange(min=0),
@@ -186,6 +195,7 @@ def main(
     http_host: str,
     health_stale_seconds: float,
     records_keep: int,
+    shard_text: str | None,
     api_retries: int,
     api_backoff: float,
 ) -> None:
@@ -214,6 +224,9 @@ def main(
         # Modules that keep data across runs (llm_judge's cached judge texts) find the state
         # dir here, however it was given (flag or env).
         os.environ["VALIDATOR_STATE_DIR"] = str(state_dir)
+        # A bad or empty shard is exit 2 before the module loads; --check looks nothing up.
+        shard = parse_shard(shard_text) if shard_text is not None else None
+        looked_up = shard_task_ids(task_ids, shard) if task_ids and check_input is None else []
         pool = ModulePool(load_module_class(module), module, config_dir)
         if check_input is not None:
             code = run_check(pool, check_input)
@@ -221,8 +234,10 @@ def main(
             assert task_ids is not None and flock_api_key is not None
             for task_id in task_ids:  # fail on a bad config before touching the API
                 pool.config_for(task_id)
+            lookups = describe_lookups(task_ids, looked_up, shard)
+            log.info("validating %s: looking up %s", module, lookups)
             settings = LoopSettings(
-                task_ids, time_sleep, assignment_lookup_interval, max_assignments
+                looked_up, time_sleep, assignment_lookup_interval, max_assignments
             )
             # The signals' stop event, so that the first one also ends an API call in progress.
             stop = threading.Event()
@@ -231,7 +246,7 @@ def main(
             )
             # Opened and checked before any API call: a broken or locked journal is exit 3.
             journal = Journal(state_dir, min_free_mb, lock_timeout_from_env())
-            observer = Observer(state_dir, module, records_keep)
+            observer = Observer(state_dir, module, records_keep, lookups)
             server = None
             if http_port is not None:
                 server = StatusServer(

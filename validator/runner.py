@@ -52,6 +52,7 @@ class Stop(Exception):
 
 @dataclass(frozen=True)
 class LoopSettings:
+    # The tasks to look up (a --shard's): the journal's work is finished whatever its task.
     task_ids: list[str]
     time_sleep: float
     lookup_interval: float

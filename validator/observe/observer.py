@@ -47,8 +47,10 @@ class _Extras:
 
 
 class Observer:
-    def __init__(self, state_dir: Path, module: str, records_keep: int) -> None:
+    def __init__(self, state_dir: Path, module: str, records_keep: int, lookups: str = "") -> None:
         self.module = module
+        # What the loop looks up ("tasks 2, 4 (shard 1/2 of 4 task ids)"), for the page.
+        self.lookups = lookups
         self.records = RecordStore(state_dir, records_keep)
         self.started_at = time.time()
         self.current: Current | None = None

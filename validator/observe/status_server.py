@@ -122,6 +122,7 @@ class StatusServer:
             f"<p id='health' class='{state}'>{state}: last progress "
             f"{health['seconds_since_progress']:.0f} s ago</p>"
             f"<p>Now: {doing}</p>"
+            f"<p>Looks up <span id='lookups'>{_e(observer.lookups or 'no tasks')}</span>.</p>"
             f"<p>Backlog: <b id='undecided'>{observer.backlog['undecided']}</b> to score, "
             f"<b id='unsubmitted'>{observer.backlog['unsubmitted']}</b> to submit.</p>"
             "<h2>Last results</h2><table id='recent'><thead><tr><th>time (UTC)</th>"
