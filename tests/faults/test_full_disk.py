@@ -141,7 +141,10 @@ def test_below_the_floor_or_with_no_room_to_open_it_stops_then_resumes(tmp_path)
 
 
 def test_disk_filling_up_during_scoring_keeps_the_result_then_submits_it_once(tmp_path, env):
-    write_config(tmp_path, "fixture", {"slow_seconds": 1.5, "marker_dir": str(tmp_path)})
+    # slow/b is held inside its scoring until the disk is full, however busy the machine.
+    release = tmp_path / "release"
+    config = {"slow_seconds": 120.0, "marker_dir": str(tmp_path), "release_file": str(release)}
+    write_config(tmp_path, "fixture", config)
     tasks = [task(1, ["ok/a", "slow/b", "ok/c"])]
     with (
         small_tmpfs(tmp_path / "state", TMPFS_KIB) as state,
@@ -149,9 +152,10 @@ def test_disk_filling_up_during_scoring_keeps_the_result_then_submits_it_once(tm
     ):
         args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "3")
         process = start_validator(args, env, tmp_path / "v1.log")
-        wait_for(lambda: (tmp_path / "slow_b.started").exists(), 20, "the slow scoring")
+        wait_for(lambda: (tmp_path / "slow_b.started").exists(), 60, "the slow scoring")
         filler = fill(state)
-        assert process.wait(30) == 3
+        release.touch()
+        assert process.wait(60) == 3
         stderr = (tmp_path / "v1.log").read_text()
         assert_one_line_naming(stderr, state)
         statuses = {
