@@ -55,7 +55,7 @@ def engine():
     client = require_engine()
     version = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
     if version.returncode != 0:
-        pytest.fail("Compose v2 is missing: run scripts/docker-engine.sh", pytrace=False)
+        pytest.fail("Compose v2 is missing: run `make docker-engine`", pytrace=False)
     return client
 
 

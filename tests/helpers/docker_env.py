@@ -24,13 +24,13 @@ def require_engine() -> docker.DockerClient:
     except DockerException as exc:
         pytest.fail(
             f"these tests need a Docker engine ({exc}); start one with "
-            f"scripts/docker-engine.sh, or set {OPT_OUT}=1 to opt out",
+            f"`make docker-engine` (as root on Debian), or set {OPT_OUT}=1 to opt out",
             pytrace=False,
         )
     try:
         client.images.get(LOCAL_BASE)
     except ImageNotFound:
-        pytest.fail(f"missing {LOCAL_BASE}: run scripts/local-base-image.sh", pytrace=False)
+        pytest.fail(f"missing {LOCAL_BASE}: run `make base-image`", pytrace=False)
     if not any(WHEELHOUSE.glob("*.whl")):
         pytest.fail(f"no wheels in {WHEELHOUSE}: run `make wheels`", pytrace=False)
     return client
