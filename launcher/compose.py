@@ -15,7 +15,7 @@ import yaml
 
 from launcher.containers import state_volume_name, volume_name
 from launcher.images import DOCKERFILE, PRODUCTION_BASE
-from validator.errors import ConfigError
+from validator.errors import ConfigError, ExitCode
 from validator.spec import (
     CONFIG_PATH,
     SPEC_FILE,
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus = render_gpus(specs, load_hosts(hosts_path, specs))
         except (ConfigError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return ExitCode.USAGE
         outputs.append((args.gpus_output or args.repo / GPUS_FILE, gpus))
     stale = [path for path, text in outputs if not path.is_file() or path.read_text() != text]
     if args.check:
