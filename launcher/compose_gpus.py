@@ -21,23 +21,23 @@ from pydantic import RootModel, ValidationError, field_validator
 
 from launcher.compose import _dump, healthcheck, service
 from launcher.containers import GPU_ID, state_volume_name, volume_name
+from launcher.fleet import PORT_STEP
 from validator.errors import ConfigError
 from validator.spec import STATE_PATH, ModuleSpec
 
 HOSTS_FILE = "deploy/hosts/example.yaml"
 GPUS_FILE = "compose.gpus.yaml"
 MAX_HOSTS_BYTES = 64 * 1024
-# Worker K serves its status page on the spec's port + K * PORT_STRIDE: the modules' own ports
-# are neighbours (9110, 9111, ...), so a stride of 1 would give lora's second worker
-# llm_judge's port. A collision left anyway is an error, not a silent second bind.
-PORT_STRIDE = 100
+# Worker K serves its status page on the spec's port + K * PORT_STEP, as run.py's workers do
+# (launcher/fleet.py says why the step is not 1). A collision left anyway is an error, not a
+# silent second bind.
 GPUS_HEADER = f"""\
 # Written by `make compose` from modules/*/module.yaml and {HOSTS_FILE}.
 #
 # One validator per GPU: `docker compose -f {GPUS_FILE} up -d` runs every worker
 # the host file lists. Worker K of a module's N gets VALIDATOR_SHARD=K/N (its share of the
 # assignments), one GPU, its own journal volume and its own status port (the spec's
-# + K * {PORT_STRIDE}); the HF cache is shared. Each module validates its own tasks: set
+# + K * {PORT_STEP}); the HF cache is shared. Each module validates its own tasks: set
 # <MODULE>_TASK_IDS (LORA_TASK_IDS, ...) beside FLOCK_API_KEY and the modules' secrets, in the
 # environment or in .env. For another host, write its own host file and run
 #   python -m launcher.compose --hosts my-host.yaml --gpus-output compose.gpus.my-host.yaml
@@ -115,7 +115,7 @@ def worker_service(spec: ModuleSpec, gpu: str | None, shard: int, workers: int) 
         device = {"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}
         body["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
     if spec.status_port is not None:
-        port = spec.status_port + shard * PORT_STRIDE
+        port = spec.status_port + shard * PORT_STEP
         environment["VALIDATOR_HTTP_PORT"] = str(port)
         body["healthcheck"] = healthcheck(port)
     body["environment"] = environment

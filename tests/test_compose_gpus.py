@@ -15,7 +15,7 @@ from launcher.compose import specs_with_files
 from launcher.compose_gpus import (
     GPUS_FILE,
     HOSTS_FILE,
-    PORT_STRIDE,
+    PORT_STEP,
     load_hosts,
     render_gpus,
 )
@@ -72,7 +72,7 @@ def test_each_worker_gets_one_gpu_its_shard_its_journal_and_its_port():
             environment = body["environment"]
             assert environment["VALIDATOR_SHARD"] == f"{shard}/{len(workers)}"
             assert environment["TASK_IDS"].startswith(f"${{{module.upper()}_TASK_IDS:?")
-            port = spec.status_port + shard * PORT_STRIDE
+            port = spec.status_port + shard * PORT_STEP
             assert environment["VALIDATOR_HTTP_PORT"] == str(port)
             assert f"127.0.0.1:{port}/healthz" in body["healthcheck"]["test"][-1]
             assert f"{name}-state:/data/state" in body["volumes"]
