@@ -130,9 +130,9 @@ def test_another_host_file_needs_its_own_output(tmp_path):
 
 def test_colliding_status_ports_are_refused(tmp_path):
     write_module(tmp_path, "alpha", "name: alpha\ngpu: true\nstatus_port: 9100\n")
-    write_module(tmp_path, "beta", "name: beta\ngpu: true\nstatus_port: 9200\n")
+    write_module(tmp_path, "beta", "name: beta\ngpu: true\nstatus_port: 9110\n")
     specs = specs_with_files(tmp_path)
-    with pytest.raises(ConfigError, match="status port 9200 of validator-beta-gpu2 is also"):
+    with pytest.raises(ConfigError, match="status port 9110 of validator-beta-gpu2 is also"):
         render_gpus(specs, {"alpha": ["0", "1"], "beta": ["2"]})
 
 
