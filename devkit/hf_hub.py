@@ -66,6 +66,7 @@ class LocalHub:
         self._blobs: dict[str, Path] = {}
         self._hash_cache: dict[tuple[Path, int, int], tuple[str, str]] = {}
         self._faults: list[tuple[int, str | None]] = []
+        self._holds: list[tuple[str, threading.Event]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -152,17 +153,27 @@ class LocalHub:
         with self._lock:
             self._faults.extend([(status, match)] * n)
 
+    def hold_bodies(self, match: str) -> threading.Event:
+        """File contents whose URL contains `match` are sent only once the returned event is set
+        (at most five minutes later), so that a test can line up concurrent downloads; headers
+        (HEAD) and listings are answered at once."""
+        release = threading.Event()
+        with self._lock:
+            self._holds.append((match, release))
+        return release
+
+    def bodies_served(self) -> list[str]:
+        """Repo-relative names of the files whose content was sent (a GET answered 200 or 206,
+        at a resolve or CDN URL): one entry per download of a file's bytes."""
+        with self._lock:
+            paths = [p for m, p, status in self.requests if m == "GET" and status in (200, 206)]
+        names = [_file_name(path) for path in paths]
+        return [name for name in names if name is not None]
+
     def file_requests(self, method: str = "GET") -> list[str]:
         """Repo-relative names of files requested with `method` (resolve or CDN URLs)."""
-        names = []
-        for logged_method, path, _status in list(self.requests):
-            if logged_method != method:
-                continue
-            if "/resolve/" in path:
-                names.append(path.split("/resolve/", 1)[1].split("/", 1)[1])
-            elif path.startswith("/cdn-lfs/"):
-                names.append(path.split("/", 3)[3])
-        return names
+        names = [_file_name(path) for m, path, _status in list(self.requests) if m == method]
+        return [name for name in names if name is not None]
 
     # -- repo model (used by the handler) ------------------------------------------------------
 
@@ -243,6 +254,15 @@ class LocalHub:
     def _blob(self, sha256: str) -> Path | None:
         with self._lock:
             return self._blobs.get(sha256)
+
+
+def _file_name(path: str) -> str | None:
+    """The repo-relative file name of a resolve or CDN path; None for other paths."""
+    if "/resolve/" in path:
+        return path.split("/resolve/", 1)[1].split("/", 1)[1]
+    if path.startswith("/cdn-lfs/"):
+        return path.split("/", 3)[3]
+    return None
 
 
 def _split_repo(repo_id: str) -> tuple[str, str]:
@@ -380,10 +400,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         if body:
+            self._wait_for_release()
             with path.open("rb") as f:
                 f.seek(start)
                 shutil.copyfileobj(f, self.wfile, CHUNK)
         return status
+
+    def _wait_for_release(self) -> None:
+        with self.hub._lock:
+            holds = [release for match, release in self.hub._holds if match in self.path]
+        for release in holds:
+            release.wait(300)  # bounded: a test that never releases must not hang the server
 
     def _send(self, status: int, headers: dict[str, str], payload: bytes, body: bool) -> None:
         self.send_response(status)
