@@ -25,7 +25,12 @@ from validator.ledger.client import DEFAULT_API_URL, FedLedgerClient
 from validator.observe.logs import setup_logging
 from validator.observe.observer import Observer
 from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
-from validator.options import gathered_secrets, missing_for_module, secret_names
+from validator.options import (
+    HF_CACHE_BUDGET_ENV,
+    gathered_secrets,
+    missing_for_module,
+    secret_names,
+)
 from validator.registry import REPO_ROOT, load_module_class, load_module_spec
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
@@ -156,6 +161,14 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
     help="Per-assignment records kept in STATE_DIR/records (oldest dropped first).",
 )
 @click.option(
+    "--hf-cache-max-gb",
+    envvar=HF_CACHE_BUDGET_ENV,
+    type=click.FloatRange(min=0, min_open=True, max=float("inf"), max_open=True),
+    default=None,
+    help="Keep the (shared) HF cache under this many GB: the least recently used base models "
+    "no worker is using are deleted before and after a base is fetched [default: no limit].",
+)
+@click.option(
     "--shard",
     "shard_text",
     envvar=SHARD_ENV,
@@ -195,6 +208,7 @@ def main(
     http_host: str,
     health_stale_seconds: float,
     records_keep: int,
+    hf_cache_max_gb: float | None,
     shard_text: str | None,
     api_retries: int,
     api_backoff: float,
@@ -227,6 +241,9 @@ def main(
         # A bad or empty shard is exit 2 before the module loads; --check looks nothing up.
         shard = parse_shard(shard_text) if shard_text is not None else None
         looked_up = shard_task_ids(task_ids, shard) if task_ids and check_input is None else []
+        # The cache budget reaches fetch_base_model (validator/kit/hf_cache.py) the same way.
+        if hf_cache_max_gb is not None:
+            os.environ[HF_CACHE_BUDGET_ENV] = repr(hf_cache_max_gb)
         pool = ModulePool(load_module_class(module), module, config_dir)
         if check_input is not None:
             code = run_check(pool, check_input)

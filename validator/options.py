@@ -11,6 +11,9 @@ from validator.spec import CORE_SECRETS, ModuleSpec
 TASK_IDS_OPTION = "--task_ids / TASK_IDS"
 FLOCK_API_KEY_OPTION = "--flock-api-key / FLOCK_API_KEY"
 HF_TOKEN_OPTION = "--hf-token / HF_TOKEN"
+# --hf-cache-max-gb's variable: the entrypoint sets it from the option, the kit reads it when it
+# fetches a base model (validator/kit/hf_cache.py); here so that the core needs no hub library.
+HF_CACHE_BUDGET_ENV = "VALIDATOR_HF_CACHE_MAX_GB"
 # Secrets that also have an option; a module's other secrets are env vars only.
 SECRET_OPTIONS = {"FLOCK_API_KEY": FLOCK_API_KEY_OPTION, "HF_TOKEN": HF_TOKEN_OPTION}
 

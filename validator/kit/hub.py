@@ -17,6 +17,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,9 +33,11 @@ from validator.errors import (
     TransientError,
     exception_chain,
 )
+from validator.kit import hf_cache
 from validator.kit.deadline import overall_deadline
 from validator.kit.downloads import TRANSIENT_STATUSES
 from validator.kit.progress import watch_bytes
+from validator.kit.scope import held_until_scored
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +211,21 @@ def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
 
     Only config, tokenizer and safetensors weights are fetched; when the repo has a shard index,
     only the shards it names (some repos also carry a consolidated copy of the weights).
+
+    The base is marked in use in the cache (validator/kit/hf_cache.py) from before it is read
+    until the scoring in progress ends (outside a run: until this returns), so that no worker
+    sharing the cache evicts it meanwhile. With a cache budget (VALIDATOR_HF_CACHE_MAX_GB), the
+    least recently used bases not in use are evicted to make room for it, and again after.
     """
+    cache = Path(cache_dir() or constants.HF_HUB_CACHE)
+    budget = hf_cache.budget_bytes()
+    with ExitStack() as until_fetched:
+        holder = held_until_scored() or until_fetched
+        holder.enter_context(hf_cache.base_in_use(cache, repo_id))
+        return _fetch_base_model(repo_id, token, cache, budget)
+
+
+def _fetch_base_model(repo_id: str, token: str | None, cache: Path, budget: int | None) -> Path:
     what = f"base model {repo_id}"
     try:
         info = model_info(repo_id, what, submission=False, token=token, files_metadata=True)
@@ -222,7 +239,11 @@ def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
     sizes = file_sizes(info)
     weights = _base_weight_files(repo_id, commit, set(sizes), token, what)
     names = [name for name in BASE_MODEL_FILES if name in sizes] + weights
-    folder = Path(cache_dir() or constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    folder = cache / f"models--{repo_id.replace('/', '--')}"
+    if budget is not None:
+        snapshot = folder / "snapshots" / commit
+        room = sum(sizes.get(n) or 0 for n in names if not (snapshot / n).exists())
+        hf_cache.evict(cache, budget, room, warn=False)  # the warning, if any, comes after
     with watch_bytes(folder, f"downloading {what}"):
         # One file at a time in this thread, not in snapshot_download's worker threads: an
         # overall deadline covers the connections of the thread it runs in.
@@ -231,12 +252,17 @@ def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
                 repo_id, name, what, submission=False, size=sizes.get(name), revision=commit,
                 cache_dir=cache_dir(), token=token,
             )  # fmt: skip
-    # The ref that snapshot_download writes for `main`, which the cached fallback reads.
+    # The ref that snapshot_download writes for `main`, which the cached fallback reads; written
+    # whole (a rename), as another worker sharing the cache may be reading it.
     (folder / "refs").mkdir(parents=True, exist_ok=True)
-    (folder / "refs" / "main").write_text(commit)
+    partial_ref = folder / "refs" / f".main.{os.getpid()}"
+    partial_ref.write_text(commit)
+    partial_ref.replace(folder / "refs" / "main")
     path = folder / "snapshots" / commit
     if not (path / "config.json").is_file():
         raise RecoverableException(f"{what}: the snapshot at {path} has no config.json")
+    if budget is not None:
+        hf_cache.evict(cache, budget)
     return path
 
 

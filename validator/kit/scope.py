@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from typing import Literal
 
@@ -103,6 +103,9 @@ class Progress:
 
 NO_RUN = Scope()
 _current: ContextVar[Scope] = ContextVar("validator_scope", default=NO_RUN)
+# What stays held until the scoring in progress ends (a base model marked in use in a shared HF
+# cache, validator/kit/hf_cache.py); None outside a run.
+_held: ContextVar[ExitStack | None] = ContextVar("validator_scope_held", default=None)
 
 
 def current_scope() -> Scope:
@@ -113,11 +116,21 @@ def current_scope() -> Scope:
 @contextmanager
 def entered(scope: Scope) -> Iterator[Scope]:
     """`scope` is the current scope inside the block (the loop, around `validate()`)."""
+    stack = ExitStack()
     token = _current.set(scope)
+    held = _held.set(stack)
     try:
-        yield scope
+        with stack:
+            yield scope
     finally:
+        _held.reset(held)
         _current.reset(token)
+
+
+def held_until_scored() -> ExitStack | None:
+    """An exit stack closed when the scoring in progress ends (what is entered into it is held
+    until then); None outside a run, where the caller releases what it took itself."""
+    return _held.get()
 
 
 # The functions of the earlier API (`from validator.phases import host_work, note`), kept for

@@ -1,0 +1,176 @@
+"""A shared Hugging Face cache kept under a budget (`--hf-cache-max-gb`,
+VALIDATOR_HF_CACHE_MAX_GB): the least recently used base models are evicted through
+huggingface_hub's cache API, never one that a worker on this host is using.
+
+Several validator workers (one per GPU, Compose services, pods on one node) share one cache
+volume. A worker marks a base "in use" with a shared flock on
+`<cache>/.locks/flock-in-use/models--<org>--<name>.lock`, from before it fetches the base until
+the scoring that fetched it ends (`base_in_use`, entered by `fetch_base_model`). The evictor
+deletes a repo only while it holds that lock exclusively, taken without waiting: a repo another
+worker holds is skipped, and a worker that wants a repo being deleted waits until it is gone,
+then downloads it again. The lock files live under `.locks`, which `scan_cache_dir` (and
+`huggingface-cli scan-cache`) skips: anywhere else in the cache they would be reported as a
+corrupted repo.
+
+Recency is the later of the repo's last access as the library sees it (its blobs' atime, which
+`relatime` mounts update at most once a day) and the lock file's mtime, which `base_in_use`
+sets when a use begins and ends.
+
+Downloading one base once while two workers fetch it at the same time needs nothing here:
+huggingface_hub takes a file lock per blob and re-checks the blob under it
+(tests/test_hf_cache.py proves it against the local hub).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from huggingface_hub import CachedRepoInfo, scan_cache_dir
+from huggingface_hub.errors import CacheNotFound
+
+from validator.errors import ConfigError
+from validator.options import HF_CACHE_BUDGET_ENV as BUDGET_ENV
+
+log = logging.getLogger(__name__)
+
+BYTES_PER_GB = 10**9  # decimal, as `huggingface-cli scan-cache` and disk vendors count
+IN_USE_DIR = Path(".locks") / "flock-in-use"
+# Held (exclusively, waiting) by one evictor at a time on the whole cache: two workers evicting
+# at once would each count the other's deletions as still there and delete more than needed.
+EVICTING_LOCK = "evicting.lock"
+
+
+def budget_bytes() -> int | None:
+    """The cache budget from VALIDATOR_HF_CACHE_MAX_GB (the entrypoint sets it from the option);
+    None when unset. Read on every call, like the library's own settings."""
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        gigabytes = float(raw)
+    except ValueError:
+        gigabytes = -1.0
+    if not gigabytes > 0 or gigabytes == float("inf"):
+        raise ConfigError(f"{BUDGET_ENV}={raw!r}: give the cache budget in GB, a number over 0")
+    return max(1, int(gigabytes * BYTES_PER_GB))
+
+
+def in_use_path(cache: Path, repo_id: str) -> Path:
+    return cache / IN_USE_DIR / f"models--{repo_id.replace('/', '--')}.lock"
+
+
+def _open_lock(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+
+
+def _touch(fd: int) -> None:
+    try:
+        os.utime(fd)  # the last use, for recency
+    except OSError:
+        pass  # a lock file of another user on a shared volume: recency falls back to atime
+
+
+@contextmanager
+def base_in_use(cache: Path, repo_id: str) -> Iterator[None]:
+    """`repo_id` is in use by this process inside the block: no evictor deletes it. Waits while
+    an evictor is deleting it (a deletion takes moments; the caller then downloads it again)."""
+    fd = _open_lock(in_use_path(cache, repo_id))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        _touch(fd)
+        yield
+        _touch(fd)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextmanager
+def _exclusive(path: Path, wait: bool) -> Iterator[bool]:
+    """True inside the block when the lock at `path` is held exclusively; False (not held) when
+    `wait` is off and another process holds it."""
+    fd = _open_lock(path)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _last_used(cache: Path, repo: CachedRepoInfo) -> float:
+    try:
+        marked = in_use_path(cache, repo.repo_id).stat().st_mtime
+    except OSError:
+        marked = 0.0
+    return max(repo.last_accessed, marked)
+
+
+def _scan(cache: Path) -> tuple[int, list[CachedRepoInfo]]:
+    """(bytes the cache holds, its model repos)."""
+    try:
+        info = scan_cache_dir(cache)
+    except CacheNotFound:
+        return 0, []
+    return info.size_on_disk, [repo for repo in info.repos if repo.repo_type == "model"]
+
+
+def _delete(cache: Path, repo_id: str) -> int:
+    """Deletes every revision of `repo_id` (its lock held exclusively); the bytes freed. Scanned
+    again under the lock: the earlier scan may predate a revision another worker added."""
+    info = scan_cache_dir(cache)
+    for repo in info.repos:
+        if repo.repo_type == "model" and repo.repo_id == repo_id:
+            info.delete_revisions(*(r.commit_hash for r in repo.revisions)).execute()
+            return repo.size_on_disk
+    return 0
+
+
+def evict(cache: Path, budget: int, room: int = 0, *, warn: bool = True) -> list[str]:
+    """Deletes the least recently used model repos not in use until the cache plus `room` (bytes
+    about to be downloaded) fits in `budget` bytes; the repo ids deleted. When the repos in use
+    alone are over it, one warning (when `warn`) and nothing more: a full budget never fails an
+    assignment. A cache that cannot be read or deleted from is a warning too."""
+    try:
+        with _exclusive(cache / IN_USE_DIR / EVICTING_LOCK, wait=True):
+            return _evict(cache, budget, room, warn)
+    except OSError as exc:
+        log.warning("HF cache %s: cannot keep it under its budget: %s", cache, exc)
+        return []
+
+
+def _evict(cache: Path, budget: int, room: int, warn: bool) -> list[str]:
+    total, repos = _scan(cache)
+    evicted: list[str] = []
+    if total + room <= budget:
+        return evicted
+    for repo in sorted(repos, key=lambda r: _last_used(cache, r)):
+        if total + room <= budget:
+            break
+        with _exclusive(in_use_path(cache, repo.repo_id), wait=False) as unused:
+            if not unused:
+                continue  # a worker (this one included) holds it
+            freed = _delete(cache, repo.repo_id)
+        if freed:
+            total -= freed
+            evicted.append(repo.repo_id)
+            log.info("HF cache: evicted %s (%s), least recently used", repo.repo_id, _gb(freed))
+    if warn and total + room > budget:
+        log.warning(
+            "HF cache %s holds %s (%s more to come), over its budget of %s: what is left is in "
+            "use by the workers sharing it (or not a model); going on",
+            cache, _gb(total), _gb(room), _gb(budget),
+        )  # fmt: skip
+    return evicted
+
+
+def _gb(size: int) -> str:
+    return f"{size / BYTES_PER_GB:.3g} GB"
