@@ -27,11 +27,12 @@ CORE_ENV = (
     "TIME_SLEEP",
     "ASSIGNMENT_LOOKUP_INTERVAL",
     "VALIDATOR_MIN_FREE_MB",
+    "VALIDATOR_HF_CACHE_MAX_GB",  # the shared HF cache's budget (validator/kit/hf_cache.py)
 )
-# The container paths the image owns (Dockerfile): a module's volumes go elsewhere under /data.
 # The checkout (or the image's /app) that holds validator/, modules/ and configs/: computed here,
 # once, for the launcher, the registry and the dev tools.
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The container paths the image owns (Dockerfile): a module's volumes go elsewhere under /data.
 STATE_PATH = "/data/state"
 CONFIG_PATH = "/app/configs"
 RESERVED_PATHS = ("/app", STATE_PATH)
