@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -15,15 +16,16 @@ from modules.llm_judge.conversation import Prompt, read_prompts
 from modules.llm_judge.generation import Request, Sampling, assignment_seed, generate, tokenize
 from modules.llm_judge.judge_texts import cache_dir_from_environment, load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
-from modules.llm_judge.loading import ModelCannotLoad, load
+from modules.llm_judge.loading import LoadedModel, ModelCannotLoad, load, pick_device, read_model
 from modules.llm_judge.schemas import (
     PENALTY_SCORE,
     LlmJudgeConfig,
     LlmJudgeInput,
     LlmJudgeMetrics,
 )
-from modules.llm_judge.submission import fetch_submission
+from modules.llm_judge.submission import Submission, fetch_submission
 from modules.llm_judge.templating import TemplateLimits, render_prompts
+from modules.llm_judge.warm_base import WarmBase
 from validator.kit import (
     BaseValidationModule,
     SubmissionRejected,
@@ -60,6 +62,9 @@ class LlmJudgeModule(BaseValidationModule):
             max_batch=config.max_generation_batch,
         )
         self._work = WorkArea("llm_judge", config.work_dir)
+        # The base of LoRA submissions stays loaded between assignments on a CPU host, merged
+        # into and restored bit for bit (warm_base.py); scores are those of a fresh load.
+        self.warm = WarmBase(partial(read_model, dtype=pick_device()[1]))
 
     def validate(self, data: LlmJudgeInput) -> LlmJudgeMetrics:
         config = self.config
@@ -92,11 +97,35 @@ class LlmJudgeModule(BaseValidationModule):
             prompts = read_prompts(path)
             models = self.judge.resolve_models(data.eval_args.eval_model_list)
         try:
-            loaded = load(submission)
+            loaded = load(submission, self.warm, data.hg_repo_id)
         except ModelCannotLoad as exc:
             return _penalty(f"the model cannot be loaded: {exc}")
-        if loaded.parameter_count > data.max_params:
-            return _penalty(f"{loaded.parameter_count} parameters, over {data.max_params}")
+        try:
+            if loaded.parameter_count > data.max_params:
+                return _penalty(f"{loaded.parameter_count} parameters, over {data.max_params}")
+            answers = self._answers(data, submission, prompts, loaded, work)
+        finally:
+            # Whatever happened (answers, a penalty, a fault), the next submission must meet
+            # the base as loaded: the merge is undone and the base checked, or dropped.
+            self.warm.release(data.hg_repo_id)
+            del loaded
+            _free_memory()
+        log.info("%d answers generated; %d judge models: %s", len(answers), len(models), models)
+        with current_scope().host_work("wait"):
+            score = score_answers(self.judge, self.texts, data.eval_args, prompts, answers, models)
+        return LlmJudgeMetrics(score=score)
+
+    def _answers(
+        self,
+        data: LlmJudgeInput,
+        submission: Submission,
+        prompts: list[Prompt],
+        loaded: LoadedModel,
+        work: Path,
+    ) -> dict[tuple[int, int], str]:
+        """The loaded model's answers to every prompt, gen_require times each."""
+        config = self.config
+        full_model = submission.base_model is None
         seed = assignment_seed(data.hg_repo_id, submission.commit, data.validation_set_url)
         # The chat template renders in a bounded child (templating.py): a full model's is the
         # submission's own code. A LoRA's is its supported base's, from the base's folder. The
@@ -119,13 +148,7 @@ class LlmJudgeModule(BaseValidationModule):
             for index in range(len(prompts))
             for repeat in range(data.eval_args.gen_require)
         ]
-        answers = generate(loaded.model, loaded.tokenizer, requests, self.sampling, seed)
-        del loaded
-        _free_memory()
-        log.info("%d answers generated; %d judge models: %s", len(answers), len(models), models)
-        with current_scope().host_work("wait"):
-            score = score_answers(self.judge, self.texts, data.eval_args, prompts, answers, models)
-        return LlmJudgeMetrics(score=score)
+        return generate(loaded.model, loaded.tokenizer, requests, self.sampling, seed)
 
     def cleanup(self) -> None:
         self._work.clean()
