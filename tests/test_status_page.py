@@ -177,3 +177,45 @@ def test_healthz_turns_503_when_the_loop_makes_no_progress(tmp_path):
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
+
+
+def test_a_report_being_drawn_never_holds_another_request(tmp_path):
+    """While one worker of the server draws /report (a slow child on a busy host), a second
+    /report is answered at once, with the last page or a page saying it is being drawn, so the
+    server's other worker stays free for /healthz."""
+    import threading
+
+    from validator.observe.observer import Observer
+    from validator.observe.status_server import BEING_DRAWN, StatusServer
+
+    server = StatusServer("127.0.0.1", 0, Observer(tmp_path, "fixture", 10), tmp_path)
+    try:
+        drawing, release = threading.Event(), threading.Event()
+        pages = iter(["<p>first</p>", "<p>second</p>"])
+
+        def slow_report() -> str:
+            drawing.set()
+            release.wait(60)
+            return next(pages)
+
+        server.report = slow_report  # the child's drawing, held until released
+        first = threading.Thread(target=server.cached_report)
+        first.start()
+        assert drawing.wait(60)
+        assert server.cached_report() == BEING_DRAWN  # nothing drawn yet: no wait either
+        release.set()
+        first.join(60)
+        assert server.cached_report() == "<p>first</p>" and server.reports_rendered == 1
+        # Past the cache's life, a drawing under way answers others with the last page.
+        server._report = (server._report[0] - 60, server._report[1])
+        drawing.clear()
+        release.clear()
+        second = threading.Thread(target=server.cached_report)
+        second.start()
+        assert drawing.wait(60)
+        assert server.cached_report() == "<p>first</p>"
+        release.set()
+        second.join(60)
+        assert server.cached_report() == "<p>second</p>" and server.reports_rendered == 2
+    finally:
+        server.stop()

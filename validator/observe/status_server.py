@@ -35,6 +35,10 @@ REFRESH_SECONDS = 10
 # The report reads the whole journal and draws plots (hundreds of ms): a page opened by many at
 # once, or reloaded in a loop, is drawn once per this many seconds.
 REPORT_TTL_S = 5.0
+BEING_DRAWN = (
+    "<!doctype html><meta http-equiv=refresh content=5>"
+    "<p>the report is being drawn: this page reloads in 5 s</p>"
+)
 REPORT_TIMEOUT_S = 60.0
 
 PAGE_STYLE = """
@@ -134,9 +138,13 @@ class StatusServer:
         )
 
     def cached_report(self) -> str:
-        """The report page, drawn again only when REPORT_TTL_S have passed; requests that come
-        while it is drawn wait for that drawing instead of starting their own."""
-        with self._report_lock:
+        """The report page, drawn again only when REPORT_TTL_S have passed. A request that comes
+        while it is drawn gets the last page (or a page saying it is being drawn) at once: a
+        worker of the server never waits on a drawing, so /healthz and /metrics are answered by
+        the other one even while a slow drawing runs on a busy host."""
+        if not self._report_lock.acquire(blocking=False):
+            return self._report[1] if self._report is not None else BEING_DRAWN
+        try:
             now = time.monotonic()
             if self._report is None or now - self._report[0] >= REPORT_TTL_S:
                 try:
@@ -146,6 +154,8 @@ class StatusServer:
                 self.reports_rendered += 1
                 self._report = (time.monotonic(), page)
             return self._report[1]
+        finally:
+            self._report_lock.release()
 
     def report(self) -> str:
         """Drawn by `python -m validator report` in a child process at a low CPU priority:
