@@ -11,7 +11,7 @@ STACKS := $(shell for m in $(MODULES); do [ -f requirements-$$m.txt ] && \
 	! grep -q "requirements-$$m.txt" requirements-dev.txt && echo $$m; done)
 STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 
-.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge gpu-kit browser report
+.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser report
 
 install: $(VENV)/.installed $(STACK_VENVS)
 
@@ -162,6 +162,10 @@ bench-model-work: install
 # The llm_judge module's batched generation against one prompt at a time (CPU, its own venv).
 bench-llm-judge: install
 	.venv-llm_judge/bin/python -m bench.llm_judge_generation
+
+# The llm_judge module's model work per LoRA assignment: a warm base against a reload (CPU).
+bench-llm-judge-warm: install
+	.venv-llm_judge/bin/python -m bench.llm_judge_warm_base
 
 # Pinned wheels for running `make bench`'s GPU mode on a machine without network
 # (bench/gpu_session.sh there; see bench/README.md).

@@ -1,0 +1,167 @@
+"""`make bench-llm-judge-warm`: the llm_judge module's model work per LoRA assignment, a warm
+base (merge into the kept base, copy the merged weights back, check the fingerprint) against
+the reload the module did before and the network does (read the base from disk, merge), in the
+same run, through the module's own `load`. Runs in the llm_judge stack (.venv-llm_judge).
+
+The base is a Qwen3.5-architecture model with random weights, built here: `--shape tiny` is the
+tests' (devkit/tiny_chat_models.py), `--shape 0.8b` approximates Qwen3.5-0.8B's dimensions
+(about 3 GiB of fp32 weights; needs about 12 GiB of free memory). Adapters are random, rank
+`--rank` on every attention and MLP projection; the sides alternate per assignment, and every
+warm merge is compared bit for bit with the reload's. Generation is left out: it is the same
+work on the same weights on both sides (`make bench-llm-judge` measures it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import peft
+import torch
+import transformers
+from peft import LoraConfig, get_peft_model
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from devkit.tiny_chat_models import build_chat_base
+from modules.llm_judge import loading
+from modules.llm_judge.loading import load, read_model
+from modules.llm_judge.submission import Submission
+from modules.llm_judge.warm_base import WarmBase
+
+BASE = "Qwen/Qwen3.5-0.8B"
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# Qwen3.5-0.8B's text model as we recall it (hidden 1024, 24 layers, 3 linear-attention layers
+# to 1 full, tied embeddings, vocabulary 248320), not read from the Hub: no network here. The
+# bench's tokenizer is the tiny one, so the vocabulary is padded to this size.
+SHAPE_0_8B = dict(
+    hidden_size=1024,
+    intermediate_size=3584,
+    num_hidden_layers=24,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=256,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_num_key_heads=16,
+    linear_num_value_heads=16,
+    layer_types=["linear_attention"] * 3 + ["full_attention"],  # repeated
+    tie_word_embeddings=True,
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=["tiny", "0.8b"], default="tiny")
+    parser.add_argument("--adapters", type=int, default=3, help="distinct adapters, in turn")
+    parser.add_argument("--assignments", type=int, default=7, help="per side")
+    parser.add_argument("--rank", type=int, default=16)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _base(Path(tmp), args.shape)
+        adapters = [_adapter(base, Path(tmp) / f"adapter-{i}", args.rank, i) for i in range(3)]
+        adapters = (adapters * args.adapters)[: args.adapters]
+        # The module's fetch of a supported base, without the Hub: the folder built here.
+        loading.fetch_base_model = lambda _repo: base
+        warm = WarmBase(lambda source: read_model(source, torch.float32))
+        cold_first, ours, reload, exact = _measure(warm, adapters, args.assignments)
+        parameters = sum(p.numel() for p in warm.held.model.parameters())
+    print(f"python {platform.python_version()}, torch {torch.__version__}, transformers "
+          f"{transformers.__version__}, peft {peft.__version__}, {torch.get_num_threads()} "
+          f"CPU threads, {platform.machine()}")  # fmt: skip
+    print(f"shape {args.shape}: {parameters / 1e6:.1f}M parameters, fp32; LoRA rank {args.rank} "
+          f"on {', '.join(TARGETS)}; {args.adapters} adapters in turn, {args.assignments} "
+          f"assignments per side")  # fmt: skip
+    same = "all" if all(exact) else "NOT ALL"
+    print(f"warm merges bit-identical to the reload's: {same} ({sum(exact)} of {len(exact)}); "
+          f"base reads from disk, warm side: {warm.loads}")  # fmt: skip
+    print(f"reload (baseline), median s/assignment:   {statistics.median(reload):8.3f}")
+    print(f"warm base, first assignment (reads):      {cold_first:8.3f}")
+    print(f"warm base, later assignments, median:     {statistics.median(ours):8.3f}")
+    print(f"ratio reload / warm:                      "
+          f"{statistics.median(reload) / statistics.median(ours):8.1f}x")  # fmt: skip
+
+
+def _measure(warm: WarmBase, adapters: list[Path], assignments: int):
+    """Seconds of model work per assignment on each side, alternating, and whether each warm
+    merge equalled the reload's bit for bit."""
+    cold_first = _timed_warm(warm, adapters[0])[0]
+    ours, reload, exact = [], [], []
+    for n in range(assignments):
+        adapter = adapters[n % len(adapters)]
+        seconds, reloaded = _timed_reload(adapter)
+        reload.append(seconds)
+        seconds, merged = _timed_warm(warm, adapter, keep=reloaded)
+        ours.append(seconds)
+        exact.append(merged)
+    return cold_first, ours, reload, exact
+
+
+def _timed_reload(adapter: Path) -> tuple[float, dict[str, torch.Tensor]]:
+    """The module's code before the warm base: read, merge; the model dropped after use. The
+    copy kept for the comparison is made outside the timed parts."""
+    began = time.perf_counter()
+    loaded = load(_submission(adapter))
+    seconds = time.perf_counter() - began
+    state = {name: t.clone() for name, t in loaded.model.state_dict().items()}
+    began = time.perf_counter()
+    del loaded
+    gc.collect()
+    return seconds + time.perf_counter() - began, state
+
+
+def _timed_warm(warm: WarmBase, adapter: Path, keep: dict | None = None) -> tuple[float, bool]:
+    """Ours: merge into the warm base; afterwards copy back and check the fingerprint."""
+    began = time.perf_counter()
+    loaded = load(_submission(adapter), warm, "bench")
+    seconds = time.perf_counter() - began
+    exact = keep is None or _equal(loaded.model.state_dict(), keep)
+    began = time.perf_counter()
+    del loaded
+    warm.release("bench")
+    return seconds + time.perf_counter() - began, exact
+
+
+def _equal(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> bool:
+    return got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+
+
+def _submission(adapter: Path) -> Submission:
+    return Submission(path=adapter, commit="0" * 40, base_model=BASE, parameter_count=None)
+
+
+def _base(tmp: Path, shape: str) -> Path:
+    """The tests' tiny base; at 0.8b its weights are replaced by a model of that shape."""
+    path = build_chat_base(tmp / "base")
+    if shape == "0.8b":
+        config = AutoConfig.from_pretrained(str(path))
+        layer_types = SHAPE_0_8B["layer_types"] * (SHAPE_0_8B["num_hidden_layers"] // 4)
+        for key, value in {**SHAPE_0_8B, "layer_types": layer_types, "vocab_size": 248320}.items():
+            setattr(config, key, value)
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(config).save_pretrained(str(path))
+    return path
+
+
+def _adapter(base: Path, dest: Path, rank: int, seed: int) -> Path:
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(str(base))
+    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank,
+                                                  target_modules=TARGETS))  # fmt: skip
+    for name, parameter in peft_model.named_parameters():
+        if "lora_B" in name:  # peft starts B at zero: a no-op adapter would prove nothing
+            torch.nn.init.normal_(parameter, std=0.02)
+    peft_model.save_pretrained(str(dest), safe_serialization=True)
+    config = json.loads((dest / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = BASE
+    (dest / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    return dest
+
+
+if __name__ == "__main__":
+    main()
