@@ -11,7 +11,7 @@ STACKS := $(shell for m in $(MODULES); do [ -f requirements-$$m.txt ] && \
 	! grep -q "requirements-$$m.txt" requirements-dev.txt && echo $$m; done)
 STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 
-.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser report
+.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser prometheus report
 
 install: $(VENV)/.installed $(STACK_VENVS)
 
@@ -34,12 +34,12 @@ $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt 
 	touch $@
 
 # The test suite. What it needs beyond the venvs (a Docker engine with Compose v2, the stand-in
-# base image, headless Chromium) is brought up first, as root on Debian, the way
-# `make docker-engine` and `make browser` do; elsewhere a missing one stops with one line naming
-# the command to run (scripts/needs.sh). FLOCK_SKIP_DOCKER_TESTS=1 and FLOCK_SKIP_BROWSER_TESTS=1
-# opt out of those tests explicitly.
+# base image, headless Chromium, Prometheus) is brought up first, as root on Debian, the way
+# `make docker-engine`, `make browser` and `make prometheus` do; elsewhere a missing one stops
+# with one line naming the command to run (scripts/needs.sh). FLOCK_SKIP_DOCKER_TESTS=1 and
+# FLOCK_SKIP_BROWSER_TESTS=1 opt out of those tests explicitly.
 test: install wheels
-	@bash scripts/needs.sh test-docker test-browser
+	@bash scripts/needs.sh test-docker test-browser test-prometheus
 	$(PY) -m pytest -q $(foreach m,$(STACKS),--ignore=tests/$(m))
 	@for m in $(STACKS); do echo "== tests/$$m in .venv-$$m"; \
 		.venv-$$m/bin/python -m pytest -q tests/$$m || exit 1; done
@@ -134,6 +134,15 @@ browser:
 		chromium chromium-driver >/dev/null || { apt-get update -q >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
 		chromium chromium-driver >/dev/null; }; fi
+
+# Debian's Prometheus and promtool for the fleet-observation tests (tests/test_prometheus.py,
+# deploy/prometheus/). Needs root on a Debian machine.
+prometheus:
+	@if [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; then echo "prometheus: present"; \
+	else DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		prometheus >/dev/null || { apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		prometheus >/dev/null; }; fi
 
 # A Docker engine, Compose v2 and the local stand-in base image, on a Debian machine that has
 # none running (CI, a development sandbox). Needs root.

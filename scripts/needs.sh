@@ -2,6 +2,7 @@
 # What `make test` and `make demo` need beyond the venvs, brought up when missing:
 #   docker   a Docker engine answering, Compose v2 and the local stand-in base image
 #   browser  Debian's headless Chromium and ChromeDriver (the page tests)
+#   prometheus  Debian's Prometheus and promtool (the fleet-observation tests)
 # As root on Debian (CI, a fresh sandbox) each is installed the way `make docker-engine` and
 # `make browser` do; anywhere else a missing one stops here with one line naming the command to
 # run, rather than as a test failure or an apt-get error half-way through a run.
@@ -56,6 +57,19 @@ need_browser() {
     fi
 }
 
+need_prometheus() {
+    local why=$1
+    if [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; then
+        return
+    fi
+    if can_install; then
+        echo "== $why needs Prometheus: installing it (make prometheus)"
+        "${MAKE:-make}" --no-print-directory prometheus
+    else
+        stop "$why needs Prometheus and promtool (/usr/bin/prometheus, /usr/bin/promtool): run \`sudo make prometheus\` (Debian's prometheus package)"
+    fi
+}
+
 for need in "$@"; do
     case $need in
         test-docker)
@@ -63,9 +77,11 @@ for need in "$@"; do
                 need_docker "make test" ", or set FLOCK_SKIP_DOCKER_TESTS=1" ;;
         test-browser)
             [ "${FLOCK_SKIP_BROWSER_TESTS:-}" = 1 ] || need_browser "make test" ;;
+        test-prometheus)
+            need_prometheus "make test" ;;
         demo-docker)
             need_docker "make demo" "" ;;
         *)
-            stop "scripts/needs.sh: unknown need '$need' (test-docker, test-browser, demo-docker)" ;;
+            stop "scripts/needs.sh: unknown need '$need' (test-docker, test-browser, test-prometheus, demo-docker)" ;;
     esac
 done
