@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import RootModel, ValidationError, field_validator
 
-from launcher.compose import _dump, healthcheck, service
+from launcher.compose_services import _dump, healthcheck, service
 from launcher.containers import GPU_ID, state_volume_name, volume_name
 from launcher.fleet import PORT_STEP
 from validator.errors import ConfigError

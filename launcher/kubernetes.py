@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from launcher.compose import REPO_ROOT, specs_with_files
+from launcher.compose_services import REPO_ROOT, specs_with_files
 from validator.spec import CONFIG_PATH, CORE_ENV, CORE_SECRETS, SPEC_FILE, STATE_PATH, ModuleSpec
 
 OUTPUT_DIR = Path("deploy/kubernetes")

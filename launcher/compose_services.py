@@ -1,0 +1,145 @@
+"""The Compose services of the modules, rendered from their specs: `compose.yaml` and
+`compose.cpu.yaml` here, the per-GPU file in compose_gpus.py on the same `service()`. The
+command that writes them is compose.py (`make compose`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.containers import state_volume_name, volume_name
+from launcher.images import DOCKERFILE, PRODUCTION_BASE
+from validator.spec import (
+    CONFIG_PATH,
+    SPEC_FILE,
+    STATE_PATH,
+    ModuleSpec,
+    discover_specs,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = "compose.yaml"
+CPU_OVERRIDE_FILE = "compose.cpu.yaml"
+HEADER = f"""\
+# Written by `make compose` from modules/*/{SPEC_FILE}; edit the specs, not this file.
+#
+# `docker compose up -d validator-<module>` runs a module's validator; set FLOCK_API_KEY,
+# TASK_IDS and the module's own secrets (its spec's `secrets:`, e.g. HF_TOKEN for lora) in the
+# environment or in a .env file beside this file; a validator without its secrets exits 2 and
+# says which. Compose restarts a validator on any failing exit (up to 5 times);
+# run.py is the smarter launcher: it restarts only on exit 100 and stops with an explanation on
+# 2 and 3.
+"""
+CPU_HEADER = """\
+# Written by `make compose`. For hosts without NVIDIA GPUs (trying things out, CI):
+#   docker compose -f compose.yaml -f compose.cpu.yaml up validator-<module>
+"""
+# The core's settings, read from the host's environment with the validator's defaults.
+CORE_ENVIRONMENT = {
+    "FLOCK_API_URL": "${FLOCK_API_URL:-https://fed-ledger-prod.flock.io/api/v1}",
+    "TIME_SLEEP": "${TIME_SLEEP:-180}",
+    "ASSIGNMENT_LOOKUP_INTERVAL": "${ASSIGNMENT_LOOKUP_INTERVAL:-180}",
+}
+BUILD_ARGS = {
+    "BASE_IMAGE": f"${{VALIDATOR_BASE_IMAGE:-{PRODUCTION_BASE}}}",
+    "ENV_INSTALLER": "${VALIDATOR_ENV_INSTALLER:-micromamba}",
+    "PIP_OPTIONS": "${VALIDATOR_PIP_OPTIONS:-}",
+}
+GPU_RESERVATION = {
+    "resources": {
+        "reservations": {"devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}
+    }
+}
+
+
+def _required(name: str, what: str) -> str:
+    return f"${{{name}:?set {name}: {what}}}"
+
+
+def service(spec: ModuleSpec) -> dict[str, Any]:
+    environment = {
+        "FLOCK_API_KEY": _required("FLOCK_API_KEY", "your Fed Ledger API key"),
+        "TASK_IDS": _required("TASK_IDS", "the task ids to validate, e.g. 12,34"),
+        **CORE_ENVIRONMENT,
+        # No value: Compose passes the host's when it is set and leaves it unset otherwise (an
+        # empty HF_ENDPOINT would be taken as the endpoint). A module's secrets too: Compose
+        # interpolates every service of the file, so a `:?` here would make `up validator-rl`
+        # demand lora's HF_TOKEN; the validator refuses to start without them (exit 2).
+        **{name: None for name in [*spec.secrets, *spec.env]},
+    }
+    body: dict[str, Any] = {
+        "build": {
+            "context": ".",
+            "dockerfile": DOCKERFILE,
+            "network": "host",
+            "args": {**BUILD_ARGS, "MODULE": spec.name, "ENV_FILE": spec.environment},
+        },
+        "network_mode": "host",
+        "init": True,
+        "restart": "on-failure:5",
+        # The validator finishes the assignment in progress on a stop (README, "Stopping").
+        "stop_grace_period": f"{spec.stop_grace_seconds}s",
+        "environment": environment,
+        "volumes": [
+            f"./configs:{CONFIG_PATH}:ro",
+            *(f"{key}:{path}" for key, path in spec.volumes.items()),
+            f"{spec.name}-state:{STATE_PATH}",
+        ],
+    }
+    if spec.gpu:
+        body["deploy"] = GPU_RESERVATION
+    if spec.status_port is not None:
+        environment["VALIDATOR_HTTP_PORT"] = str(spec.status_port)
+        body["healthcheck"] = healthcheck(spec.status_port)
+    return {**body, **spec.compose}
+
+
+def healthcheck(port: int) -> dict[str, Any]:
+    """Unhealthy when the loop made no progress for --health-stale-seconds (/healthz: 503).
+    The start period covers a first base model's download and load."""
+    url = f"http://127.0.0.1:{port}/healthz"
+    probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout=5)"
+    return {
+        "test": ["CMD", "python", "-c", probe],
+        "interval": "60s",
+        "timeout": "10s",
+        "retries": 3,
+        "start_period": "900s",
+    }
+
+
+def render(specs: dict[str, ModuleSpec]) -> tuple[str, str]:
+    """The text of compose.yaml and of compose.cpu.yaml for these specs."""
+    volumes: dict[str, dict[str, str]] = {}
+    for spec in specs.values():
+        for key in spec.volumes:
+            volumes[key] = {"name": volume_name(key)}
+    for spec in specs.values():
+        volumes[f"{spec.name}-state"] = {"name": state_volume_name(spec.name)}
+    document = {
+        "services": {f"validator-{spec.name}": service(spec) for spec in specs.values()},
+        "volumes": volumes,
+    }
+    compose = HEADER + "\n" + _dump(document)
+    gpu_services = [name for name, spec in specs.items() if spec.gpu]
+    cpu = CPU_HEADER + "services:" + ("\n" if gpu_services else " {}\n")
+    for name in gpu_services:
+        cpu += f"  validator-{name}:\n    deploy: !reset {{}}\n"
+    return compose, cpu
+
+
+def _dump(document: dict[str, Any]) -> str:
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
+
+
+def specs_with_files(repo_root: Path) -> dict[str, ModuleSpec]:
+    """Modules that declare a spec: a bare folder runs in `python -m validator` but gets no
+    service (it has not said what its container needs)."""
+    modules_dir = repo_root / "modules"
+    return {
+        name: spec
+        for name, spec in discover_specs(modules_dir).items()
+        if (modules_dir / name / SPEC_FILE).is_file()
+    }
