@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from devkit import REPO_ROOT
+from devkit import DATA_DIR
 from devkit.tiny_chat_models import BASE_CONFIG, build_chat_base
 from modules.llm_judge.conversation import read_prompts
 from modules.llm_judge.generation import Request, Sampling, generate, render
 
-DATA = REPO_ROOT / "tests" / "fixtures" / "data"
+DATA = DATA_DIR
 
 
 def main() -> None:

@@ -47,13 +47,13 @@ from bench.lora_measure import Assignment, SideResult
 from bench.lora_ours import OursSide, distinct
 from bench.lora_shapes import CPU_SHAPE, GPU_SHAPES, Shape, forward_flops, total_params
 from bench.lora_sides import SideProcess
+from devkit import DATA_DIR
 from devkit.tiny_models import build_model, make_lora, save_base
 from devkit.tiny_tokenizer import build_tokenizer
 from modules.lora.forward import default_max_batch_size
 from modules.lora.records import EncodedExample
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DATA_FILE = REPO_ROOT / "tests" / "fixtures" / "data" / "function_calling_sample.jsonl"
+DATA_FILE = DATA_DIR / "function_calling_sample.jsonl"
 
 # --- CPU fixtures ------------------------------------------------------------------------------
 

@@ -8,5 +8,17 @@ and `scripts/` import it by name.
 
 from pathlib import Path
 
-# The checkout this package lives in (an editable install keeps it there).
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# The checkout this package lives in (an editable install keeps it there): computed once, in
+# validator/spec.py.
+from validator.spec import REPO_ROOT
+
+HERE = Path(__file__).resolve().parent
+# The sample data sets the dev tools, demos, benches and tests read (chat and function-calling
+# JSONL): dev data, so it lives here, not under tests/.
+DATA_DIR = HERE / "data"
+# The folder holding a second `modules/` namespace part with the test module `fixture` (its
+# behaviour chosen by the submission's repo id): put on PYTHONPATH by the tools that run the
+# validator against it, copied into a repo copy by docker_env.make_module_repo.
+FIXTURE_MODULES = HERE / "fixtures"
+
+__all__ = ["DATA_DIR", "FIXTURE_MODULES", "REPO_ROOT"]

@@ -10,18 +10,17 @@ import sys
 import uuid
 from pathlib import Path
 
-from devkit import REPO_ROOT
-from devkit.validator_cli import FIXTURE_MODULES, env_with_test_secrets
+from devkit import FIXTURE_MODULES, REPO_ROOT
+from devkit.validator_cli import env_with_test_secrets
 
 LOCAL_BASE = "local/base:bookworm"
 # The offline wheelhouse (`make wheels`), read by the image build's `env` stage only.
 WHEELHOUSE = REPO_ROOT / "wheels"
-FIXTURE_ENVIRONMENT = "name: fixture\ndependencies:\n  - python=3.11\n  - pip\n"
 
 
 def make_module_repo(dest: Path) -> Path:
     """A copy of the repo's tracked and untracked-but-not-ignored files, plus the wheelhouse,
-    plus modules/fixture."""
+    plus modules/fixture (its spec and environment included)."""
     files = (
         subprocess.run(
             ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
@@ -44,7 +43,6 @@ def make_module_repo(dest: Path) -> Path:
         module,
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    (module / "environment.yml").write_text(FIXTURE_ENVIRONMENT)
     return dest
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from devkit import REPO_ROOT
+from devkit import DATA_DIR
 
-DATA_DIR = REPO_ROOT / "tests" / "fixtures" / "data"
 SAMPLE_FILES = ("chat_sample.jsonl", "function_calling_sample.jsonl")
 VOCAB_SIZE = 600
 

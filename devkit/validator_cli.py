@@ -9,9 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from devkit import REPO_ROOT
+from devkit import FIXTURE_MODULES, REPO_ROOT
 
-FIXTURE_MODULES = REPO_ROOT / "tests" / "fixtures"
 API_KEY = "sk-flock-TEST-9f8e7d6c5b4a"
 HF_TOKEN = "hf_TESTtoken1234567890abcdef"
 

@@ -33,19 +33,21 @@ from launcher.report import run_reports, worker_volumes
 from launcher.supervisor import Supervisor, say
 from validator.errors import ConfigError, ExitCode
 from validator.options import gathered_secrets, missing_for_module
-from validator.spec import CORE_SECRETS, STATE_PATH, ModuleSpec, load_spec, module_folders
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from validator.spec import (
+    CORE_SECRETS,
+    REPO_ROOT,
+    STATE_PATH,
+    ModuleSpec,
+    load_spec,
+    module_folder,
+)
 
 
 def module_spec(repo_root: Path, module: str) -> ModuleSpec:
     """The spec of the module run.py is to launch; raises UsageError for an unknown module
     (listing those that exist), a spec that is not valid, or a missing environment file."""
-    folder = repo_root / "modules" / module
-    if not (module.isidentifier() and (folder / "__init__.py").is_file()):
-        known = ", ".join(module_folders(repo_root)) or "none found"
-        raise UsageError(f"unknown module {module!r}; available modules: {known}")
     try:
+        folder = module_folder(module, repo_root)  # UnknownModuleError is a ConfigError
         spec = load_spec(folder)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None

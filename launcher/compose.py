@@ -15,12 +15,12 @@ from launcher.compose_gpus import GPUS_FILE, HOSTS_FILE, load_hosts, render_gpus
 from launcher.compose_services import (
     COMPOSE_FILE,
     CPU_OVERRIDE_FILE,
-    REPO_ROOT,
     render,
     service,
     specs_with_files,
 )
 from validator.errors import ConfigError, ExitCode
+from validator.spec import REPO_ROOT
 
 __all__ = ["REPO_ROOT", "main", "render", "service", "specs_with_files"]
 

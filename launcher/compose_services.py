@@ -16,10 +16,9 @@ from validator.spec import (
     SPEC_FILE,
     STATE_PATH,
     ModuleSpec,
-    discover_specs,
+    find_modules,
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = "compose.yaml"
 CPU_OVERRIDE_FILE = "compose.cpu.yaml"
 HEADER = f"""\
@@ -135,11 +134,5 @@ def _dump(document: dict[str, Any]) -> str:
 
 
 def specs_with_files(repo_root: Path) -> dict[str, ModuleSpec]:
-    """Modules that declare a spec: a bare folder runs in `python -m validator` but gets no
-    service (it has not said what its container needs)."""
-    modules_dir = repo_root / "modules"
-    return {
-        name: spec
-        for name, spec in discover_specs(modules_dir).items()
-        if (modules_dir / name / SPEC_FILE).is_file()
-    }
+    """The modules of `repo_root`, found by the one rule (validator.spec.find_modules)."""
+    return find_modules(repo_root)

@@ -18,8 +18,16 @@ from typing import Any
 
 import yaml
 
-from launcher.compose_services import REPO_ROOT, specs_with_files
-from validator.spec import CONFIG_PATH, CORE_ENV, CORE_SECRETS, SPEC_FILE, STATE_PATH, ModuleSpec
+from launcher.compose_services import specs_with_files
+from validator.spec import (
+    CONFIG_PATH,
+    CORE_ENV,
+    CORE_SECRETS,
+    REPO_ROOT,
+    SPEC_FILE,
+    STATE_PATH,
+    ModuleSpec,
+)
 
 OUTPUT_DIR = Path("deploy/kubernetes")
 BASE = Path("base")

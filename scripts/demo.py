@@ -21,13 +21,13 @@ import uuid
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from devkit import DATA_DIR, REPO_ROOT
 from devkit.demo_secrets import API_KEY, HF_TOKEN, run_checking_log
 from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DATA = REPO_ROOT / "tests" / "fixtures" / "data"
+DATA = DATA_DIR
 
 
 class QuietFiles(SimpleHTTPRequestHandler):

@@ -17,6 +17,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from devkit import DATA_DIR, REPO_ROOT
 from devkit.demo_secrets import API_KEY, HF_TOKEN, JUDGE_KEY, run_checking_log
 from devkit.hf_hub import LocalHub
 from devkit.judge_prompts import JudgeSourceServer, write_judge_source
@@ -25,9 +26,8 @@ from devkit.simulator.process import Simulator, task
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 BASE = "Qwen/Qwen3.5-0.8B"
-SET = REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl"
+SET = DATA_DIR / "chat_sample.jsonl"
 
 
 def main() -> int:

@@ -12,10 +12,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from devkit import FIXTURE_MODULES, REPO_ROOT
 from devkit.demo_secrets import API_KEY, HF_TOKEN, run_checking_log
 from devkit.simulator.process import Simulator, task
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 TASKS = [
     task(1, ["ok/alice-adapter", "broken/mallory-adapter", "ok/bob"], context_length=4096),
@@ -31,7 +30,7 @@ def main() -> int:
         print(f"Fed Ledger simulator: {sim.api_url}", flush=True)
         env = {
             **os.environ,
-            "PYTHONPATH": str(REPO_ROOT / "tests" / "fixtures"),
+            "PYTHONPATH": str(FIXTURE_MODULES),
             "FLOCK_API_KEY": API_KEY,
             "HF_TOKEN": HF_TOKEN,
             "VALIDATOR_STATE_DIR": str(Path(tmp) / "state"),

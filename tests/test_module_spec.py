@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -11,18 +9,25 @@ from launcher.cli import module_spec
 from launcher.compose import main as compose_main
 from launcher.compose import render, specs_with_files
 from launcher.errors import UsageError
-from validator.errors import ConfigError
-from validator.spec import ModuleSpec, discover_specs, load_spec
+from validator.errors import ConfigError, UnknownModuleError
+from validator.spec import (
+    REPO_ROOT,
+    ModuleSpec,
+    find_module_folders,
+    find_modules,
+    load_spec,
+    module_folder,
+)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
-
-def write_module(root, name, spec_text=None):
+def write_module(root, name, spec_text="", init=True):
+    """A module folder; spec_text None: no module.yaml, "": a minimal one."""
     folder = root / "modules" / name
     folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text("MODULE = None\n")
+    if init:
+        (folder / "__init__.py").write_text("MODULE = None\n")
     if spec_text is not None:
-        (folder / "module.yaml").write_text(spec_text)
+        (folder / "module.yaml").write_text(spec_text or f"name: {name}\n")
     return folder
 
 
@@ -34,24 +39,61 @@ def test_the_lora_spec_says_what_its_container_needs():
     assert (REPO_ROOT / "modules" / "lora" / spec.environment).is_file()
 
 
-def test_a_folder_without_a_spec_gets_the_defaults(tmp_path):
+def test_a_minimal_spec_gets_the_defaults(tmp_path):
     folder = write_module(tmp_path, "bare")
     spec = load_spec(folder)
     assert spec == ModuleSpec(name="bare")
     assert (spec.gpu, spec.secrets, spec.env, spec.volumes) == (False, {}, [], {})
+    assert spec.test_venv == "shared"
     assert spec.needs("FLOCK_API_KEY") and not spec.needs("HF_TOKEN")
 
 
-def test_discovery_lists_package_folders_only(tmp_path):
+def test_a_module_is_a_folder_with_init_and_spec(tmp_path):
     write_module(tmp_path, "alpha", "name: alpha\ngpu: true\n")
     write_module(tmp_path, "beta")
-    (tmp_path / "modules" / "notes").mkdir()  # no __init__.py: not a module
-    (tmp_path / "modules" / "not-a-name").mkdir()
-    (tmp_path / "modules" / "not-a-name" / "__init__.py").write_text("")
-    specs = discover_specs(tmp_path / "modules")
+    write_module(tmp_path, "nospec", None)  # no module.yaml: not a module
+    write_module(tmp_path, "noinit", init=False)  # no __init__.py: not importable
+    (tmp_path / "modules" / "notes").mkdir()
+    write_module(tmp_path, "not-a-name")
+    specs = find_modules(tmp_path)
     assert list(specs) == ["alpha", "beta"]
     assert specs["alpha"].gpu and not specs["beta"].gpu
-    assert list(specs_with_files(tmp_path)) == ["alpha"]  # a bare folder gets no service
+    # The Compose and Kubernetes generators see the same modules.
+    assert list(specs_with_files(tmp_path)) == ["alpha", "beta"]
+    with pytest.raises(UnknownModuleError) as error:
+        module_folder("nospec", tmp_path)
+    assert str(error.value) == (
+        "unknown module 'nospec'; available modules: alpha, beta (modules/nospec/ has no "
+        "module.yaml: a module needs both; python -m devkit.scaffold writes a complete one)"
+    )
+    with pytest.raises(UnknownModuleError, match="modules/noinit/ has no __init__.py"):
+        module_folder("noinit", tmp_path)
+    with pytest.raises(ConfigError, match="modules/nospec/module.yaml is missing"):
+        load_spec(tmp_path / "modules" / "nospec")
+
+
+def test_the_first_root_holding_a_name_wins_as_an_import_would(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_module(first, "alpha")
+    write_module(second, "alpha", "name: alpha\ngpu: true\n")
+    write_module(second, "gamma")
+    assert find_module_folders(first, second) == {
+        "alpha": first / "modules" / "alpha",
+        "gamma": second / "modules" / "gamma",
+    }
+    assert not find_modules(first, second)["alpha"].gpu
+
+
+def test_the_registry_finds_the_dev_tools_fixture_module_beside_the_repos(monkeypatch):
+    from devkit import FIXTURE_MODULES
+    from validator import registry
+
+    monkeypatch.syspath_prepend(str(FIXTURE_MODULES))
+    names = registry.available_modules()
+    assert set(find_module_folders(REPO_ROOT)) < set(names)
+    assert "fixture" in names
+    assert registry.module_folder("fixture") == FIXTURE_MODULES / "modules" / "fixture"
+    assert registry.load_module_spec("fixture").name == "fixture"
 
 
 @pytest.mark.parametrize(
@@ -136,11 +178,14 @@ def test_a_service_is_derived_from_every_part_of_a_spec(tmp_path):
 
 def test_run_py_names_what_keeps_a_module_from_launching(tmp_path):
     folder = write_module(tmp_path, "bare")
+    write_module(tmp_path, "nospec", None)
     write_module(tmp_path, "broken", "name: broken\ngpu: maybe\n")
     with pytest.raises(
         UsageError, match="unknown module 'nosuch'; available modules: bare, broken"
     ):
         module_spec(tmp_path, "nosuch")
+    with pytest.raises(UsageError, match="modules/nospec/ has no module.yaml"):
+        module_spec(tmp_path, "nospec")
     with pytest.raises(UsageError, match="modules/bare/environment.yml is missing"):
         module_spec(tmp_path, "bare")
     (folder / "environment.yml").write_text("name: bare\n")

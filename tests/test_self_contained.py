@@ -1,6 +1,6 @@
 """The repository is self-contained: nothing in it reads a path outside it.
 
-Data the code, tests and bench need lives in the repo (`tests/fixtures/data/`), and comments cite
+Data the code, tests and bench need lives in the repo (`devkit/data/`), and comments cite
 the repo's own docs (`docs/`). Two checks keep it so:
 - a scan of every file git knows (tracked, or new and not ignored) for references to a folder
   beside the checkout, to this machine's absolute paths, or to an outside spec;
@@ -132,13 +132,13 @@ def test_a_copy_alone_in_a_directory_runs(tmp_path):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / name, target)
     assert not (parent / _SHARED).exists()
-    # On every process's PYTHONPATH: demo_loop.py gives the validator tests/fixtures.
-    (clone / "tests" / "fixtures" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    # On every process's PYTHONPATH: demo_loop.py gives the validator devkit/fixtures.
+    (clone / "devkit" / "fixtures" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     audit_log = tmp_path / "audit.log"
     forbidden = [REPO_ROOT, REPO_ROOT.parent / _SHARED, parent / _SHARED]
     env = {
         **os.environ,
-        "PYTHONPATH": str(clone / "tests" / "fixtures"),
+        "PYTHONPATH": str(clone / "devkit" / "fixtures"),
         "PYTHONDONTWRITEBYTECODE": "1",
         "SELF_CONTAINED_AUDIT_LOG": str(audit_log),
         "SELF_CONTAINED_FORBIDDEN": os.pathsep.join(
@@ -183,7 +183,7 @@ def test_citations_of_the_docs_resolve():
     problems = []
     for name in repo_files():
         text = _text(REPO_ROOT / name)
-        if text is None or name.startswith("tests/fixtures/data/"):
+        if text is None or name.startswith("devkit/data/"):
             continue
         # A citation may run over a line break, in a comment or a docstring.
         joined = re.sub(r"\s*\n\s*(?:# ?)?", " ", text)

@@ -1,19 +1,22 @@
-"""Finds modules: `modules.<name>` packages that expose `MODULE`.
+"""Imports modules: `modules.<name>` packages that expose `MODULE`.
 
-`modules` is a namespace package (no `__init__.py`), so a second `modules/` folder on the
-Python path, e.g. one of tests or of a third party, adds modules without touching this repo.
+What a module is (a folder with `__init__.py` and `module.yaml`) is decided by
+`validator.spec.find_module_folders`, here as everywhere. `modules` is a namespace package (no
+`__init__.py`), so a second `modules/` folder on the Python path, e.g. the dev tools' fixture
+module or a third party's, adds modules without touching this repo: the roots searched are the
+folders that hold the namespace package's parts, in import order.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import sys
 from pathlib import Path
 
-from validator.errors import ConfigError, RecoverableException, UnknownModuleError
+from validator.errors import ConfigError, RecoverableException
 from validator.kit.base import BaseValidationModule
-from validator.spec import REPO_ROOT, ModuleSpec, load_spec
+from validator.spec import REPO_ROOT, ModuleSpec, find_module_folders, load_spec
+from validator.spec import module_folder as find_module_folder
 
 
 def _ensure_repo_on_path() -> None:
@@ -24,35 +27,29 @@ def _ensure_repo_on_path() -> None:
         sys.path.append(str(REPO_ROOT))
 
 
-def available_modules() -> list[str]:
+def module_roots() -> list[Path]:
+    """The folders whose `modules/` make up the `modules` namespace package, in the order an
+    import searches them."""
     _ensure_repo_on_path()
     try:
         package = importlib.import_module("modules")
     except ImportError:
-        return []
-    return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
+        return [REPO_ROOT]
+    return [Path(part).parent for part in package.__path__]
 
 
-def _unknown(name: str, known: list[str]) -> UnknownModuleError:
-    listing = ", ".join(known) if known else "none found"
-    return UnknownModuleError(f"unknown module {name!r}; available modules: {listing}")
+def available_modules() -> list[str]:
+    return list(find_module_folders(*module_roots()))
 
 
 def module_folder(name: str) -> Path:
     """The folder of module `name`, found without importing it (its dependencies may be
     missing here); raises UnknownModuleError listing what exists."""
-    known = available_modules()
-    if not name.isidentifier() or name not in known:
-        raise _unknown(name, known)
-    package = importlib.import_module("modules")
-    for root in package.__path__:
-        if (Path(root) / name / "__init__.py").is_file():
-            return Path(root) / name
-    raise _unknown(name, known)
+    return find_module_folder(name, *module_roots())
 
 
 def load_module_spec(name: str) -> ModuleSpec:
-    """The spec of module `name` (`module.yaml`, or the defaults for a bare folder)."""
+    """The spec of module `name` (its `module.yaml`)."""
     return load_spec(module_folder(name))
 
 
@@ -62,9 +59,7 @@ def load_module_class(name: str) -> type[BaseValidationModule]:
     Raises `UnknownModuleError` (listing what exists) when there is no such module, and
     `ConfigError` when the package exists but does not expose a proper `MODULE`.
     """
-    known = available_modules()
-    if not name.isidentifier() or name not in known:
-        raise _unknown(name, known)
+    module_folder(name)
     try:
         package = importlib.import_module(f"modules.{name}")
     except ModuleNotFoundError as exc:

@@ -2,22 +2,29 @@
 around its code (its environment, a GPU, secrets, env vars, volumes, Compose settings).
 
 The launcher, the inner CLI, the Makefile and `compose.yaml` all derive from it (README,
-"Adding a module"). A folder without the file gets `ModuleSpec(name=<folder>)`: no secrets, no
-GPU, `environment.yml` if it has one; so a bare `__init__.py` exposing `MODULE` still runs.
+"Adding a module"). What a module is is decided here, once (`find_module_folders`): a folder
+`modules/<identifier>/` holding both `__init__.py` and `module.yaml`. The registry, run.py,
+the Compose and Kubernetes generators, the requirements generator and the Makefile's
+`MODULES` (folders with both files) all use that rule.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from validator.errors import ConfigError
+from validator.errors import ConfigError, UnknownModuleError
 
 SPEC_FILE = "module.yaml"
+PACKAGE_FILE = "__init__.py"
+# The folder under a root that holds the modules: `modules` is a namespace package, so every
+# folder of that name on the Python path adds modules (the tests' fixture module, a third
+# party's), each found by the same rule.
+MODULES_DIR = "modules"
 MAX_SPEC_BYTES = 64 * 1024
 # Every validator gets these from the core; a module cannot redeclare them.
 CORE_SECRETS = ("FLOCK_API_KEY",)
@@ -95,6 +102,12 @@ class ModuleSpec(BaseModel):
         description="how long a stop waits for the assignment in progress before killing it: "
         "longer than one scoring takes on this module's slowest host",
     )
+    test_venv: Literal["shared", "own"] = Field(
+        default="shared",
+        description="where the module's host tests (tests/<name>/) run: `shared`, the dev venv "
+        "(.venv, which installs requirements-<name>.txt); `own`, a venv of its own "
+        "(.venv-<name>), for a stack that conflicts with the dev venv's",
+    )
 
     @field_validator("name")
     @classmethod
@@ -167,14 +180,14 @@ def _check_env_name(name: str, what: str) -> None:
 
 
 def load_spec(folder: Path) -> ModuleSpec:
-    """The spec of the module in `folder`; the default one when it has no spec file.
+    """The spec of the module in `folder`.
 
-    Raises ConfigError naming the file and the key for a spec that is not valid.
+    Raises ConfigError naming the file (and the key) for a spec that is missing or not valid.
     """
     path = folder / SPEC_FILE
-    if not path.is_file():
-        return ModuleSpec(name=folder.name)
     where = f"modules/{folder.name}/{SPEC_FILE}"
+    if not path.is_file():
+        raise ConfigError(f"{where} is missing: every module has a spec (README, Adding a module)")
     if path.stat().st_size > MAX_SPEC_BYTES:
         raise ConfigError(f"{where}: over {MAX_SPEC_BYTES} bytes")
     try:
@@ -196,19 +209,56 @@ def load_spec(folder: Path) -> ModuleSpec:
     return spec
 
 
-def module_folders(repo_root: Path) -> list[str]:
-    """The names of the module folders in `repo_root/modules`: those with an `__init__.py`."""
-    modules = repo_root / "modules"
-    if not modules.is_dir():
-        return []
-    return sorted(
-        folder.name
-        for folder in modules.iterdir()
-        if folder.is_dir() and folder.name.isidentifier() and (folder / "__init__.py").is_file()
+def is_module_folder(folder: Path) -> bool:
+    """The one rule: a module is a folder `modules/<identifier>/` with an `__init__.py` (so
+    that `modules.<name>` imports) and a `module.yaml` (so that its container can be built and
+    run). The Makefile's MODULES applies the same rule to this checkout's modules/."""
+    return (
+        folder.name.isidentifier()
+        and (folder / PACKAGE_FILE).is_file()
+        and (folder / SPEC_FILE).is_file()
     )
 
 
-def discover_specs(modules_dir: Path) -> dict[str, ModuleSpec]:
-    """The spec of every module folder in `modules_dir`, by name: what `make images` and the
-    Compose generator work from."""
-    return {name: load_spec(modules_dir / name) for name in module_folders(modules_dir.parent)}
+def find_module_folders(*roots: Path) -> dict[str, Path]:
+    """Every module under `<root>/modules/` of each root (this checkout's when none is given),
+    name -> folder, sorted by name. Where two roots hold the same name the first wins, as an
+    import of `modules.<name>` would. Specs are not read: a bad one is reported by the module's
+    own `load_spec`, not by every command that lists the modules."""
+    found: dict[str, Path] = {}
+    for root in roots or (REPO_ROOT,):
+        modules = root / MODULES_DIR
+        if not modules.is_dir():
+            continue
+        for folder in sorted(modules.iterdir()):
+            if folder.name not in found and is_module_folder(folder):
+                found[folder.name] = folder
+    return dict(sorted(found.items()))
+
+
+def find_modules(*roots: Path) -> dict[str, ModuleSpec]:
+    """The spec of every module under the roots (see `find_module_folders`), by name; raises
+    ConfigError for the first spec that is not valid."""
+    return {name: load_spec(folder) for name, folder in find_module_folders(*roots).items()}
+
+
+def module_folder(name: str, *roots: Path) -> Path:
+    """The folder of module `name` under the roots (this checkout's when none is given), found
+    without importing it (its dependencies may be missing here). Raises UnknownModuleError
+    listing the modules that exist, and saying what a folder of that name lacks."""
+    known = find_module_folders(*roots)
+    if name.isidentifier() and name in known:
+        return known[name]
+    listing = ", ".join(known) or "none found"
+    message = f"unknown module {name!r}; available modules: {listing}"
+    if name.isidentifier():
+        for root in roots or (REPO_ROOT,):
+            folder = root / MODULES_DIR / name
+            lacking = [f for f in (PACKAGE_FILE, SPEC_FILE) if not (folder / f).is_file()]
+            if folder.is_dir() and lacking:
+                message += (
+                    f" (modules/{name}/ has no {' and no '.join(lacking)}: a module needs both;"
+                    " python -m devkit.scaffold writes a complete one)"
+                )
+                break
+    raise UnknownModuleError(message)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from devkit.validator_cli import REPO_ROOT
+from devkit import DATA_DIR
 from modules.llm_judge.conversation import (
     MAX_TEXT_CHARS,
     Prompt,
@@ -17,7 +17,7 @@ from modules.llm_judge.conversation import (
     to_prompt,
 )
 
-DATA = REPO_ROOT / "tests" / "fixtures" / "data"
+DATA = DATA_DIR
 
 
 def turn(role, content):

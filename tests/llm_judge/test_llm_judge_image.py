@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from devkit import DATA_DIR
 from devkit.docker_env import launcher_env, run_py_command
 from devkit.hf_hub import LocalHub
 from devkit.judge_prompts import JudgeSourceServer, write_judge_source
@@ -30,7 +31,7 @@ def engine():
 def test_run_py_llm_judge_validates_assignments_in_its_image(engine, tmp_path):
     base = build_chat_base(tmp_path / "base")
     adapter = build_chat_adapter(base, tmp_path / "adapter", BASE, seed=2)
-    lines = (REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl").read_text()
+    lines = (DATA_DIR / "chat_sample.jsonl").read_text()
     source = write_judge_source(tmp_path / "judge-source")  # synthetic texts: no GitHub
     with (
         LocalHub(tmp_path / "hub") as hub,

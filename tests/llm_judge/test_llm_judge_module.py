@@ -9,11 +9,12 @@ import logging
 
 import pytest
 
+from devkit import DATA_DIR
 from devkit.judge_prompts import write_judge_source
 from devkit.judge_server import LocalJudge
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
-from devkit.validator_cli import REPO_ROOT, run_validator, validator_env
+from devkit.validator_cli import run_validator, validator_env
 from modules.llm_judge import LlmJudgeConfig, LlmJudgeModule
 from tests.helpers.served_hub import served_hub
 from validator.errors import RecoverableException
@@ -21,7 +22,7 @@ from validator.scoring import score
 
 BASE = "Qwen/Qwen3.5-0.8B"
 KEY = "sk-judge-TEST-1234567890"
-CHAT = (REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl").read_bytes()
+CHAT = (DATA_DIR / "chat_sample.jsonl").read_bytes()
 
 JUDGES = ["judge-a", "judge-b-low"]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from devkit import DATA_DIR
 from devkit.tiny_chat_models import build_chat_base
 from devkit.validator_cli import REPO_ROOT
 from modules.llm_judge.conversation import read_prompts
@@ -63,7 +64,7 @@ def with_template(base: Path, folder: Path, template: str) -> Path:
 
 
 def test_an_honest_template_renders_exactly_apply_chat_templates_text(base, tmp_path):
-    prompts = read_prompts(REPO_ROOT / "tests" / "fixtures" / "data" / "chat_sample.jsonl")
+    prompts = read_prompts(DATA_DIR / "chat_sample.jsonl")
     items = [(p.messages, p.tools) for p in prompts] + [(prompts[0].messages, TOOLS)]
     texts = render_prompts(base, items, submitted=True, limits=LIMITS, work=tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(str(base))

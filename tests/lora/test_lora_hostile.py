@@ -15,6 +15,7 @@ from peft import PeftModel
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+from devkit import DATA_DIR
 from devkit.hf_hub import LocalHub
 from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
 from modules.lora import LoraConfig, LoraInput, LoraModule
@@ -24,7 +25,7 @@ from modules.lora.metrics import eval_loss
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected, Verdict, classify
 
-CHAT = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "chat_sample.jsonl"
+CHAT = DATA_DIR / "chat_sample.jsonl"
 PREFIX = "base_model.model."
 Tensors = dict[str, torch.Tensor]
 

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 import modules.lora.dataset as lora_dataset
+from devkit import DATA_DIR
 from devkit.hf_hub import LocalHub
 from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
 from devkit.validator_cli import REPO_ROOT, run_validator, validator_env, write_config
@@ -24,7 +25,7 @@ from modules.lora.templates import get_template
 from tests.helpers.served_hub import served_hub
 from validator.errors import ConfigError
 
-DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
+DATA = DATA_DIR
 CHAT, CALLS = DATA / "chat_sample.jsonl", DATA / "function_calling_sample.jsonl"
 
 

@@ -14,6 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 import modules.lora.dataset as lora_dataset
+from devkit import DATA_DIR
 from devkit.tiny_tokenizer import build_tokenizer
 from modules.lora.dataset import (
     ChatLine,
@@ -26,7 +27,7 @@ from modules.lora.dataset import (
 )
 from modules.lora.templates import DEFAULT_TABLE_PATH, UnknownTemplate, load_templates
 
-DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
+DATA = DATA_DIR
 
 CHAT = {
     "system": "  Be brief.  ",
