@@ -2,13 +2,18 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 MODULE ?= lora
-# Every module that has a spec (modules/<name>/module.yaml): images and Compose services derive
-# from the specs, never from a list kept here.
-MODULES := $(patsubst modules/%/module.yaml,%,$(wildcard modules/*/module.yaml))
-# Modules whose stack conflicts with the dev venv's (requirements-<name>.txt not included by
-# requirements-dev.txt): each gets its own venv .venv-<name>, where tests/<name>/ runs.
-STACKS := $(shell for m in $(MODULES); do [ -f requirements-$$m.txt ] && \
-	! grep -q "requirements-$$m.txt" requirements-dev.txt && echo $$m; done)
+# Every module: a folder modules/<name>/ with __init__.py and module.yaml, the rule of
+# validator/spec.py (find_module_folders; a test holds the two equal). Images, Compose services
+# and requirements-<name>.txt derive from the specs, never from a list kept here.
+MODULES := $(sort $(patsubst modules/%/__init__.py,%,$(filter \
+	$(patsubst %/module.yaml,%/__init__.py,$(wildcard modules/*/module.yaml)), \
+	$(wildcard modules/*/__init__.py))))
+# Modules whose spec says `test_venv: own` (a stack that conflicts with the dev venv's): each
+# gets its own venv .venv-<name>, where tests/<name>/ runs. The others' requirements-<name>.txt
+# go into the dev venv. Read with grep: no Python is needed before the venvs exist.
+STACKS := $(filter $(MODULES),$(patsubst modules/%/module.yaml,%,$(shell \
+	grep -lE '^test_venv:[[:space:]]*own[[:space:]]*(\#.*)?$$' modules/*/module.yaml)))
+SHARED := $(filter-out $(STACKS),$(MODULES))
 STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 
 .PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser prometheus report
@@ -17,10 +22,11 @@ install: $(VENV)/.installed $(STACK_VENVS)
 
 # The requirements, then the repository itself in editable mode (pyproject.toml), so that
 # validator, launcher, devkit and bench import by name from tests, scripts and benches.
-$(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt requirements-lora.txt requirements-rl.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt \
+		$(foreach m,$(SHARED),requirements-$(m).txt) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt $(foreach m,$(SHARED),-r requirements-$(m).txt)
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
@@ -88,6 +94,18 @@ demo-loop: install
 images: install
 	@if [ -z "$(MODULES)" ]; then echo "no modules with a module.yaml in modules/"; fi
 	@for module in $(MODULES); do $(PY) run.py $$module --build-only || exit 1; done
+
+# requirements-<name>.txt of every module, from the pip section of its environment.yml (a test
+# fails when one is stale); a file whose pins did not change is not rewritten.
+.PHONY: requirements
+requirements: install
+	$(PY) -m devkit.requirements
+
+# The module lists above (a test holds them equal to validator.spec's).
+.PHONY: list-modules
+list-modules:
+	@echo "modules: $(MODULES)"
+	@echo "own venv: $(STACKS)"
 
 # compose.yaml, compose.cpu.yaml, compose.gpus.yaml (one service per GPU, from
 # deploy/hosts/example.yaml) and deploy/kubernetes/ from the module specs (a test fails when
