@@ -114,10 +114,11 @@ compose: install
 	$(PY) -m launcher.compose
 	$(PY) -m launcher.kubernetes
 
-# A new module that works with no edit: make new-module NAME=my_task (README "Adding a module").
+# A new module that works with no edit: make new-module NAME=my_task (README "Adding a module");
+# ARGS="--pip roman==5.2 --own-venv" passes options (python -m devkit.scaffold --help).
 new-module: install
 	@if [ -z "$(NAME)" ]; then echo "usage: make new-module NAME=<lower_case_name>"; exit 2; fi
-	$(PY) -m validator new-module $(NAME)
+	$(PY) -m devkit.scaffold $(NAME) $(ARGS)
 
 # Run one module's validator in the background with Docker Compose: make up MODULE=lora
 up:

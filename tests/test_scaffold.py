@@ -1,5 +1,7 @@
-"""`python -m validator new-module NAME`: a module that works with no edit, proven in a copy of
-the repo (its --check, its generated tests, its image, its Compose service)."""
+"""`python -m devkit.scaffold NAME`: a module that works with no edit, proven in a copy of the
+repo (its --check, its generated tests, its image, its Compose service); and the old spelling,
+`python -m validator new-module`, an alias that warns (tests/test_scaffold_venv.py: a module
+with a pip dependency of its own, tested in its own venv)."""
 
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ def run(repo, *args, env=None, timeout=300):
 @pytest.fixture(scope="module")
 def scaffolded(tmp_path_factory):
     repo = make_module_repo(tmp_path_factory.mktemp("scaffold") / "repo")
-    result = run(repo, sys.executable, "-m", "validator", "new-module", NAME)
+    result = run(repo, sys.executable, "-m", "devkit.scaffold", NAME)
     assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
     return repo, result.stdout
 
 
@@ -52,7 +55,7 @@ def test_its_check_prints_metrics_with_no_edit(scaffolded):
 
 def test_its_generated_tests_pass(scaffolded):
     repo, _ = scaffolded
-    test_file = f"tests/modules/test_{NAME}_module.py"
+    test_file = f"tests/{NAME}/test_{NAME}_module.py"
     result = run(repo, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "6 passed" in result.stdout
@@ -105,9 +108,41 @@ def test_it_refuses_a_name_whose_files_exist_and_writes_nothing(tmp_path):
 
 
 def test_the_command_line_refusal_is_one_line_and_exit_2():
-    result = run(REPO_ROOT, sys.executable, "-m", "validator", "new-module", "lora")
+    result = run(REPO_ROOT, sys.executable, "-m", "devkit.scaffold", "lora")
     assert result.returncode == 2
     assert result.stderr.strip() == "error: module 'lora' exists already (modules/lora/)"
+
+
+def test_the_old_command_still_works_and_warns_naming_the_new_one():
+    result = run(REPO_ROOT, sys.executable, "-m", "validator", "new-module", "lora")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "warning: `python -m validator new-module` is deprecated; use "
+        "`python -m devkit.scaffold NAME` (or make new-module NAME=...)",
+        "error: module 'lora' exists already (modules/lora/)",
+    ]
+
+
+def test_the_old_command_in_an_image_names_the_new_one_in_one_line():
+    # An image has validator/ and its module, no devkit/: importing it fails as there.
+    image_like = (
+        "import runpy, sys; sys.modules['devkit'] = None; "
+        "sys.argv = ['validator', 'new-module', 'judge']; "
+        "runpy.run_module('validator', run_name='__main__')"
+    )
+    result = run(REPO_ROOT, sys.executable, "-c", image_like)
+    assert result.returncode == 1
+    assert result.stderr == (
+        "error: new-module is a dev tool, not in this image: run "
+        "`python -m devkit.scaffold NAME` in a checkout of the repository\n"
+    )
+
+
+def test_a_requirement_it_cannot_write_is_refused_writing_nothing(tmp_path):
+    (tmp_path / "modules").mkdir()
+    with pytest.raises(ScaffoldError, match="not a pip requirement such as roman==5.2"):
+        scaffold("judge", tmp_path, pip=("roman: 5",))
+    assert not (tmp_path / "modules" / "judge").exists()
 
 
 def test_a_scaffolded_spec_is_the_default_one_written_out(tmp_path):
@@ -122,4 +157,7 @@ def test_a_scaffolded_spec_is_the_default_one_written_out(tmp_path):
         "secrets": {},
         "env": [],
         "volumes": {},
+        "test_venv": "shared",
     }
+    assert (tmp_path / "requirements-judge.txt").is_file()  # its (empty) host requirements
+    assert (tmp_path / "tests" / "judge" / "test_judge_module.py").is_file()
