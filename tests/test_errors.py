@@ -287,3 +287,24 @@ def test_the_reason_at_the_attempt_limit_names_the_last_error():
         "3 scoring attempts without a result (unexpected errors, then the process ended); the "
         "last error recorded: unexpected error in the module: TypeError: x"
     )
+
+
+def test_the_public_exceptions_live_in_errors_and_the_old_imports_still_work():
+    from validator import errors
+    from validator.ledger.transport import RequestNotSendable
+    from validator.scoring import ModuleCannotStart
+    from validator.secrets import MalformedSecret
+    from validator.state.journal import JournalBroken, JournalLocked, JournalUnwritable
+
+    moved = [
+        MalformedSecret,
+        RequestNotSendable,
+        ModuleCannotStart,
+        JournalUnwritable,
+        JournalLocked,
+        JournalBroken,
+    ]
+    for cls in moved:
+        assert getattr(errors, cls.__name__) is cls
+        assert cls.__module__ == "validator.errors"
+    assert issubclass(MalformedSecret, ConfigError) and issubclass(JournalLocked, OperatorError)

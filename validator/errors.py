@@ -61,7 +61,38 @@ class DeviceError(ValidatorError):
 
 
 class UnknownModuleError(ConfigError):
-    """The module named on the command line does not exist in `modules/`."""
+    """The module named on the command line is not a module (validator/spec.py: a folder
+    `modules/<name>/` with `__init__.py` and `module.yaml`); the message lists those that are."""
+
+
+# What an operator meets at start-up or while the loop runs; defined here with the contract
+# and re-exported where they are raised, so that the old imports keep working.
+
+
+class MalformedSecret(ConfigError):
+    """A secret that no header could carry; its message never contains the value."""
+
+
+class RequestNotSendable(ConfigError):
+    """A request that cannot be built from the configured URL and key, on any try."""
+
+
+class ModuleCannotStart(OperatorError):
+    """The module's __init__ raised what would be a submission's fault or a bug in validate():
+    no assignment is failed for it, the operator must look (exit 3)."""
+
+
+class JournalUnwritable(RecoverableException):
+    """The journal cannot take the next write: its disk is full, over quota or below the
+    free-space floor, or the journal is locked or broken. Exit code 3."""
+
+
+class JournalLocked(JournalUnwritable):
+    """Another program has held the journal's write lock for longer than the bound."""
+
+
+class JournalBroken(JournalUnwritable):
+    """The journal's file is not a journal this validator can use; it is left as it is."""
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:

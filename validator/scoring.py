@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from validator.config import resolve_config
 from validator.errors import (
-    OperatorError,
+    ModuleCannotStart,
     RecoverableException,
     SubmissionRejected,
     Verdict,
@@ -26,11 +26,6 @@ log = logging.getLogger(__name__)
 
 class InvalidInput(SubmissionRejected):
     """The assignment's input does not fit the module's input schema: the submission's fault."""
-
-
-class ModuleCannotStart(OperatorError):
-    """The module's __init__ raised what would be a submission's fault or a bug in validate():
-    no assignment is failed for it, the operator must look (exit 3)."""
 
 
 class ModulePool:

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import unicodedata
 
-from validator.errors import ConfigError
+from validator.errors import MalformedSecret
+
+__all__ = ["MalformedSecret", "normalise_secret"]
 
 VISIBLE_ASCII = range(0x21, 0x7F)
-
-
-class MalformedSecret(ConfigError):
-    """A secret that no header could carry; its message never contains the value."""
 
 
 def normalise_secret(value: str | None, name: str) -> str | None:

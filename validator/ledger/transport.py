@@ -28,7 +28,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
 
-from validator.errors import ConfigError, TransientError
+from validator.errors import RequestNotSendable, TransientError
 from validator.observe import telemetry
 
 log = logging.getLogger("validator.ledger.client")
@@ -74,10 +74,6 @@ class ApiUnavailable(TransientError):
 
 class CallInterrupted(ApiUnavailable):
     """A stop signal ended the call before it had an answer."""
-
-
-class RequestNotSendable(ConfigError):
-    """A request that cannot be built from the configured URL and key, on any try."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import TypeVar
 
-from validator.errors import ConfigError, RecoverableException
+from validator.errors import ConfigError, JournalBroken, JournalLocked, JournalUnwritable
 
 T = TypeVar("T")
 
@@ -64,19 +64,6 @@ SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_NOTADB = 5, 
 SQLITE_CANTOPEN = 14
 BUSY_MESSAGES = ("database is locked", "database table is locked", "database is busy")
 BROKEN_MESSAGES = ("file is not a database", "database disk image is malformed")
-
-
-class JournalUnwritable(RecoverableException):
-    """The journal cannot take the next write: its disk is full, over quota or below the
-    free-space floor, or the journal is locked or broken. Exit code 3."""
-
-
-class JournalLocked(JournalUnwritable):
-    """Another program has held the journal's write lock for longer than the bound."""
-
-
-class JournalBroken(JournalUnwritable):
-    """The journal's file is not a journal this validator can use; it is left as it is."""
 
 
 def lock_timeout_from_env() -> float:
