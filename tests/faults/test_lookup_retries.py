@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import threading
 
+from modules.fixture import MODULE as FIXTURE_MODULE
+
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
 from tests.faults.figures import record
 from tests.faults.ledger import LOOKUP, UPDATE, Ledger, journal_rows
-from tests.fixtures.modules.fixture import MODULE as FIXTURE_MODULE
 from validator.errors import ExitCode
 from validator.ledger.client import FedLedgerClient
 from validator.observe.observer import Observer
