@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -86,7 +85,16 @@ from validator.kit.child_process import ChildLimits, run_child
 from validator.entrypoint import _install_signal_handlers
 from validator.runner import Interrupted
 
-_install_signal_handlers(threading.Event())  # the validator's own: a second signal interrupts
+stop = threading.Event()
+_install_signal_handlers(stop)  # the validator's own: a second signal interrupts
+
+
+def mark_first_stop():  # what the test waits for instead of a clock
+    stop.wait()
+    Path({work!r}, "first-stop-seen").write_text("seen")
+
+
+threading.Thread(target=mark_first_stop, daemon=True).start()
 try:
     run_child(Path({child!r}), [], cwd=Path({work!r}), limits=ChildLimits(wall_seconds=600))
 except Interrupted:
@@ -112,8 +120,8 @@ def start_parent(tmp_path: Path) -> tuple[subprocess.Popen, dict]:
 def test_a_second_stop_signal_ends_the_wait_and_kills_the_child(tmp_path):
     process, record = start_parent(tmp_path)
     process.send_signal(signal.SIGTERM)  # the first: finish the current step
-    time.sleep(1)
-    assert process.poll() is None and alive(record["pid"])
+    assert wait_until(lambda: (tmp_path / "work" / "first-stop-seen").exists())
+    assert process.poll() is None and alive(record["pid"])  # handled, and nothing ended
     stop_again_until_it_ends(process, tries=30)  # the second: now
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130 and "interrupted" in output, output
