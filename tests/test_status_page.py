@@ -105,6 +105,14 @@ def test_metrics_health_and_pages_tell_what_the_validator_did(run, chromium):
                 (("outcome", outcome), ("task", task_id)),
             )
             assert metrics.get(key, 0) == expected, (task_id, outcome)
+    # Every series of the tasks looked up exists from start-up, at zero where nothing happened,
+    # so that a dashboard's rate() sees the first event of each (telemetry.start_series).
+    never = ("flock_validator_assignments_total", (("outcome", "dropped"), ("task", "2")))
+    assert metrics[never] == 0
+    assert (
+        metrics[("flock_validator_lookups_total", (("answer", "rate_limited"), ("task", "1")))] == 0
+    )
+    assert metrics[("flock_validator_phase_seconds_count", (("phase", "wait"),))] == 0
     lookups = sum(v for (name, _), v in metrics.items() if name.endswith("lookups_total"))
     assert lookups_before - 1 <= lookups <= lookups_after  # one may be in flight
     handed_out = ("flock_validator_lookups_total", (("answer", "assignment"),))

@@ -22,6 +22,7 @@ from validator.errors import (
     outcome_of,
 )
 from validator.ledger.client import DEFAULT_API_URL, FedLedgerClient
+from validator.observe import telemetry
 from validator.observe.logs import setup_logging
 from validator.observe.observer import Observer
 from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
@@ -264,6 +265,7 @@ def main(
             # Opened and checked before any API call: a broken or locked journal is exit 3.
             journal = Journal(state_dir, min_free_mb, lock_timeout_from_env())
             observer = Observer(state_dir, module, records_keep, lookups)
+            telemetry.start_series(looked_up)
             server = None
             if http_port is not None:
                 server = StatusServer(

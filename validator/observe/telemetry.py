@@ -4,8 +4,11 @@ per process, served at `/metrics` by status_server.py when `--http-port` is set.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from validator.kit.scope import HOST_PHASES
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 PREFIX = "flock_validator"
@@ -66,6 +69,27 @@ SCORING = Gauge(
     "1 while an assignment is being scored",
     registry=REGISTRY,
 )
+
+
+# The label values the loop can give, so that every series exists from start-up.
+OUTCOMES = ("completed", "failed", "dropped")
+LOOKUP_ANSWERS = ("assignment", "no_submissions", "rate_limited", "unexpected", "unavailable")
+PHASES = ("lookup", *HOST_PHASES, "score", "submit")
+
+
+def start_series(task_ids: Iterable[str]) -> None:
+    """Creates the labelled series of the tasks this process looks up, at zero.
+
+    A labelled counter exists only from its first increment, and Prometheus' rate() needs two
+    samples of a series: without this the first completed assignment of each task and outcome
+    would never show in a dashboard's rate. Zero from start-up makes the first event a rise."""
+    for task_id in task_ids:
+        for outcome in OUTCOMES:
+            ASSIGNMENTS.labels(task_id, outcome)
+        for answer in LOOKUP_ANSWERS:
+            LOOKUPS.labels(task_id, answer)
+    for phase in PHASES:
+        PHASE_SECONDS.labels(phase)
 
 
 def gpu_memory_gauges() -> None:
