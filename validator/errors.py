@@ -95,6 +95,27 @@ class JournalBroken(JournalUnwritable):
     """The journal's file is not a journal this validator can use; it is left as it is."""
 
 
+# What a module author meets through the kit; the kit's files raise them and re-export them.
+
+
+class JsonRefused(ValueError):
+    """Untrusted JSON text that is too large, too deeply nested or not JSON; the message says
+    which (validator/kit/safe_json.py)."""
+
+
+class DeadlinePassed(ConnectionAbortedError):
+    """Raised by a connect after an outbound call's overall deadline: an OSError, which clients
+    treat as a failed connection (and may retry, each retry failing the same way at once)
+    (validator/kit/deadline.py)."""
+
+
+class BaseNotRestored(DeviceError):
+    """Copying out, merging or copying back failed part way: the base may hold LoRA layers or
+    merged weights, so it must be dropped, and the assignment rescored by a fresh process (a
+    fault of this host, such as running out of memory, not of the submission)
+    (validator/kit/pristine.py)."""
+
+
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:
     """`exc` and what it was raised from or during: libraries wrap the error that decides the
     outcome (an OSError of a failed write, an HTTP error inside LocalEntryNotFound)."""

@@ -37,7 +37,7 @@ _WHERE = {
     "WorkArea": "validator.kit.workdirs",
     "fetch_validation_set": "validator.kit.downloads",
     "loads_bounded": "validator.kit.safe_json",
-    "JsonRefused": "validator.kit.safe_json",
+    "JsonRefused": "validator.errors",
     "run_child": "validator.kit.child_process",
     "ChildLimits": "validator.kit.child_process",
     "ChildOutcome": "validator.kit.child_process",
@@ -48,7 +48,7 @@ _WHERE = {
     "ranks_of": "validator.kit.adapter_bounds",
     # a warm base: an adapter merged into a kept base, undone bit for bit (torch and peft)
     "PristineWeights": "validator.kit.pristine",
-    "BaseNotRestored": "validator.kit.pristine",
+    "BaseNotRestored": "validator.errors",
     "merge_targets": "validator.kit.pristine",
     "forget_peft": "validator.kit.pristine",
     "BaseFingerprint": "validator.kit.fingerprint",
@@ -111,8 +111,10 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr__ above
     from validator.errors import (
+        BaseNotRestored,
         ConfigError,
         DeviceError,
+        JsonRefused,
         OperatorError,
         RecoverableException,
         SubmissionRejected,
@@ -125,8 +127,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from validator.kit.downloads import fetch_validation_set
     from validator.kit.fingerprint import BaseFingerprint, base_intact
     from validator.kit.hub import fetch_base_model
-    from validator.kit.pristine import BaseNotRestored, PristineWeights, forget_peft, merge_targets
-    from validator.kit.safe_json import JsonRefused, loads_bounded
+    from validator.kit.pristine import PristineWeights, forget_peft, merge_targets
+    from validator.kit.safe_json import loads_bounded
     from validator.kit.scope import HostPhase, Progress, Scope, current_scope
     from validator.kit.workdirs import WorkArea
     from validator.text import one_line, quoted

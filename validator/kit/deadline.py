@@ -24,12 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from validator.errors import TransientError
-
-
-class DeadlinePassed(ConnectionAbortedError):
-    """Raised by a connect after the deadline: an OSError, which clients treat as a failed
-    connection (and may retry, each retry failing the same way at once)."""
+from validator.errors import DeadlinePassed, TransientError
 
 
 @dataclass

@@ -18,7 +18,7 @@ import torch
 from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 
-from validator.errors import DeviceError
+from validator.errors import BaseNotRestored
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +27,6 @@ DEVICE_HEADROOM = 0.4
 
 # (module name, attribute): a weight or bias of one module of the base.
 Key = tuple[str, str]
-
-
-class BaseNotRestored(DeviceError):
-    """Copying out, merging or copying back failed part way: the base may hold LoRA layers or
-    merged weights, so it must be dropped, and the assignment rescored by a fresh process (a
-    fault of this host, such as running out of memory, not of the submission)."""
 
 
 def keep_on_device(nbytes: int, free: int, total: int, headroom: float = DEVICE_HEADROOM) -> bool:

@@ -8,15 +8,13 @@ import json
 import re
 from typing import Any
 
+from validator.errors import JsonRefused
+
 MAX_DEPTH = 64  # real adapter configs nest 3 deep, validation lines about 6
 
 # A JSON string literal (unrolled, so the regex engine does not backtrack per character).
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-
-
-class JsonRefused(ValueError):
-    """The text is too large, too deeply nested or not JSON; the message says which."""
 
 
 def nesting_depth(text: str, stop_above: int | None = None) -> int:
