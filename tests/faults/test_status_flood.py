@@ -190,7 +190,11 @@ def test_a_port_in_use_is_a_one_line_config_error(tmp_path):
 
 def test_a_client_that_goes_away_is_one_line(tmp_path):
     """Clients that close before the answer: a line each at most, never a traceback."""
-    write_config(tmp_path, "fixture", {"slow_seconds": 30.0, "marker_dir": str(tmp_path)})
+    # The scoring is held until the test releases it, so that the stop below waits for no
+    # fixed sleep however busy the machine (a 30 s sleep once outlasted the wait on a busy host).
+    release = tmp_path / "release"
+    config = {"slow_seconds": 300.0, "marker_dir": str(tmp_path), "release_file": str(release)}
+    write_config(tmp_path, "fixture", config)
     with Simulator({"tasks": [task(1, ["slow/a"])]}, tmp_path) as sim:
         args = loop_args("fixture", sim.api_url, "1", "--http-port", "0")
         log = tmp_path / "validator.log"
@@ -207,7 +211,8 @@ def test_a_client_that_goes_away_is_one_line(tmp_path):
                 sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
                 assert sock.recv(12) == b"HTTP/1.0 200"
         finally:
+            release.touch()
             process.send_signal(signal.SIGTERM)
-            process.wait(30)
+            process.wait(60)
     text = log.read_text()
     assert "Traceback" not in text and "Exception occurred" not in text
