@@ -195,10 +195,12 @@ bench-llm-judge: install
 bench-llm-judge-warm: install
 	.venv-llm_judge/bin/python -m bench.llm_judge_warm_base
 
-# Pinned wheels for running `make bench`'s GPU mode on a machine without network
-# (bench/gpu_session.sh there; see bench/README.md).
+# Pinned wheels for running the GPU benches on a machine without network: the lora stack
+# (bench/gpu_session.sh there) and the llm_judge stack with fla-core
+# (bench/gpu_session_llm_judge.sh); see bench/README.md.
 gpu-kit: install
 	$(PY) -m bench.gpu_kit
+	.venv-llm_judge/bin/python -m bench.gpu_kit --stack llm_judge
 
 # `make test demo` in a fresh clone of HEAD (committed work only) in a new temporary directory,
 # with nothing beside it, using this checkout's .venv and wheels: proves the repository is

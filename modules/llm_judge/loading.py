@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +35,78 @@ class LoadedModel:
     parameter_count: int
 
 
+# The operator's override of the linear-attention kernels (`auto`, the default, or `torch`).
+LINEAR_ATTENTION_ENV = "LLM_JUDGE_LINEAR_ATTENTION"
+# transformers' modeling files that bind flash-linear-attention's kernels when they are imported.
+_FLA_MODELING = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
+
+
 def pick_device() -> tuple[str, torch.dtype]:
+    """The device and dtype models run in; first decides the linear-attention kernels, so that a
+    bad LLM_JUDGE_LINEAR_ATTENTION stops the module at start-up rather than fail a submission."""
+    linear_attention_kernels()
     if torch.cuda.is_available():
         return "cuda", torch.bfloat16
     return "cpu", torch.float32
+
+
+@cache
+def linear_attention_kernels() -> str:
+    """`fla` or `torch`: what Qwen3.5's linear-attention (gated delta net) layers run.
+
+    transformers binds flash-linear-attention's Triton kernels by itself, when its modeling file
+    is imported, if CUDA is available and `fla` (fla-core) is installed; otherwise its torch
+    fallback, many times slower on a GPU. It never imports them on a CPU (Triton needs a GPU), so
+    a CPU host runs the fallback whatever is installed. Decided here before transformers imports
+    a model class: on a GPU, kernels that do not import (no Triton, a broken install) would make
+    every Qwen3.5 model fail to load, and so score -999; they are switched off with a warning
+    instead. `LLM_JUDGE_LINEAR_ATTENTION=torch` switches them off on a card they misbehave on."""
+    choice = os.environ.get(LINEAR_ATTENTION_ENV, "").strip().lower() or "auto"
+    if choice not in ("auto", "torch"):
+        raise ValueError(f"{LINEAR_ATTENTION_ENV}={choice!r}: expected 'auto' or 'torch'")
+    if not torch.cuda.is_available():
+        return "torch"
+    if choice == "torch":
+        log.info(
+            "%s=torch: linear attention runs transformers' torch fallback", LINEAR_ATTENTION_ENV
+        )
+        _switch_off_fla()
+        return "torch"
+    try:
+        import fla.modules  # noqa: F401  (what transformers' modeling files import)
+        import fla.ops.gated_delta_rule  # noqa: F401
+    except Exception as exc:  # ImportError, or whatever a broken Triton raises at import
+        log.warning(
+            "flash-linear-attention does not import (%s: %s): Qwen3.5's linear attention runs "
+            "transformers' torch fallback, several times slower",
+            type(exc).__name__,
+            str(exc)[:200],
+        )
+        _switch_off_fla()
+        return "torch"
+    from transformers.utils import import_utils
+
+    if not import_utils.is_flash_linear_attention_available():  # too old for transformers
+        log.warning("the installed fla is older than transformers needs: torch fallback")
+        return "torch"
+    log.info("Qwen3.5's linear attention runs flash-linear-attention's kernels")
+    return "fla"
+
+
+def _switch_off_fla() -> None:
+    """transformers' check answers False from now on; a modeling file imported already has its
+    kernel names cleared, which its layers read when they are built."""
+    from transformers.utils import import_utils
+
+    import_utils.is_flash_linear_attention_available = lambda: False
+    for name in _FLA_MODELING:
+        modeling = sys.modules.get(f"transformers.models.{name}.modeling_{name}")
+        if modeling is None:
+            continue
+        for kernel in ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"):
+            setattr(modeling, kernel, None)
+        modeling.FusedRMSNormGated = None
+        modeling.is_fast_path_available = False
 
 
 def load(
