@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from modules.llm_judge.submission import Submission
 from modules.llm_judge.warm_base import WarmBase
-from validator.kit import check_lora_against_base, fetch_base_model, ranks_of
+from validator.kit import ConfigError, check_lora_against_base, fetch_base_model, ranks_of
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def linear_attention_kernels() -> str:
     instead. `LLM_JUDGE_LINEAR_ATTENTION=torch` switches them off on a card they misbehave on."""
     choice = os.environ.get(LINEAR_ATTENTION_ENV, "").strip().lower() or "auto"
     if choice not in ("auto", "torch"):
-        raise ValueError(f"{LINEAR_ATTENTION_ENV}={choice!r}: expected 'auto' or 'torch'")
+        raise ConfigError(f"{LINEAR_ATTENTION_ENV}={choice!r}: expected 'auto' or 'torch'")
     if not torch.cuda.is_available():
         return "torch"
     if choice == "torch":

@@ -23,6 +23,7 @@ from bench import llm_judge_fla_check as check
 from devkit.tiny_chat_models import build_chat_base
 from modules.llm_judge import loading
 from modules.llm_judge.generation import Request, Sampling, generate, render
+from validator.errors import ConfigError
 
 GREEDY = Sampling(0, 1.0, 0, max_new_tokens=10, token_budget=10**6, max_batch=64)
 QUESTIONS = ["Hi", "What is the weather like in Paris today?", "Convert 100 USD to euros."]
@@ -93,7 +94,7 @@ def test_the_override_forces_the_fallback_and_a_bad_value_stops_at_start_up(monk
     assert import_utils.is_flash_linear_attention_available() is False
     loading.linear_attention_kernels.cache_clear()
     monkeypatch.setenv(loading.LINEAR_ATTENTION_ENV, "triton")
-    with pytest.raises(ValueError, match="LLM_JUDGE_LINEAR_ATTENTION='triton'"):
+    with pytest.raises(ConfigError, match="LLM_JUDGE_LINEAR_ATTENTION='triton'"):  # exit 2:
         loading.pick_device()
 
 
