@@ -46,10 +46,12 @@ def to_prompt(line: Any) -> Prompt | None:
     skips it). A line the network cannot read raises ValueError saying what is wrong."""
     if not isinstance(line, dict):
         raise ValueError("not a JSON object")
+    # Any JSON value, as the line gives it: the chat template decides how it renders (Qwen3.5's
+    # takes text, null and a list of text parts, and raises on the rest), the transcript writes
+    # it with str(), as the network does.
     system = line.get("system")
-    if system is not None and not isinstance(system, str):
-        raise ValueError("system: must be text or null")
-    _check_size(system, "system")
+    if isinstance(system, str):
+        _check_size(system, "system")
     messages: list[dict[str, Any]] = []
     reference: str | None = None
     tools: Any = None
@@ -100,7 +102,9 @@ def read_prompts(path: Path, max_lines: int = MAX_LINES) -> list[Prompt]:
                 raise ValueError(f"validation set: more than {max_lines} lines")
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
                 raise ValueError(f"{where}: longer than {MAX_LINE_BYTES} bytes")
-            if not raw.strip():
+            # Blank as the network reads it: a text line that str.strip() empties, so Unicode
+            # whitespace (U+00A0, U+2028, U+0085, ...) too, not only ASCII.
+            if not raw.decode("utf-8", "replace").strip():
                 continue
             data = loads_bounded(raw, where)  # its refusals name the line already
             try:
@@ -238,16 +242,21 @@ def render_reference(message: dict[str, Any]) -> str:
 def _tools(raw: Any) -> tuple[list[dict[str, Any]] | None, str | None]:
     """The tools for the chat template, and their text for the function-call rubric (None when
     the line's tools are absent or empty: that rubric then cannot be written). JSON text is
-    decoded for the template; the rubric writes them as the line gives them."""
+    decoded for the template; the rubric writes them as the line gives them. Empty tools
+    (`[]`, `{}`, `""`, `"[]"`) reach the template as `[]`, not None, as the network's
+    reach it (transformers turns any iterable into a list): a template may tell them apart
+    (`tools is not none`, a tokenizer's separate `tool_use` template)."""
     text = str(raw) if raw else None  # the rubric's `{tools}`: str() of the value as given
     if text is not None and len(text) > MAX_TEXT_CHARS:
         raise ValueError(f"tools: over {MAX_TEXT_CHARS} characters")
     tools = raw
     if isinstance(raw, str):
         try:
-            tools = loads_bounded(raw, "tools") if raw.strip() else None
+            tools = loads_bounded(raw, "tools") if raw.strip() else (None if raw else [])
         except JsonRefused as exc:
             raise ValueError(f"{exc} (the chat template takes a list of tool objects)") from None
+    if isinstance(tools, (list, dict)) and not tools:
+        return [], text
     if not tools:
         return None, text
     if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from modules.llm_judge.judge_texts import NETWORK_COMMIT, PromptSource
 from validator.kit import BaseConfig, BaseInputData, BaseMetrics
@@ -31,6 +31,18 @@ class EvalArgs(BaseModel):
     # (any JSON value), since the network compares it as Python does (grading.rubric_id).
     prompt_id: Any = 0
     eval_model_list: list[str] = Field(default_factory=list)  # empty: every model listed
+
+    @field_validator("eval_model_list", mode="before")
+    @classmethod
+    def _as_the_network_iterates(cls, value: Any) -> Any:
+        """The network reads the list by truth and iteration: any empty value (null, "", {},
+        0, false) means every listed model, text is its characters, an object its keys. Other
+        values (a number, true) make the network raise: refused here."""
+        if not value and not isinstance(value, list):
+            return []
+        if isinstance(value, (str, dict)):
+            return list(value)
+        return value
 
 
 class LlmJudgeConfig(BaseConfig):

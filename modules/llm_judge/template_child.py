@@ -37,7 +37,7 @@ def render(request: dict, items: list) -> dict:
         try:
             text = tokenizer.apply_chat_template(
                 messages,
-                tools=tools or None,
+                tools=tools,  # [] stays [], as the network hands empty tools over
                 tokenize=False,
                 add_generation_prompt=True,
                 enable_thinking=False,

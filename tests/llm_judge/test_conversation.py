@@ -227,7 +227,6 @@ def test_a_line_left_empty_is_skipped_unless_it_has_a_user_field():
         ({"conversations": [turn("user", "U"), {"content": "x"}]}, "conversations.1: no role"),
         ({"conversations": [turn("function_call", '"text"')]}, "a call must be a JSON object"),
         ({"conversations": [turn("function_call", call("f", [1]))]}, "must be a JSON object"),
-        ({"system": 5, "conversations": [turn("user", "U")]}, "system: must be text"),
         ({"conversations": [turn("user", "x" * (MAX_TEXT_CHARS + 1))]}, "over 1048576"),
         ({"tools": '{"name": "f"}', "conversations": [turn("user", "U")]}, "list of tool objects"),
         ({"tools": "[oops", "conversations": [turn("user", "U")]}, "not valid JSON"),
@@ -243,9 +242,13 @@ def test_lines_the_network_cannot_read_are_refused(line, message):
     [
         ("absent", None, None),
         (None, None, None),
-        ("", None, None),
-        ("[]", None, "[]"),  # the rubric still gets the text: "[]" is not empty text
-        ([], None, None),
+        ("null", None, "null"),  # JSON null: no tools for the template, as the network's
+        # Empty tools reach the template as [] (transformers lists any iterable it is given).
+        ("", [], None),
+        ("[]", [], "[]"),  # the rubric still gets the text: "[]" is not empty text
+        ([], [], None),
+        ({}, [], None),
+        ("{}", [], "{}"),
         ([{"name": "f"}], [{"name": "f"}], "[{'name': 'f'}]"),  # written with str()
     ],
 )
@@ -293,3 +296,32 @@ def test_both_sample_sets_convert():
     assert chat and calls
     assert all(p.messages[0]["role"] == "system" for p in chat + calls)
     assert any("tool_calls" in m for p in calls for m in p.messages)
+
+
+def test_lines_of_unicode_whitespace_are_blank_as_the_network_skips_them(tmp_path):
+    # The network strips each text line with str.strip(): U+00A0, U+2028, U+0085 and U+001C
+    # are whitespace there, so these lines are skipped, not refused; line numbers still count.
+    good = json.dumps({"conversations": [turn("user", "Q")]})
+    path = tmp_path / "set.jsonl"
+    path.write_bytes(
+        "\n".join([good, "\u00a0", "\u2028 ", "\x85", "\x1c\t", good]).encode("utf-8") + b"\n"
+    )
+    assert [p.messages for p in read_prompts(path)] == [
+        [SYSTEM_NONE, {"role": "user", "content": "Q"}]
+    ] * 2
+
+
+@pytest.mark.parametrize(
+    ("system", "written"),
+    [
+        ([{"type": "text", "text": "S"}], "System: [{'type': 'text', 'text': 'S'}]"),
+        ([], "System: []"),
+        (5, "System: 5"),  # Qwen3.5's template raises on it: the line then fails there
+    ],
+)
+def test_a_system_that_is_not_text_is_kept_as_given_for_the_template(system, written):
+    # Qwen3.5's template renders a list of text parts (the network scores such a line); the
+    # judges' transcript writes the value with str(), as the network's f-string does.
+    got = to_prompt({"system": system, "conversations": [turn("user", "Q")]})
+    assert got.messages[0] == {"role": "system", "content": system}
+    assert got.transcript == written + "\n\nUser: Q"

@@ -200,3 +200,32 @@ def test_the_score_is_the_mean_of_score_times_confidence_over_ten():
     assert aggregate(conversations) == pytest.approx(0.3375)
     assert aggregate([[Grade(12, 3)]]) == pytest.approx(3.6)  # not clamped: neither is the mean
     assert aggregate([]) == 0.5  # no grade at all: the network's 5.0
+
+
+@pytest.mark.parametrize(
+    ("given", "names"),
+    [
+        (None, []),  # the network: an empty value means every listed model
+        ("", []),
+        ({}, []),
+        (0, []),
+        (False, []),
+        ("ab", ["a", "b"]),  # text is iterated: its characters are the names
+        ({"judge-a": 1}, ["judge-a"]),  # an object: its keys
+        (["judge-a-high"], ["judge-a-high"]),
+    ],
+)
+def test_eval_model_list_is_read_as_the_network_iterates_it(given, names):
+    from modules.llm_judge.schemas import EvalArgs
+
+    assert EvalArgs.model_validate({"eval_model_list": given}).eval_model_list == names
+
+
+@pytest.mark.parametrize("given", [5, True, [5], [None]])
+def test_eval_model_list_values_the_network_raises_on_are_refused(given):
+    from pydantic import ValidationError
+
+    from modules.llm_judge.schemas import EvalArgs
+
+    with pytest.raises(ValidationError):
+        EvalArgs.model_validate({"eval_model_list": given})

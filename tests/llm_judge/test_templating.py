@@ -175,3 +175,14 @@ def test_a_killed_validator_takes_the_renderer_along(base, tmp_path):
     process.kill()
     process.wait(timeout=60)
     assert gone(record)
+
+
+def test_empty_tools_reach_the_template_as_an_empty_list_not_none(base, tmp_path):
+    # The network hands the template [] for a line's empty tools ("", "[]", [], {}): a template
+    # that asks `tools is not none` (some full models' do) renders its tools branch for them.
+    folder = with_template(
+        base, tmp_path / "model", "{% if tools is not none %}T{{ tools | length }}{% endif %}|"
+    )
+    items = [(HI[0][0], []), (HI[0][0], None)]
+    texts = render_prompts(folder, items, submitted=True, limits=LIMITS, work=tmp_path / "work")
+    assert texts == ["T0|", "|"]
