@@ -18,15 +18,11 @@ from devkit.validator_cli import (
     wait_for,
     write_config,
 )
+from tests.faults import ledger
 
 
 def journal_rows(tmp_path) -> dict[str, dict]:
-    path = tmp_path / "state" / "journal.sqlite3"
-    if not path.exists():
-        return {}
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        db.row_factory = sqlite3.Row
-        return {row["id"]: dict(row) for row in db.execute("SELECT * FROM assignments")}
+    return ledger.journal_rows(tmp_path / "state")
 
 
 def by_repo(sim: Simulator) -> dict[str, dict]:

@@ -21,11 +21,16 @@ FINAL = frozenset({"completed", "failed"})
 
 
 def journal_rows(state_dir: Path) -> dict[str, dict[str, Any]]:
+    """The journal's rows by id; none while the validator has not written its schema yet (the
+    file exists a moment before its tables do, a moment a busy machine makes long)."""
     path = state_dir / "journal.sqlite3"
     if not path.exists():
         return {}
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         db.row_factory = sqlite3.Row
+        tables = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'assignments'").fetchall()
+        if not tables:
+            return {}
         return {row["id"]: dict(row) for row in db.execute("SELECT * FROM assignments")}
 
 
