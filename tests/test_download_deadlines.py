@@ -13,6 +13,7 @@ import pytest
 from tests.helpers.trickle_server import (
     SEEN_CLOSED_S,
     hub_download_meets_its_deadline,
+    hub_reused_connection_meets_its_deadline,
     trickle_server,
 )
 from validator.errors import TransientError
@@ -40,6 +41,13 @@ def test_a_trickled_hub_file_ends_at_the_overall_deadline(
 ) -> None:
     # huggingface_hub 0.x here (requests); tests/llm_judge runs the same under 1.x (httpx).
     hub_download_meets_its_deadline(tmp_path, monkeypatch)
+
+
+def test_a_trickled_hub_file_after_a_quick_one_ends_at_the_overall_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The library keeps the quick file's connection alive and would reuse it for the next.
+    hub_reused_connection_meets_its_deadline(tmp_path, monkeypatch)
 
 
 def test_a_connect_after_the_deadline_fails_at_once_and_a_quick_body_passes() -> None:

@@ -49,7 +49,7 @@ from modules.llm_judge.judge_source import (
     check_texts,
     parse_source_files,
 )
-from validator.kit import ConfigError, OperatorError, quoted
+from validator.kit import ConfigError, OperatorError, TransientError, overall_deadline, quoted
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,10 @@ BUILTIN_FOLDER = Path(__file__).with_name("prompts")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 
-FETCH_TIMEOUT = 30.0
+FETCH_TIMEOUT = 30.0  # each read
+# The whole of each file: a source that sends a byte now and then would otherwise hold the
+# start-up for as long as it likes (each read is within its timeout).
+FETCH_DEADLINE = 120.0
 CACHE_PREFIX = "judge-texts-"
 
 
@@ -152,6 +155,7 @@ def load_judge_texts(
     cache_dir: Path,
     timeout: float = FETCH_TIMEOUT,
     *,
+    deadline: float = FETCH_DEADLINE,
     prompt_files: Mapping[int, str] | None = None,
 ) -> JudgeTexts:
     """The judge texts `prompt_source` names; `cache_dir` (the state dir) keeps fetched ones
@@ -171,7 +175,7 @@ def load_judge_texts(
     elif kind == "path":
         texts = _from_checkout(Path(where).expanduser())
     else:
-        texts = _from_url(where, cache_dir, timeout)
+        texts = _from_url(where, cache_dir, timeout, deadline)
     if prompt_files:
         texts = _with_files(texts, prompt_files)
     log.info("judge texts from %s", texts.source)
@@ -215,9 +219,9 @@ def _from_checkout(root: Path) -> JudgeTexts:
     )
 
 
-def _from_url(folder: str, cache_dir: Path, timeout: float) -> JudgeTexts:
+def _from_url(folder: str, cache_dir: Path, timeout: float, deadline: float) -> JudgeTexts:
     try:
-        files = {name: _download(folder + name, name, timeout) for name in MAX_FILE_BYTES}
+        files = {name: _download(folder + name, name, timeout, deadline) for name in MAX_FILE_BYTES}
     except _FetchFailed as exc:
         cached = read_cache(cache_dir, folder)
         if cached is None:
@@ -237,10 +241,13 @@ class _FetchFailed(Exception):
     """The source could not be read (network, HTTP status): the cache may stand in."""
 
 
-def _download(url: str, name: str, timeout: float) -> bytes:
+def _download(url: str, name: str, timeout: float, deadline: float) -> bytes:
     limit = MAX_FILE_BYTES[name]
     try:
-        with requests.get(url, timeout=timeout, stream=True) as response:
+        with (
+            overall_deadline(deadline, f"judge texts from {url}"),
+            requests.get(url, timeout=timeout, stream=True) as response,
+        ):
             if response.status_code != 200:
                 raise _FetchFailed(f"{url} answered HTTP {response.status_code}")
             body = bytearray()
@@ -252,6 +259,8 @@ def _download(url: str, name: str, timeout: float) -> bytes:
             return bytes(body)
     except requests.RequestException as exc:
         raise _FetchFailed(f"cannot fetch {url} ({type(exc).__name__})") from None
+    except TransientError as exc:  # past the deadline: as unreachable, the cache may stand in
+        raise _FetchFailed(str(exc)) from None
 
 
 def _checked(rubrics: Mapping[int, str], system: str, source: str, origin: str = "") -> JudgeTexts:

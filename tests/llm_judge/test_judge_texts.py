@@ -24,6 +24,7 @@ from modules.llm_judge.judge_texts import (
     source_location,
 )
 from modules.llm_judge.schemas import LlmJudgeConfig
+from tests.helpers.trickle_server import SEEN_CLOSED_S, trickle_server
 from validator.errors import ConfigError, ExitCode, OperatorError, outcome_of
 
 RUBRICS = {
@@ -242,3 +243,22 @@ def test_prompt_source_values_in_the_config():
             config(prompt_source=bad)
     with pytest.raises(ConfigError, match="prompt_source 'ftp://x'"):
         load_judge_texts("ftp://x", Path("unused"))
+
+
+def test_a_trickled_source_ends_at_its_deadline_and_the_cache_stands_in(tmp_path, caplog):
+    # Every read within its timeout, the file never complete (issue 23, item 4): the fetch ends
+    # at its overall deadline, as a source that cannot be reached does.
+    cache = tmp_path / "state"
+    with trickle_server() as trickle:
+        folder = f"{trickle.url}/validator/modules/llm_judge/"
+        with pytest.raises(OperatorError) as raised:
+            load_judge_texts(folder, cache, timeout=5, deadline=1)
+        message = str(raised.value)
+        assert "not complete within its 1 s deadline" in message and "no copy cached" in message
+        assert trickle.closed.wait(SEEN_CLOSED_S), "the server never saw the connection closed"
+
+        judge_texts.write_cache(cache, folder, builtin_texts())
+        with caplog.at_level(logging.WARNING):
+            cached = load_judge_texts(folder, cache, timeout=5, deadline=1)
+    assert cached.rubrics == builtin_texts().rubrics
+    assert "using the copy cached in" in caplog.text

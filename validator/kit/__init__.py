@@ -36,6 +36,7 @@ _WHERE = {
     # files and processes
     "WorkArea": "validator.kit.workdirs",
     "fetch_validation_set": "validator.kit.downloads",
+    "overall_deadline": "validator.kit.deadline",
     "loads_bounded": "validator.kit.safe_json",
     "JsonRefused": "validator.errors",
     "run_child": "validator.kit.child_process",
@@ -75,6 +76,7 @@ __all__ = [
     "Progress",
     "WorkArea",
     "fetch_validation_set",
+    "overall_deadline",
     "loads_bounded",
     "JsonRefused",
     "run_child",
@@ -124,6 +126,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from validator.kit.adapter_bounds import check_lora_against_base, ranks_of
     from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
     from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+    from validator.kit.deadline import overall_deadline
     from validator.kit.downloads import fetch_validation_set
     from validator.kit.fingerprint import BaseFingerprint, base_intact
     from validator.kit.hub import fetch_base_model

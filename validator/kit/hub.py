@@ -142,6 +142,7 @@ def hub_call(
     """`call()` within an overall deadline (HUB_CALL_DEADLINE_S unless given; past it,
     TransientError naming `deadline_what`, or `what`), its hub errors translated; `what` names
     the repo in messages, `submission` says whose fault a missing repo or file is."""
+    _fresh_connections()
     try:
         with overall_deadline(deadline_s or HUB_CALL_DEADLINE_S, deadline_what or what):
             return call()
@@ -152,6 +153,19 @@ def hub_call(
         if translated is None:
             raise
         raise translated from exc
+
+
+def _fresh_connections() -> None:
+    """Drops the library's pooled connections, so that the call connects anew inside its
+    deadline: the deadline covers the sockets connected within it, and a kept-alive connection
+    from an earlier call (a listing, the file before) would escape it. A module's Hub calls are
+    made from one thread, so no other call is using the pool. 0.x keeps a requests session per
+    thread (`reset_sessions`), 1.x one httpx client (`close_session`)."""
+    from huggingface_hub.utils import _http  # noqa: PLC0415 - the library's own pool
+
+    close = getattr(_http, "close_session", None) or getattr(_http, "reset_sessions", None)
+    if close is not None:
+        close()
 
 
 def model_info(repo_id: str, what: str, *, submission: bool, **kwargs: Any) -> ModelInfo:
