@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from validator.kit import JsonRefused, loads_bounded
 
 log = logging.getLogger(__name__)
 
 MAX_LINES = 100_000
-MAX_LINE_BYTES = 8 * 1024 * 1024  # real lines are a few KiB
+MAX_LINE_CHARS = 8 * 1024 * 1024  # real lines are a few KiB
 MAX_TEXT_CHARS = 1024 * 1024  # any one string: the system text, the tools, a turn's content
 MAX_TURNS = 1024  # turns in one conversation
 MAX_CALLS = 64  # calls in one function_call turn (the network takes one)
@@ -39,6 +39,10 @@ class Prompt:
     tools_text: str | None  # the line's tools as the function-call rubric writes them
     reference: str | None  # what the line ends with, taken out of `messages`
     transcript: str  # the conversation in `messages`, written out for the judges
+    # `messages` with every call's arguments read as an object, when that differs: `messages`
+    # hand them to the template as the line gives them (text, null), as the network does, and
+    # a template that raises on that renders this instead (where the network has no score).
+    fallback: list[dict[str, Any]] | None = None
 
 
 def to_prompt(line: Any) -> Prompt | None:
@@ -77,34 +81,39 @@ def to_prompt(line: Any) -> Prompt | None:
         [f"System: {system}"]
         + [f"{LABELS[m['role']]}: {m['content']}" for m in messages if m["role"] in LABELS]
     )
+    head = {"role": "system", "content": system}
+    fallback = _with_object_arguments(messages)
     return Prompt(
-        [{"role": "system", "content": system}, *messages],
+        [head, *messages],
         template_tools,
         tools_text,
         reference,
         transcript,
+        None if fallback is None or fallback == messages else [head, *fallback],
     )
 
 
 def read_prompts(path: Path, max_lines: int = MAX_LINES) -> list[Prompt]:
     """Every line of a validation set as a Prompt, each decoded once. Blank lines and lines with
     nothing to prompt with are skipped, as the network skips them, but counted in the line
-    numbers; the first line the network cannot read raises ValueError naming its number. Lines
-    end at "\\n" only: JSON allows U+2028 and the like raw inside strings."""
+    numbers; the first line the network cannot read raises ValueError naming its number. The
+    file is read as the network reads it, as UTF-8 text with universal newlines: a line ends
+    at "\\n", "\\r" or "\\r\\n" (not at U+2028 and the like, which JSON allows raw inside
+    strings)."""
     prompts = []
     skipped = []
-    with Path(path).open("rb") as handle:
+    with Path(path).open(encoding="utf-8", newline=None) as handle:
         number = 0
-        while raw := handle.readline(MAX_LINE_BYTES + 1):
+        while raw := _next_line(handle):
             number += 1
             where = f"validation set line {number}"
             if number > max_lines:
                 raise ValueError(f"validation set: more than {max_lines} lines")
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                raise ValueError(f"{where}: longer than {MAX_LINE_BYTES} bytes")
-            # Blank as the network reads it: a text line that str.strip() empties, so Unicode
+            if len(raw) > MAX_LINE_CHARS and not raw.endswith("\n"):
+                raise ValueError(f"{where}: longer than {MAX_LINE_CHARS} characters")
+            # Blank as the network reads it: a line that str.strip() empties, so Unicode
             # whitespace (U+00A0, U+2028, U+0085, ...) too, not only ASCII.
-            if not raw.decode("utf-8", "replace").strip():
+            if not raw.strip():
                 continue
             data = loads_bounded(raw, where)  # its refusals name the line already
             try:
@@ -122,6 +131,13 @@ def read_prompts(path: Path, max_lines: int = MAX_LINES) -> list[Prompt]:
     if not prompts:
         raise ValueError("validation set: no line with a conversation to prompt with")
     return prompts
+
+
+def _next_line(handle: TextIO) -> str:
+    try:
+        return handle.readline(MAX_LINE_CHARS + 1)
+    except UnicodeDecodeError as exc:  # the network's text-mode read raises for the whole set
+        raise ValueError(f"validation set: not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 # --- parts ------------------------------------------------------------------------------------
@@ -181,7 +197,10 @@ def _take_reference(turns: list[Any], messages: list[dict[str, Any]]) -> str | N
         messages.pop()
         return last["content"]
     if last["role"] == "function_call":
-        return render_reference(messages.pop())
+        message = messages.pop()
+        # The network's reference template iterates the arguments as a mapping (and raises
+        # where they are not one): read as an object here.
+        return render_reference(_with_object_arguments([message], strict=True)[0])
     return None
 
 
@@ -203,18 +222,49 @@ def _calls(content: str, where: str) -> list[tuple[Any, dict[str, Any]]] | None:
         at = where + (f"[{n}]" if isinstance(data, list) else "")
         if not isinstance(item, dict):
             raise ValueError(f"{at}: a call must be a JSON object")
-        calls.append((item.get("name", ""), _arguments(item.get("arguments", {}), at)))
+        arguments = item.get("arguments", {})
+        if isinstance(arguments, str):
+            _check_size(arguments, f"{at}.arguments")
+        calls.append((item.get("name", ""), arguments))
     return calls
 
 
+def _with_object_arguments(
+    messages: list[dict[str, Any]], strict: bool = False
+) -> list[dict[str, Any]] | None:
+    """`messages` with each call's arguments read as an object (`_arguments`); None when one
+    cannot be (then only the line's own form can render), unless `strict`: then the
+    ValueError."""
+    out = []
+    for message in messages:
+        if "tool_calls" not in message:
+            out.append(message)
+            continue
+        calls = []
+        for call in message["tool_calls"]:
+            function = call["function"]
+            try:
+                arguments = _arguments(function["arguments"], f"call {call['id']}")
+            except (ValueError, JsonRefused):
+                if strict:
+                    raise
+                return None
+            calls.append({**call, "function": {**function, "arguments": arguments}})
+        out.append({**message, "tool_calls": calls})
+    return out
+
+
 def _arguments(arguments: Any, where: str) -> dict[str, Any]:
-    """A call's arguments as an object. The network passes them as given, and the chat
-    templates iterate them as a mapping: an object is what they take. Null, blank or JSON text
-    of an object (where the network raises) are read as {} or that object."""
+    """A call's arguments as an object, for templates that iterate them as a mapping (Qwen3.5's,
+    the network's reference template): null, blank or JSON text of an object (where those
+    raise in the network) read as {} or that object."""
     if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         return {}
     if isinstance(arguments, str):
-        arguments = loads_bounded(arguments, f"{where}.arguments", max_bytes=MAX_TEXT_CHARS)
+        try:
+            arguments = loads_bounded(arguments, f"{where}.arguments", max_bytes=MAX_TEXT_CHARS)
+        except JsonRefused as exc:
+            raise ValueError(str(exc)) from None
     if not isinstance(arguments, dict):
         raise ValueError(f"{where}.arguments: must be a JSON object")
     return arguments
@@ -243,7 +293,7 @@ def _tools(raw: Any) -> tuple[list[dict[str, Any]] | None, str | None]:
     """The tools for the chat template, and their text for the function-call rubric (None when
     the line's tools are absent or empty: that rubric then cannot be written). JSON text is
     decoded for the template; the rubric writes them as the line gives them. Empty tools
-    (`[]`, `{}`, `""`, `"[]"`) reach the template as `[]`, not None, as the network's
+    (`[]`, `{}`, `""`, `"[]"`, `'""'`) reach the template as `[]`, not None, as the network's
     reach it (transformers turns any iterable into a list): a template may tell them apart
     (`tools is not none`, a tokenizer's separate `tool_use` template)."""
     text = str(raw) if raw else None  # the rubric's `{tools}`: str() of the value as given
@@ -255,7 +305,7 @@ def _tools(raw: Any) -> tuple[list[dict[str, Any]] | None, str | None]:
             tools = loads_bounded(raw, "tools") if raw.strip() else (None if raw else [])
         except JsonRefused as exc:
             raise ValueError(f"{exc} (the chat template takes a list of tool objects)") from None
-    if isinstance(tools, (list, dict)) and not tools:
+    if isinstance(tools, (list, dict, str)) and not tools:  # '""' decodes to "": empty too
         return [], text
     if not tools:
         return None, text

@@ -20,8 +20,10 @@ THINKING = "thinking"
 # Judges that take a fixed temperature: thinking off at 0.6, their `-thinking` names at 1.
 KIMI = ("kimi-k2.5", "kimi-k2.6")
 KIMI_TEMPERATURE = 0.6
-KIMI_THINKING_TEMPERATURE = 1.0
+KIMI_THINKING_TEMPERATURE = 1  # an int, as the network sends it
 RUBRICS = frozenset({1, 2, 3})  # looked up by hash, as the network's registry
+# A task's temperature as it gives it (schemas.EvalArgs): sent with its JSON type.
+Temperature = float | str | None
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ def resolve_models(requested: list[str], available: list[str]) -> list[str]:
     return list(dict.fromkeys(chosen)) or list(available)
 
 
-def call_parameters(name: str, temperature: float) -> dict[str, Any]:
+def call_parameters(name: str, temperature: Temperature) -> dict[str, Any]:
     """The chat completion's parameters for a judge name, besides the messages and the seed."""
     model, options = split_name(name)
     if name in KIMI:
@@ -160,7 +162,7 @@ def parse_reply(text: str) -> Grade:
     `confidence` taken with float() where present, not clamped. No such object, or JSON that
     does not decode: NO_SCORE; a score that float() refuses as text keeps the defaults from
     there on. A value float() cannot take at all (null, a list, an object, an integer past
-    floats) fails the whole conversation."""
+    floats), or an object nested past the decoder's depth, fails the whole conversation."""
     found = first_score_object(text)
     if found is None:
         return NO_SCORE
@@ -168,6 +170,8 @@ def parse_reply(text: str) -> Grade:
         data = json.loads(found)
     except ValueError:
         return NO_SCORE
+    except RecursionError:  # nested past the decoder's depth: the network's call raises there
+        return CONVERSATION_FAILED
     score, confidence = NO_SCORE.score, NO_SCORE.confidence
     try:
         if "score" in data:

@@ -31,6 +31,7 @@ from modules.llm_judge.grading import (
     CONVERSATION_FAILED,
     NO_SCORE,
     Grade,
+    Temperature,
     aggregate,
     call_parameters,
     conversation_grades,
@@ -135,7 +136,9 @@ class Judge:
         """The task's judge names that the endpoint serves (the network's rule)."""
         return resolve_models(eval_model_list, self.models)
 
-    def ask(self, messages: list[dict[str, str]], name: str, temperature: float) -> Grade | None:
+    def ask(
+        self, messages: list[dict[str, str]], name: str, temperature: Temperature
+    ) -> Grade | None:
         """One judge request: the reply's grade (`CONVERSATION_FAILED` for a reply the network
         cannot read, which costs the whole conversation), or None when the server refused the
         request itself (a 4xx other than 401/403/408/409/429, not retried). A judge that
@@ -169,7 +172,7 @@ class Judge:
         return result
 
     def ask_all(
-        self, jobs: list[tuple[list[dict[str, str]], str]], temperature: float
+        self, jobs: list[tuple[list[dict[str, str]], str]], temperature: Temperature
     ) -> list[Grade | None]:
         """Every (messages, judge name) request, `concurrency` at once, in order. The first
         request that fails for good cancels those not started yet. A judge name whose every
@@ -294,6 +297,13 @@ def score_answers(
     """The assignment's score: every judge name grades every answer `eval_require` times; a
     conversation the network cannot grade counts once as CONVERSATION_FAILED."""
     keys = sorted(answers)
+    if eval_args.eval_require == 0:
+        # A count the network's range() cannot take: every conversation's task raises there.
+        log.warning(
+            "eval_require is not an integer: every conversation counts once as 5 x 0.5, as "
+            "the network's grading fails on it"
+        )
+        return aggregate([[CONVERSATION_FAILED] for _ in keys])
     requests = {
         key: judge_messages(texts, eval_args.prompt_id, prompts[key[0]], answers[key])
         for key in keys

@@ -25,12 +25,60 @@ class EvalArgs(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     gen_require: int = Field(1, ge=1, le=16)  # answers generated per prompt
-    eval_require: int = Field(3, ge=1, le=16)  # grades per judge model per answer
-    temperature: float = Field(0.1, ge=0, le=2)  # the judges' sampling temperature
+    # Grades per judge model per answer; 0 stands for a value the network's range() cannot
+    # take (text, a fraction, a list): there every conversation counts once as 5 x 0.5.
+    eval_require: int = Field(3, ge=0, le=16)
+    # The judges' sampling temperature, sent as the task gives it (an int stays an int, a
+    # number in text stays text, null is null), as the network sends it.
+    temperature: Any = 0.1
     # 1 direct, 2 against the reference answer, 3 function call; kept as the task gives it
     # (any JSON value), since the network compares it as Python does (grading.rubric_id).
     prompt_id: Any = 0
     eval_model_list: list[str] = Field(default_factory=list)  # empty: every model listed
+
+    @field_validator("gen_require", mode="before")
+    @classmethod
+    def _a_count_the_network_can_range_over(cls, value: Any) -> Any:
+        """The network generates `range(gen_require)` times: an int (or a bool, which Python
+        takes as 0 or 1); anything else makes it raise, and the input is refused (not the lax
+        reading of "2" or 2.0 as 2)."""
+        if not isinstance(value, int):
+            raise ValueError(f"gen_require must be an integer, not {type(value).__name__}")
+        return int(value)
+
+    @field_validator("eval_require", mode="before")
+    @classmethod
+    def _grades_the_network_can_count(cls, value: Any) -> Any:
+        """The network grades `range(eval_require)` times inside each conversation's task:
+        text, a fraction or a list fail every task, so every conversation counts 5 x 0.5
+        (0 here); null or an object make its whole assignment raise (refused); an int (or a
+        bool) is the count, and outside 1..16 is refused (a departure: bounded cost)."""
+        if isinstance(value, int):
+            if not 1 <= value <= 16:
+                raise ValueError("eval_require must be 1 to 16")
+            return int(value)
+        if isinstance(value, (str, float, list)):
+            return 0
+        raise ValueError(f"eval_require must be an integer, not {type(value).__name__}")
+
+    @field_validator("temperature", mode="before")
+    @classmethod
+    def _a_temperature_kept_as_given(cls, value: Any) -> Any:
+        """Kept as given when its number is 0 to 2 (a departure past that: bounded, sensible
+        judging); a bool, a list or an object are refused."""
+        if value is None:
+            return None
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                raise ValueError("temperature: text that is not a number") from None
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise ValueError(f"temperature must be a number, not {type(value).__name__}")
+        if not 0 <= number <= 2:
+            raise ValueError("temperature must be 0 to 2")
+        return value
 
     @field_validator("eval_model_list", mode="before")
     @classmethod

@@ -5,6 +5,7 @@ only the files needed, safetensors only, never remote code, within size caps
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +19,27 @@ from validator.kit import JsonRefused, SubmissionRejected, TransientError, hub, 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 MAX_JSON_BYTES = 1024 * 1024
-# A full model's files besides its weights: its config and tokenizer (data, never code).
+# A full model's files besides its weights: its config, and every file transformers reads a
+# tokenizer and its chat templates from (data and Jinja, never Python code), as the network's
+# validator reads them from the whole repo: a tokenizer given as vocab and merges, or chat
+# templates given as JSON or as named templates (`tool_use`, chosen for lines with tools), would
+# otherwise not load or render as they render there.
 MODEL_FILES = (
     "config.json",
     "generation_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
     "chat_template.jinja",
+    "chat_template.json",
 )
+# Named templates: additional_chat_templates/<name>.jinja, read by transformers 5; one level,
+# plain names (a listing's name never leads out of the download folder).
+NAMED_TEMPLATE = re.compile(r"additional_chat_templates/[A-Za-z0-9_-][A-Za-z0-9_.-]*\.jinja")
+MAX_NAMED_TEMPLATES = 32
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
 
 
@@ -110,7 +123,14 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
     weights = (
         sorted(set(metadata.weight_map.values())) if metadata.sharded else ["model.safetensors"]
     )
-    wanted = [name for name in (*MODEL_FILES, *weights) if name in sizes and name != "config.json"]
+    named = sorted(name for name in sizes if NAMED_TEMPLATE.fullmatch(name))
+    if len(named) > MAX_NAMED_TEMPLATES:
+        raise SubmissionRejected(
+            f"{what}: {len(named)} named chat templates, over {MAX_NAMED_TEMPLATES}"
+        )
+    wanted = [
+        name for name in (*MODEL_FILES, *named, *weights) if name in sizes and name != "config.json"
+    ]
     if metadata.sharded:
         wanted.append(hub.SAFETENSORS_INDEX)
     _check_total({name: sizes[name] for name in [*wanted, "config.json"]}, limit, what)

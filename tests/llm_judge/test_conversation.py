@@ -199,12 +199,35 @@ def test_several_calls_in_one_turn_are_read_call_by_call():
     )
 
 
-@pytest.mark.parametrize("arguments", ['{"a": 1}', {"a": 1}])
-def test_arguments_reach_the_template_as_an_object(arguments):
+def arguments_of(messages):
+    return [c["function"]["arguments"] for m in messages for c in m.get("tool_calls", [])]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "as_object"),
+    [('{"a": 1}', {"a": 1}), (None, {}), ("", {}), (" ", {}), ('{"\\u00e9": 1}', {"\u00e9": 1})],
+)
+def test_arguments_reach_the_template_as_given_and_as_an_object_after(arguments, as_object):
+    # The network hands the template a call's arguments as the line gives them: a template that
+    # prints text as text renders them so there, and scores. Qwen3.5's iterates them and raises
+    # (no network score): the fallback, with the arguments read as an object, renders then.
     got = to_prompt(
         {"conversations": [turn("function_call", call("f", arguments)), turn("user", "U")]}
     )
-    assert got.messages[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    assert arguments_of(got.messages) == [arguments]
+    assert arguments_of(got.fallback) == [as_object]
+    assert [m for m in got.fallback if "tool_calls" not in m] == [
+        m for m in got.messages if "tool_calls" not in m
+    ]
+
+
+def test_object_arguments_need_no_fallback_and_unreadable_ones_have_none():
+    fine = to_prompt(
+        {"conversations": [turn("function_call", call("f", {"a": 1})), turn("user", "U")]}
+    )
+    assert arguments_of(fine.messages) == [{"a": 1}] and fine.fallback is None
+    odd = to_prompt({"conversations": [turn("function_call", call("f", [1])), turn("user", "U")]})
+    assert arguments_of(odd.messages) == [[1]] and odd.fallback is None  # as given, only
 
 
 # --- lines with nothing to prompt with, and lines the network cannot read ---------------------
@@ -249,6 +272,7 @@ def test_lines_the_network_cannot_read_are_refused(line, message):
         ([], [], None),
         ({}, [], None),
         ("{}", [], "{}"),
+        ('""', [], '""'),  # JSON text of an empty string: iterated, it is empty too
         ([{"name": "f"}], [{"name": "f"}], "[{'name': 'f'}]"),  # written with str()
     ],
 )
@@ -285,9 +309,34 @@ def test_a_set_over_max_lines_is_refused(tmp_path):
         read_prompts(write(tmp_path, FINE, FINE, FINE), max_lines=2)
 
 
-def test_lines_end_at_newlines_only(tmp_path):
+def test_lines_end_at_newlines_not_at_unicode_separators(tmp_path):
     text = json.dumps({"conversations": [turn("user", "a\u2028b")]}, ensure_ascii=False)
     assert read_prompts(write(tmp_path, text))[0].messages[1]["content"] == "a\u2028b"
+
+
+@pytest.mark.parametrize("end", ["\r", "\r\n", "\n"])
+def test_lines_end_where_the_networks_text_mode_ends_them(tmp_path, end):
+    # The network reads the set as text with universal newlines: a bare CR ends a line too.
+    first = json.dumps({"conversations": [turn("user", "one")]})
+    second = json.dumps({"conversations": [turn("user", "two")]})
+    path = tmp_path / "set.jsonl"
+    path.write_bytes((first + end + second + end).encode())
+    got = [p.messages[1]["content"] for p in read_prompts(path)]
+    assert got == ["one", "two"]
+
+
+def test_a_set_that_is_not_utf8_is_refused(tmp_path):
+    path = tmp_path / "set.jsonl"
+    path.write_bytes(FINE.encode() + b"\n\xff\xfe\n")
+    with pytest.raises(ValueError, match="validation set: not UTF-8"):
+        read_prompts(path)
+
+
+def test_a_call_text_of_brackets_that_is_not_json_is_what_the_assistant_said():
+    # Not JSON however many brackets it holds: the network keeps it as a plain assistant turn.
+    text = "{" * 70
+    got = to_prompt({"conversations": [turn("user", "U"), turn("function_call", text)]})
+    assert got.reference == render_reference({"role": "assistant", "content": text})
 
 
 def test_both_sample_sets_convert():

@@ -93,6 +93,11 @@ def test_what_a_call_sends_for_each_kind_of_name():
     }
     # Only the exact kimi names get the fixed temperature; thinking stays off for the others.
     assert call_parameters("kimi-k2.5-high", 0.2)["temperature"] == 0.2
+    # Sent as the network sends it: its 1 is an int, and a task's value keeps its JSON type.
+    assert type(call_parameters("kimi-k2.6-thinking", 0.1)["temperature"]) is int
+    assert call_parameters("judge-a", 2)["temperature"] == 2
+    assert type(call_parameters("judge-a", 2)["temperature"]) is int
+    assert call_parameters("judge-a", "0.5")["temperature"] == "0.5"
 
 
 # --- the rubric -------------------------------------------------------------------------------
@@ -154,6 +159,8 @@ def test_the_rubric_a_conversation_gets(prompt_id, reference, tools, expected):
         ('{"score": [8], "confidence": 1}', CONVERSATION_FAILED),
         ('{"score": 8, "confidence": null}', CONVERSATION_FAILED),
         ('{"score": 1' + "0" * 400 + ', "confidence": 1}', CONVERSATION_FAILED),
+        # Nested past the decoder's depth: a RecursionError in the network's call.
+        ('{"score": ' + "[" * 5000 + "]" * 5000 + ', "confidence": 1}', CONVERSATION_FAILED),
     ],
 )
 def test_a_reply_is_read_as_the_network_reads_it(text, expected):
@@ -229,3 +236,50 @@ def test_eval_model_list_values_the_network_raises_on_are_refused(given):
 
     with pytest.raises(ValidationError):
         EvalArgs.model_validate({"eval_model_list": given})
+
+
+@pytest.mark.parametrize(
+    ("field", "given", "kept"),
+    [
+        ("gen_require", 2, 2),
+        ("gen_require", True, 1),  # Python's range(True) is range(1)
+        ("eval_require", 3, 3),
+        ("eval_require", True, 1),
+        ("eval_require", "2", 0),  # 0: every conversation 5 x 0.5 (the network's tasks raise)
+        ("eval_require", 2.0, 0),
+        ("eval_require", [2], 0),
+        ("temperature", 2, 2),
+        ("temperature", "0.5", "0.5"),
+        ("temperature", None, None),
+        ("temperature", 0.25, 0.25),
+    ],
+)
+def test_eval_args_are_kept_as_the_network_reads_them(field, given, kept):
+    from modules.llm_judge.schemas import EvalArgs
+
+    value = getattr(EvalArgs.model_validate({field: given}), field)
+    assert value == kept and type(value) is type(kept)
+
+
+@pytest.mark.parametrize(
+    ("field", "given"),
+    [
+        ("gen_require", "2"),  # the network's range("2") raises for the whole assignment
+        ("gen_require", 2.0),
+        ("gen_require", None),
+        ("eval_require", None),  # its count of calls raises before any grading
+        ("eval_require", {"n": 2}),
+        ("eval_require", 0),  # outside 1..16: ours, bounded cost
+        ("eval_require", 17),
+        ("temperature", "warm"),
+        ("temperature", True),
+        ("temperature", 3),
+    ],
+)
+def test_eval_args_the_network_raises_on_or_past_our_bounds_are_refused(field, given):
+    from pydantic import ValidationError
+
+    from modules.llm_judge.schemas import EvalArgs
+
+    with pytest.raises(ValidationError):
+        EvalArgs.model_validate({field: given})

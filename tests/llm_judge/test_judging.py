@@ -261,3 +261,34 @@ def test_the_local_judge_wants_the_key(server):
     client = openai.OpenAI(base_url=server.endpoint, api_key="sk-other", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         client.models.list()
+
+
+def test_a_tasks_temperature_reaches_the_judge_with_its_json_type(server, judge):
+    # The network sends eval_args' temperature as given: an int stays an int, text stays text.
+    start = len(server.requests)
+    judge.ask_all([(request("abc"), "judge-a")], 2)
+    judge.ask_all([(request("abc"), "judge-a")], "0.5")
+    sent = [call["temperature"] for call in since(server, start)]
+    assert sent == [2, "0.5"] and type(sent[0]) is int
+
+
+@pytest.mark.parametrize("given", ["2", 2.0, 2.5, [1]])
+def test_an_eval_require_the_network_cannot_count_scores_each_conversation_5_x_half(
+    server, judge, given
+):
+    # Its range(eval_require) raises in every conversation's task: each counts once 5 x 0.5,
+    # so 0.25 whatever the answers, and no judge is asked.
+    from modules.llm_judge.conversation import to_prompt
+    from modules.llm_judge.judge_texts import builtin_texts
+    from modules.llm_judge.schemas import EvalArgs
+
+    prompts = [to_prompt({"conversations": [{"role": "user", "content": q}]}) for q in "QR"]
+    answers = {(0, 0): "abc", (1, 0): "ab"}
+    args = EvalArgs.model_validate({"eval_require": given})
+    start = len(server.requests)
+    score = judging.score_answers(judge, builtin_texts(), args, prompts, answers, ["judge-a"])
+    assert score == pytest.approx(0.25)
+    assert since(server, start) == []
+    graded = EvalArgs.model_validate({"eval_require": 2})  # an int: graded as usual
+    assert judging.score_answers(judge, builtin_texts(), graded, prompts, answers, ["judge-a"])
+    assert len(since(server, start)) == 4

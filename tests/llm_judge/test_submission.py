@@ -153,3 +153,34 @@ def test_a_huge_rank_is_refused_before_peft_allocates(world, change, message):
         load(submission)
     # peft would have allocated 10**6 x hidden floats per projection: gigabytes.
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024
+
+
+def test_a_full_model_brings_its_named_chat_templates(world):
+    # transformers 5 reads additional_chat_templates/<name>.jinja and renders a line with tools
+    # by `tool_use` when there is one, as the network's validator does from the whole repo.
+    from transformers import AutoTokenizer
+
+    hub, base, _, _ = world
+    templates = {
+        "additional_chat_templates/tool_use.jinja": b"TOOLS {{ tools | length }}",
+        "additional_chat_templates/notes.txt": b"not a template",
+    }
+    hub.add_repo("erin/full", {**files_of(base), **templates})
+    before = len(hub.file_requests())
+    submission = fetch(world, "erin/full")
+    requested = hub.file_requests()[before:]
+    assert "additional_chat_templates/tool_use.jinja" in requested
+    assert "additional_chat_templates/notes.txt" not in requested
+    tokenizer = AutoTokenizer.from_pretrained(str(submission.path))
+    messages = [{"role": "user", "content": "Q"}]
+    with_tools = tokenizer.apply_chat_template(messages, tools=[{"name": "f"}], tokenize=False)
+    assert with_tools == "TOOLS 1"
+    assert tokenizer.apply_chat_template(messages, tokenize=False) != with_tools
+
+
+def test_too_many_named_chat_templates_are_refused(world):
+    hub, base, _, _ = world
+    many = {f"additional_chat_templates/t{n}.jinja": b"x" for n in range(33)}
+    hub.add_repo("frank/full", {**files_of(base), **many})
+    with pytest.raises(SubmissionRejected, match="33 named chat templates, over 32"):
+        fetch(world, "frank/full")

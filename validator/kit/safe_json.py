@@ -44,9 +44,15 @@ def loads_bounded(
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as exc:
         raise JsonRefused(f"{what}: not UTF-8: {exc}") from exc
-    if nesting_depth(text, stop_above=max_depth) > max_depth:
-        raise JsonRefused(f"{what}: nests deeper than {max_depth} levels")
+    too_deep = nesting_depth(text, stop_above=max_depth) > max_depth
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
+        # Said first, deep or not: a caller may treat text that is not JSON as plain text, as
+        # the network's code does (brackets in prose are not nesting).
         raise JsonRefused(f"{what}: not valid JSON: {exc}") from exc
+    except RecursionError:  # deeper than the decoder goes: refused for depth below
+        too_deep = True
+    if too_deep:
+        raise JsonRefused(f"{what}: nests deeper than {max_depth} levels")
+    return data
