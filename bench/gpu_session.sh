@@ -24,6 +24,9 @@ export PYTHONPATH="$site" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
     python3 -c 'import torch, transformers, peft; print("torch", torch.__version__, "cuda",
         torch.version.cuda, "available", torch.cuda.is_available(), "transformers",
         transformers.__version__, "peft", peft.__version__)'
+    # Packed scoring compiles FlexAttention with Triton: record what this machine has.
+    python3 -c 'import torch.nn.attention.flex_attention, triton; print("flex_attention: yes,",
+        "triton", triton.__version__)' || echo "flex_attention or triton: missing"
 } 2>&1 | tee "$out/gpu-env.txt"
 
 python3 -u -m bench.lora_bench --dry-run --device cuda "$@" 2>&1 | tee "$out/gpu-dry-run.txt"

@@ -41,7 +41,9 @@ from bench.lora_shapes import (
     peak_tflops_for,
     total_params,
 )
+from modules.lora import packing as packing_rows
 from modules.lora.forward import example_losses
+from modules.lora.packing import PackingMode, use_packing
 from modules.lora.records import EncodedExample
 
 # Issue 5's GPU targets. The memory line leaves 1 GiB of a 24 GB card to the CUDA context,
@@ -95,7 +97,8 @@ class Run:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Ours against the baseline on one model."""
+    """Ours against the baseline on one model. `ours` is the module's default path (packed rows
+    on CUDA, padded batches on a CPU); `other` the other one, run on the same examples."""
 
     shape: Shape
     tokens: int
@@ -103,6 +106,10 @@ class Comparison:
     baseline: Run
     ours_flops: float
     baseline_flops: float
+    ours_path: str = "padded"  # what `ours` ran: "packed", "padded", or a fallback note
+    other: Run | None = None
+    other_path: str | None = None
+    warmup_seconds: float | None = None  # ours' first calls: FlexAttention's compile on CUDA
 
     @property
     def ratio(self) -> float:
@@ -161,8 +168,12 @@ def hf_losses(model: PreTrainedModel, examples: list[EncodedExample]) -> list[fl
 
 
 def ours_losses(
-    model: PreTrainedModel, examples: list[EncodedExample], batching: Batching
+    model: PreTrainedModel,
+    examples: list[EncodedExample],
+    batching: Batching,
+    packing: PackingMode = "auto",
 ) -> list[float]:
+    """The module's scoring; `packing` as LoraConfig's (auto, its default: packed on CUDA)."""
     return example_losses(
         model,
         examples,
@@ -170,19 +181,40 @@ def ours_losses(
         max_batch_size=batching.max_batch_size,
         pad_token_id=0,
         autocast=autocast_for(model),
+        packing=packing,
     )
+
+
+def path_taken(model: PreTrainedModel, packing: PackingMode) -> str:
+    """What `ours_losses(..., packing)` ran on this model, fallbacks included, for the report."""
+    if not use_packing(packing, model.device.type):
+        return "padded"
+    key = packing_rows.health_key(model, model.device, autocast_for(model))
+    failure = packing_rows.HEALTH.failures.get(key)
+    return "packed" if failure is None else f"padded (packing fell back: {failure})"
 
 
 def compare(
     model: PreTrainedModel, shape: Shape, examples: list[EncodedExample], batching: Batching
 ) -> Comparison:
-    """Both sides on the same model and examples, each timed after a warm-up."""
+    """Both sides on the same model and examples, each timed after a warm-up; ours in the
+    module's default path (packed on CUDA) and in the other one."""
     device = model.device
     lengths = [len(e.input_ids) for e in examples]
     rows = sum(e.predicted_count for e in examples)
-    ours_losses(model, examples[:4], batching)  # warm-up: kernels, cuBLAS handles, allocator
+    other_mode: PackingMode = "off" if use_packing("auto", device.type) else "on"
+    # Warm-up: kernels, cuBLAS handles, the allocator, and on CUDA FlexAttention's compile
+    # (once per process in the module; timed apart so the runs below show the steady state).
+    synchronize(device)
+    started = time.perf_counter()
+    ours_losses(model, examples[:4], batching)
+    synchronize(device)
+    warmup = time.perf_counter() - started
+    ours_losses(model, examples[:4], batching, other_mode)
     hf_losses(model, examples[:2])
     ours = timed_run(lambda: ours_losses(model, examples, batching), device)
+    ours_path = path_taken(model, "auto")
+    other = timed_run(lambda: ours_losses(model, examples, batching, other_mode), device)
     baseline = timed_run(lambda: hf_losses(model, examples), device)
     return Comparison(
         shape=shape,
@@ -191,6 +223,10 @@ def compare(
         baseline=baseline,
         ours_flops=forward_flops(shape, lengths, rows),
         baseline_flops=forward_flops(shape, lengths, sum(lengths)),
+        ours_path=ours_path,
+        other=other,
+        other_path=path_taken(model, other_mode),
+        warmup_seconds=warmup,
     )
 
 
@@ -198,8 +234,14 @@ def compare(
 
 
 def print_comparison(result: Comparison, peak: float | None) -> None:
-    for side, run in (("ours", result.ours), ("baseline", result.baseline)):
-        tflops = result.tflops(side)
+    other = f"; other: {result.other_path}" if result.other is not None else ""
+    print(f"  ours: the module's default path, {result.ours_path}{other}")
+    sides = [("ours", result.ours), ("baseline", result.baseline)]
+    if result.other is not None:
+        sides.insert(1, ("other", result.other))
+    for side, run in sides:
+        flops = result.baseline_flops if side == "baseline" else result.ours_flops
+        tflops = flops / run.seconds / 1e12
         share = f"{tflops / peak:.1%}" if peak else "n/a"
         memory = (
             f"peak mem {run.peak_allocated / GIB:.1f} GiB allocated, "
@@ -215,6 +257,19 @@ def print_comparison(result: Comparison, peak: float | None) -> None:
         f"  ratio baseline/ours {result.ratio:.2f}x; mean loss rel diff "
         f"{result.loss_rel_diff:.1e} (batched vs single forwards round differently in 16-bit)"
     )
+    if result.other is not None:
+        ours, other = statistics.fmean(result.ours.losses), statistics.fmean(result.other.losses)
+        print(
+            f"  {result.ours_path} is "
+            f"{result.other.seconds / result.ours.seconds:.2f}x the speed of "
+            f"{result.other_path}; mean loss rel diff "
+            f"{abs(ours - other) / abs(other):.1e}"
+        )
+    if result.warmup_seconds is not None:
+        print(
+            f"  ours' warm-up on 4 sequences (FlexAttention's compile when packed on CUDA): "
+            f"{result.warmup_seconds:.1f} s"
+        )
 
 
 def target_verdicts(

@@ -11,8 +11,10 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import (
     AutoModelForCausalLM,
+    Cohere2Config,
     CohereConfig,
     Gemma2Config,
+    GemmaConfig,
     GraniteConfig,
     LlamaConfig,
     MistralConfig,
@@ -52,6 +54,12 @@ _KINDS: dict[str, tuple[type[PretrainedConfig], dict[str, Any]]] = {
         },
     ),
     "cohere": (CohereConfig, {"logit_scale": 0.5}),
+    # Alternating sliding and global layers, as gemma2's, and a window short enough to bite.
+    "cohere2": (
+        Cohere2Config,
+        {"logit_scale": 0.5, "sliding_window": 8, "sliding_window_pattern": 2},
+    ),
+    "gemma": (GemmaConfig, {"head_dim": 16}),
     "granite": (GraniteConfig, {"logits_scaling": 2.0}),
 }
 

@@ -131,6 +131,7 @@ class LoraModule(BaseValidationModule):
                     max_batch_size=self.max_batch_size,
                     pad_token_id=base.tokenizer.pad_token_id,
                     autocast=self.precision.autocast,
+                    packing=self.config.packing,
                 )
         finally:
             # Whatever happened (a score, a refusal, a fault), the next submission must meet

@@ -8,12 +8,11 @@ its own target count.
 
 Speed: the reference materialises full-vocabulary logits for every position. We run the base
 transformer once per batch, keep only the hidden states whose next token is a target, and apply
-the lm_head to those rows, in chunks, so full-vocab logits exist only for scored rows.
+the lm_head to those rows, in chunks, so full-vocab logits exist only for scored rows. Batches
+are either packed rows (modules/lora/packing.py: conversations back to back, each attending only
+to itself; the default on CUDA) or length-sorted right-padded batches (the default on a CPU).
 
-Post-lm_head transforms: the HF `*ForCausalLM.forward` of some architectures changes the logits
-after the lm_head (transformers 4.49). We replicate exactly those listed in
-`_POST_HEAD_TRANSFORMS`, in the model's dtype (as the reference does, before the loss upcasts to
-fp32), and refuse any other architecture rather than score it silently wrong.
+Post-lm_head transforms and the chunked head: modules/lora/lm_head.py.
 """
 
 from __future__ import annotations
@@ -21,64 +20,29 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from modules.lora import packing as packer
+from modules.lora.lm_head import (
+    Transform,
+    UnsupportedArchitecture,
+    head_sums,
+    post_head_transform,
+)
+from modules.lora.packing import PackingMode
 from modules.lora.records import EncodedExample
 from modules.lora.schemas import DEFAULT_TOKEN_BUDGET
 from validator.kit import Progress
 
 log = logging.getLogger(__name__)
 
-# Upper bound on full-vocab logit elements alive at once (rows x vocab). On a GPU 2**27 fp32
-# (512 MiB) is small next to a 16k-token batch's activations and keeps GEMMs efficient; on a CPU
-# buffers that large cost page faults, and 2**22 measured faster (bench/RESULTS.md).
-_LOGIT_ELEMENTS_PER_CHUNK = {"cuda": 1 << 27, "cpu": 1 << 22}
-
 # Conversations per forward on a GPU when the config leaves max_batch_size unset.
 GPU_MAX_BATCH_SIZE = 64
-
-_Transform = Callable[[torch.Tensor, nn.Module], torch.Tensor]
-
-
-def _identity(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
-    return logits
-
-
-def _gemma2_softcap(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
-    cap = lm.config.final_logit_softcapping
-    if cap is None:
-        return logits
-    # Same three ops in the same order as Gemma2ForCausalLM.forward, so rounding matches.
-    return torch.tanh(logits / cap) * cap
-
-
-def _cohere_scale(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
-    return logits * lm.logit_scale
-
-
-def _granite_scale(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
-    return logits / lm.config.logits_scaling
-
-
-# model_type -> what its ForCausalLM.forward applies after the lm_head (checked against
-# transformers 4.49). MoE types are left out on purpose: the reference turns on
-# output_router_logits, which adds the router aux loss to its eval loss.
-_POST_HEAD_TRANSFORMS: dict[str, _Transform] = {
-    "llama": _identity,
-    "mistral": _identity,
-    "qwen2": _identity,
-    "phi3": _identity,
-    "gemma": _identity,
-    "gemma2": _gemma2_softcap,
-    "cohere": _cohere_scale,
-    "cohere2": _cohere_scale,
-    "granite": _granite_scale,
-}
 
 
 def default_max_batch_size(device_type: str) -> int:
@@ -86,10 +50,6 @@ def default_max_batch_size(device_type: str) -> int:
     fastest: a padded batch needs an explicit attention mask, which takes attention off its
     fused causal kernel (measured 2x slower, bench/RESULTS.md)."""
     return 1 if device_type == "cpu" else GPU_MAX_BATCH_SIZE
-
-
-class UnsupportedArchitecture(ValueError):
-    """The model's logits cannot be reproduced by the target-rows-only path."""
 
 
 def example_losses(
@@ -100,6 +60,7 @@ def example_losses(
     max_batch_size: int = GPU_MAX_BATCH_SIZE,
     pad_token_id: int = 0,
     autocast: torch.dtype | None = None,
+    packing: PackingMode = "auto",
 ) -> list[float]:
     """Mean next-token cross-entropy of each example over its targets, in input order.
 
@@ -107,27 +68,32 @@ def example_losses(
     reference's per-example mean does. `model` is an HF causal LM or a peft LoRA wrapper of one.
     `autocast`: the dtype the forward and the loss run autocast to, as the reference's Trainer
     runs them under fp16 mixed precision (modules/lora/precision.py); None for none.
+    `packing`: packed rows under `token_budget` ("on"), padded batches ("off"), or packed on
+    CUDA only ("auto"); `max_batch_size` bounds padded batches only.
     """
+    if packing not in ("auto", "on", "off"):
+        raise ValueError(f"packing must be auto, on or off, not {packing!r}")
     if token_budget < 1 or max_batch_size < 1:
         raise ValueError("token_budget and max_batch_size must be at least 1")
     for example in examples:
         if len(example.input_ids) != len(example.target_mask):
             raise ValueError("input_ids and target_mask differ in length")
     lm = _causal_lm(model)
-    transform = _post_head_transform(lm)
+    transform = post_head_transform(lm)
     # The reference Trainer evaluates in eval mode; LoRA dropout must be off.
     model.eval()
     losses = [math.nan] * len(examples)
     scored, repeats = distinct_scored(examples)
     # Longest first so a batch's first example fixes its padded length.
     order = sorted(scored, key=lambda i: (-len(examples[i].input_ids), i))
-    device_type = lm.get_input_embeddings().weight.device.type
-    mixed = torch.autocast(device_type, dtype=autocast) if autocast else contextlib.nullcontext()
+    device = lm.get_input_embeddings().weight.device
+    packed = packer.use_packing(packing, device.type) and _packable(lm)
+    health_key = packer.health_key(lm, device, autocast) if packed else None
+    batching = _Batching(token_budget, max_batch_size, pad_token_id, packer.isolation_length(lm))
+    mixed = torch.autocast(device.type, dtype=autocast) if autocast else contextlib.nullcontext()
     progress = Progress("scoring", total=len(order), unit="conversations")
     with torch.inference_mode(), mixed:
-        for index, total in _scored_sums(
-            lm, transform, examples, order, token_budget, max_batch_size, pad_token_id
-        ):
+        for index, total in _scored_sums(lm, transform, examples, order, batching, health_key):
             losses[index] = total / examples[index].predicted_count
             progress.advance()
     for index, first in repeats.items():
@@ -165,6 +131,22 @@ def distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int
     return scored, repeats
 
 
+@dataclass(frozen=True)
+class _Batching:
+    token_budget: int
+    max_batch_size: int  # padded batches only
+    pad_token_id: int
+    # Conversations longer than this run in a forward of their own (packer.isolation_length).
+    alone_over: int | None
+
+
+def _packable(lm: nn.Module) -> bool:
+    reason = packer.unsupported_reason(lm)
+    if reason is not None:
+        log.info("scoring in padded batches: %s", reason)
+    return reason is None
+
+
 def _causal_lm(model: nn.Module) -> nn.Module:
     """The HF causal LM inside a peft wrapper (LoRA layers stay injected and active)."""
     peft_config = getattr(model, "active_peft_config", None)
@@ -174,17 +156,6 @@ def _causal_lm(model: nn.Module) -> nn.Module:
         # Prompt learning changes the inputs inside PeftModel.forward, which we bypass.
         raise UnsupportedArchitecture("prompt-learning peft adapters are not supported")
     return model.get_base_model()
-
-
-def _post_head_transform(lm: nn.Module) -> _Transform:
-    model_type = getattr(getattr(lm, "config", None), "model_type", None)
-    transform = _POST_HEAD_TRANSFORMS.get(model_type)
-    if transform is None:
-        raise UnsupportedArchitecture(
-            f"model_type {model_type!r}: what its forward applies after the lm_head is not "
-            f"replicated; supported: {', '.join(sorted(_POST_HEAD_TRANSFORMS))}"
-        )
-    return transform
 
 
 def _decoder(lm: nn.Module) -> nn.Module:
@@ -197,22 +168,107 @@ def _decoder(lm: nn.Module) -> nn.Module:
 
 def _scored_sums(
     lm: nn.Module,
-    transform: _Transform,
+    transform: Transform,
     examples: list[EncodedExample],
     order: list[int],
-    token_budget: int,
-    max_batch_size: int,
-    pad_token_id: int,
+    batching: _Batching,
+    health_key: str | None,
 ) -> Iterator[tuple[int, float]]:
-    """(index, summed CE) per example in `order`; halves the budget on out-of-memory."""
+    """(index, summed CE) per example in `order`: packed when `health_key` is set (the kind of
+    model, packer.health_key) and packing has not failed for it, else padded. A packed row that
+    fails for another reason than memory (a kernel that does not compile on this card, or a
+    recompile that fails later) gives packing up for that kind of model, and the padded path,
+    which computes the same losses, scores what the packed rows had not: a submission is never
+    failed by the packed path's own trouble."""
+    if health_key is not None and packer.HEALTH.usable(health_key):
+        done: set[int] = set()
+        try:
+            for index, total in _packed_sums(lm, transform, examples, order, batching, health_key):
+                done.add(index)
+                yield index, total
+            return
+        except Exception as error:
+            if _is_oom(error):
+                raise
+            packer.HEALTH.give_up(health_key, error)
+            _release_cuda_cache()
+        order = [index for index in order if index not in done]
+    yield from _padded_sums(lm, transform, examples, order, batching)
+
+
+def _packed_sums(
+    lm: nn.Module,
+    transform: Transform,
+    examples: list[EncodedExample],
+    order: list[int],
+    batching: _Batching,
+    health_key: str,
+) -> Iterator[tuple[int, float]]:
+    """Packed rows of at most the token budget; halves the budget on out-of-memory."""
     decoder, head = _decoder(lm), lm.get_output_embeddings()
     device = lm.get_input_embeddings().weight.device
+    lengths = {i: len(examples[i].input_ids) for i in order}
+    token_budget = batching.token_budget
+    rows = deque(packer.plan_rows(order, lengths, token_budget, batching.alone_over))
+    shape = packer.row_shape(device.type)
+    while rows:
+        row = packer.build_row(examples, rows[0], batching.pad_token_id, shape)
+        try:
+            hidden = packer.packed_hidden(lm, decoder, row, device)[0]
+            predicts = row.predicts.to(device)
+            sums = head_sums(
+                lm,
+                head,
+                transform,
+                hidden[predicts],
+                row.labels.to(device)[predicts],
+                row.documents.to(device)[predicts].long(),
+                len(row.indices),
+            )
+        except RuntimeError as error:
+            if not _is_oom(error) or len(row.indices) == 1:
+                raise
+            # At most half this row's tokens next time; the smaller budget sticks for later rows.
+            token_budget = max(1, min(token_budget, row.tokens) // 2)
+            log.warning(
+                "out of memory on a packed row of %d conversations, %d tokens; retrying with "
+                "token budget %d",
+                len(row.indices),
+                row.tokens,
+                token_budget,
+            )
+            _release_cuda_cache()
+            left = [index for pending in rows for index in pending]
+            rows = deque(packer.plan_rows(left, lengths, token_budget, batching.alone_over))
+            continue
+        packer.HEALTH.succeeded.add(health_key)
+        yield from zip(row.indices, sums, strict=True)
+        rows.popleft()
+
+
+def _padded_sums(
+    lm: nn.Module,
+    transform: Transform,
+    examples: list[EncodedExample],
+    order: list[int],
+    batching: _Batching,
+) -> Iterator[tuple[int, float]]:
+    """Length-sorted right-padded batches; halves the budget on out-of-memory."""
+    decoder, head = _decoder(lm), lm.get_output_embeddings()
+    device = lm.get_input_embeddings().weight.device
+    token_budget = batching.token_budget
     start = 0
     while start < len(order):
-        batch = _next_batch(examples, order, start, token_budget, max_batch_size)
+        batch = _next_batch(examples, order, start, token_budget, batching)
         try:
             sums = _batch_sums(
-                lm, decoder, head, transform, [examples[i] for i in batch], device, pad_token_id
+                lm,
+                decoder,
+                head,
+                transform,
+                [examples[i] for i in batch],
+                device,
+                batching.pad_token_id,
             )
         except RuntimeError as error:
             if not _is_oom(error) or len(batch) == 1:
@@ -237,15 +293,17 @@ def _next_batch(
     order: list[int],
     start: int,
     token_budget: int,
-    max_batch_size: int,
+    batching: _Batching,
 ) -> list[int]:
     """Greedy batch from `start`; an example over budget on its own still forms a batch."""
     max_len = len(examples[order[start]].input_ids)
-    size = max(1, min(max_batch_size, token_budget // max_len, len(order) - start))
+    if batching.alone_over is not None and max_len > batching.alone_over:
+        return order[start : start + 1]  # its length would change its batch-mates' RoPE
+    size = max(1, min(batching.max_batch_size, token_budget // max_len, len(order) - start))
     return order[start : start + size]
 
 
-def _is_oom(error: RuntimeError) -> bool:
+def _is_oom(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
@@ -258,7 +316,7 @@ def _batch_sums(
     lm: nn.Module,
     decoder: nn.Module,
     head: nn.Module,
-    transform: _Transform,
+    transform: Transform,
     batch: list[EncodedExample],
     device: torch.device,
     pad_token_id: int,
@@ -275,16 +333,7 @@ def _batch_sums(
     hidden = outputs[0]
     rows = hidden[:, :-1][predicts]
     labels = input_ids[:, 1:][predicts]
-    sums = torch.zeros(len(batch), dtype=torch.float64, device=device)
-    per_device = _LOGIT_ELEMENTS_PER_CHUNK
-    elements = per_device[device.type] if device.type in per_device else per_device["cuda"]
-    chunk = max(1, elements // _vocab_size(lm, head))
-    for begin in range(0, rows.shape[0], chunk):
-        end = begin + chunk
-        logits = transform(head(rows[begin:end]), lm).float()
-        losses = F.cross_entropy(logits, labels[begin:end], reduction="none")
-        sums.index_add_(0, owners[begin:end], losses.double())
-    return sums.cpu().tolist()
+    return head_sums(lm, head, transform, rows, labels, owners, len(batch))
 
 
 def _padded(
@@ -301,10 +350,3 @@ def _padded(
         attention_mask[row, :length] = 1
         targets[row, :length] = torch.tensor(example.target_mask, dtype=torch.long) == 1
     return input_ids, attention_mask, targets[:, 1:]
-
-
-def _vocab_size(lm: nn.Module, head: Any) -> int:
-    weight = getattr(head, "weight", None)
-    if isinstance(weight, torch.Tensor):
-        return int(weight.shape[0])
-    return int(lm.config.vocab_size)

@@ -26,9 +26,15 @@ class LoraConfig(BaseConfig):
     # bitsandbytes loading for small GPUs: the scores then differ from other validators'.
     quantization: Literal["none", "8bit", "4bit"] = "none"
     merge_adapter: bool = True  # the reference merges; false (forced when quantized) does not
-    token_budget: int = Field(DEFAULT_TOKEN_BUDGET, gt=0)  # padded tokens per forward batch
-    # Conversations per forward; unset: 64 on GPU, 1 on CPU, where padded batches need an
-    # explicit attention mask that takes CPU attention off its fast causal kernel.
+    # Tokens per forward: a packed row's conversation tokens, or a padded batch's rows x longest.
+    token_budget: int = Field(DEFAULT_TOKEN_BUDGET, gt=0)
+    # Conversations packed back to back in one row, each attending only to itself
+    # (modules/lora/packing.py); auto: on with CUDA, off on a CPU, where one conversation per
+    # forward stays fastest. off: length-sorted padded batches.
+    packing: Literal["auto", "on", "off"] = "auto"
+    # Conversations per padded batch; unset: 64 on GPU, 1 on CPU, where padded batches need an
+    # explicit attention mask that takes CPU attention off its fast causal kernel. Packed rows
+    # are bounded by token_budget alone.
     max_batch_size: int | None = Field(None, gt=0)
     max_adapter_file_bytes: int = Field(2 * GIB, gt=0)
     max_adapter_total_bytes: int = Field(4 * GIB, gt=0)

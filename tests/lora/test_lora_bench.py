@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from modules.lora import packing
 from modules.lora.adapters import applied_adapter, plan_adapter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,8 +54,17 @@ def test_gpu_mode_runs_on_a_cpu_and_agrees_with_the_hf_loss(
     assert 0 < targets < result.tokens
     assert result.ours_flops < result.baseline_flops
     assert result.ours.peak_allocated is None  # no CUDA: no allocator figures
+    # The module's default on a CPU is padded batches; the other path, packed rows, is timed
+    # too and must score the same (on CUDA the two swap: packed is the default there).
+    assert (result.ours_path, result.other_path) == ("padded", "packed")
+    assert result.other.losses == pytest.approx(result.baseline.losses, rel=1e-5)
     out = capsys.readouterr().out
     assert "ratio baseline/ours" in out
+    assert "ours: the module's default path, padded; other: packed" in out
+    assert "padded is " in out and "x the speed of packed" in out
+    other_agreement = re.search(r"ours packed \(same regime\) vs the same: .* rel diff (\S+);", out)
+    assert other_agreement is not None, out
+    assert float(other_agreement.group(1)) < 1e-5
     assert "restored bit for bit: yes" in out
     assert "per assignment (scoring plus model work)" in out
     # fp32 on a CPU: the reference's Trainer runs without mixed precision, and agrees closely.
@@ -189,3 +199,14 @@ def test_model_work_bench_runs_both_sides_on_a_small_shape(
     assert {p.dtype for p in model.parameters()} == {work.DTYPES[dtype_name]}
     # Random weights, not the uninitialised memory that no_init_weights leaves.
     assert 0.01 < float(model.get_decoder().layers[0].mlp.up_proj.weight.float().std()) < 0.03
+
+
+def test_the_report_names_a_packing_fallback(bench: dict[str, ModuleType], tiny, monkeypatch):
+    gpu = bench["lora_gpu"]
+    model = gpu.build_model(tiny, torch.float32, torch.device("cpu"))
+    health = packing.PackingHealth()
+    monkeypatch.setattr(packing, "HEALTH", health)
+    assert gpu.path_taken(model, "auto") == "padded"  # a CPU's default
+    assert gpu.path_taken(model, "on") == "packed"
+    health.give_up(packing.health_key(model, model.device, None), RuntimeError("no kernel"))
+    assert gpu.path_taken(model, "on") == "padded (packing fell back: RuntimeError: no kernel)"

@@ -148,7 +148,7 @@ def test_lm_head_chunks_do_not_change_the_losses(monkeypatch) -> None:
     model = build_model("qwen2", vocab_size=VOCAB, seed=9)
     whole = example_losses(model, EXAMPLES, max_batch_size=8)
     # Five rows per lm_head chunk: chunks then straddle example boundaries.
-    monkeypatch.setattr("modules.lora.forward._LOGIT_ELEMENTS_PER_CHUNK", {"cpu": 5 * VOCAB})
+    monkeypatch.setattr("modules.lora.lm_head.LOGIT_ELEMENTS_PER_CHUNK", {"cpu": 5 * VOCAB})
     chunked = example_losses(model, EXAMPLES, max_batch_size=8)
     assert chunked == pytest.approx(whole, rel=1e-6)
 

@@ -18,7 +18,7 @@ from devkit import DATA_DIR
 from devkit.hf_hub import LocalHub
 from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
 from devkit.validator_cli import REPO_ROOT, run_validator, validator_env, write_config
-from modules.lora import LoraConfig, LoraInput, LoraModule
+from modules.lora import LoraConfig, LoraInput, LoraModule, packing
 from modules.lora.base_models import quantization_config
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
 from modules.lora.templates import get_template
@@ -111,6 +111,43 @@ def test_scores_match_the_plain_implementation(world, kind, data):
     assert got.bpc == pytest.approx(want_bpc, rel=1e-5)
     assert got.loss == got.bpc
     assert got.gpu_type == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "lines"),
+    [("qwen", CHAT, 0), ("llama", CHAT, 0), ("qwen", CALLS, 16), ("gemma", CALLS, 16)],
+)
+def test_packed_scores_match_padded_and_the_plain_implementation(
+    world, kind, data, lines, tmp_path, monkeypatch
+):
+    """Packed rows (the CUDA default, forced on here) through the whole module: the bpc is the
+    padded path's and the plain implementation's. The function-calling set is cut to its first
+    `lines` lines: eager FlexAttention on a CPU materialises every row's scores, and its
+    conversations of ~1240 tokens make each row long (packing itself is covered there too)."""
+    if lines:
+        cut = tmp_path / data.name
+        cut.write_text("".join(data.read_text().splitlines(keepends=True)[:lines]))
+        data = cut
+    repo = f"alice/{kind}-adapter-2"
+    context = 384 if data.name == CHAT.name else 1280
+    want_loss, want_bpc = plain_scores(world.bases[kind], world.adapters[repo], kind, data, context)
+    health = packing.PackingHealth()
+    monkeypatch.setattr(packing, "HEALTH", health)
+    got = {}
+    for mode in ("off", "on"):
+        # A budget of two function-calling conversations per row, or all five chat ones.
+        scorer = module(token_budget=2600, packing=mode)
+        try:
+            got[mode] = scorer.validate(inputs(repo, kind, data, context))
+        finally:
+            scorer.cleanup()
+    assert health.succeeded and not health.failures  # the "on" run really scored packed rows
+    assert got["on"].bpc == pytest.approx(got["off"].bpc, rel=1e-6)
+    nats = {mode: metrics.nll_token_nats_total for mode, metrics in got.items()}
+    assert nats["on"] == pytest.approx(nats["off"], rel=1e-6)
+    for metrics in got.values():
+        assert metrics.eval_loss == pytest.approx(want_loss, rel=1e-5)
+        assert metrics.bpc == pytest.approx(want_bpc, rel=1e-5)
 
 
 @pytest.mark.parametrize("per_batch", [1, 3, 16])
