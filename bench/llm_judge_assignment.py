@@ -3,9 +3,10 @@ judge: `python -m bench.llm_judge_assignment --device cuda --shape 0.8b`. Runs i
 stack (.venv-llm_judge here; bench/gpu_session_llm_judge.sh on a lent GPU).
 
 - **ours**: the module's own code: `load` with its warm base (kept on a CPU host; on a GPU host
-  the module still reads the base per assignment), the chat template rendered in the module's
-  bounded child, batched generation (`generation.generate`, the module's config), the warm base
-  released, then every answer judged through the module's `Judge` (`judge_concurrency` in
+  the module still reads the base per assignment), the chat template rendered and tokenized in
+  the module's bounded child (the answers decoded in another: "render" counts both), batched
+  generation (`generation.generate`, the module's config), the warm base released, then every
+  answer judged through the module's `Judge` (`judge_concurrency` in
   flight). Linear attention on the kernels the module chose (fla on a GPU when it imports).
 - **network**: the model read from disk and the adapter merged for the assignment, moved to the
   device, then one conversation at a time: the template rendered in-process, plain `generate` of
@@ -37,7 +38,7 @@ from pathlib import Path
 import torch
 import transformers
 from peft import PeftModel
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from bench.llm_judge_fla_check import kernels_of, use_torch_path
 from bench.llm_judge_warm_base import BASE, SHAPE_0_8B, _adapter
@@ -46,13 +47,13 @@ from devkit.judge_server import LocalJudge
 from devkit.tiny_chat_models import build_chat_base
 from modules.llm_judge import loading
 from modules.llm_judge.conversation import Prompt, read_prompts
-from modules.llm_judge.generation import Request, Sampling, generate, render, tokenize
+from modules.llm_judge.generation import EndTokens, Request, Sampling, decode, generate, render
 from modules.llm_judge.judge_texts import load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
 from modules.llm_judge.loading import linear_attention_kernels, load, pick_device, read_model
 from modules.llm_judge.schemas import EvalArgs, LlmJudgeConfig
 from modules.llm_judge.submission import Submission
-from modules.llm_judge.templating import TemplateLimits, render_prompts
+from modules.llm_judge.templating import TemplateLimits, decode_answers, encode_prompts
 from modules.llm_judge.warm_base import WarmBase
 
 # Qwen3.5-2B's text model as we recall it (not read from the Hub: no network where it runs).
@@ -130,26 +131,31 @@ def _ours(warm, judge, adapter, prompts, texts, eval_args, sampling, work) -> Si
     side.phases["load"] = _lap(began)
     side.kernels = "+".join(sorted(kernels_of(loaded.model)))
     began = time.perf_counter()
-    rendered = render_prompts(
-        Path(loaded.tokenizer.name_or_path),
-        [(p.messages, p.tools) for p in prompts],
-        submitted=False,
-        limits=TemplateLimits(
+    bounded = {
+        "submitted": False,
+        "limits": TemplateLimits(
             cpu_seconds=DEFAULTS["template_cpu_seconds"].default,
             memory_bytes=DEFAULTS["template_memory_bytes"].default,
             wall_seconds=DEFAULTS["template_wall_seconds"].default,
             max_output_bytes=DEFAULTS["template_max_output_bytes"].default,
         ),
-        work=work / "template",
-    )
-    ids = tokenize(loaded.tokenizer, rendered)
+        "work": work / "tokenizer",
+    }
+    items = [(p.messages, p.tools, p.fallback) for p in prompts]
+    encoded = encode_prompts(loaded.tokenizer_dir, items, **bounded)
     side.phases["render"] = _lap(began)
-    requests = [Request(i, r, ids[i]) for i in range(len(prompts))
+    requests = [Request(i, r, encoded.ids[i]) for i in range(len(prompts))
                 for r in range(eval_args.gen_require)]  # fmt: skip
     began = time.perf_counter()
-    answers = generate(loaded.model, loaded.tokenizer, requests, sampling, seed=1)
+    ends = EndTokens(encoded.eos_token_id, encoded.pad_token_id)
+    generated = generate(loaded.model, requests, sampling, 1, ends)
     _sync()
     side.phases["generate"] = _lap(began)
+    began = time.perf_counter()
+    keys = list(generated)
+    decoded = decode_answers(loaded.tokenizer_dir, [generated[k] for k in keys], **bounded)
+    answers = dict(zip(keys, decoded, strict=True))
+    side.phases["render"] += _lap(began)  # the tokenizer's children: both ops
     side.tokens = len(requests) * sampling.max_new_tokens
     began = time.perf_counter()
     warm.release("bench")
@@ -166,7 +172,8 @@ def _network(judge, device, dtype, args, adapter, prompts, texts, eval_args, sam
     """The network's way; returns the side (scaled to the whole set) and whether it was."""
     side = Side()
     began = time.perf_counter()
-    model, tokenizer = read_model(loading.fetch_base_model(BASE), dtype)
+    source = loading.fetch_base_model(BASE)
+    model, tokenizer = read_model(source, dtype), AutoTokenizer.from_pretrained(str(source))
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     model = model.to(device).eval()
     if args.network_kernels == "torch":
@@ -176,6 +183,7 @@ def _network(judge, device, dtype, args, adapter, prompts, texts, eval_args, sam
     side.kernels = "+".join(sorted(kernels_of(model)))
     single = Sampling(sampling.temperature, sampling.top_p, sampling.top_k,
                       sampling.max_new_tokens, sampling.token_budget, max_batch=1)  # fmt: skip
+    ends = EndTokens.of(tokenizer)
     count = args.network_prompts or len(prompts)
     count = min(count, len(prompts))
     render_s = generate_s = judge_s = 0.0
@@ -187,7 +195,8 @@ def _network(judge, device, dtype, args, adapter, prompts, texts, eval_args, sam
         began = time.perf_counter()
         answers = {}
         for repeat in range(eval_args.gen_require):
-            answers.update(generate(model, tokenizer, [Request(index, repeat, ids)], single, 1))
+            generated = generate(model, [Request(index, repeat, ids)], single, 1, ends)
+            answers.update(decode(tokenizer, generated))
         _sync()
         generate_s += _lap(began)
         began = time.perf_counter()
@@ -265,7 +274,7 @@ def _submission(adapter: Path) -> Submission:
 
 
 def _suppress_end(loaded) -> None:
-    _suppress_end_of(loaded.model, loaded.tokenizer)
+    _suppress_end_of(loaded.model, AutoTokenizer.from_pretrained(str(loaded.tokenizer_dir)))
 
 
 def _suppress_end_of(model, tokenizer) -> None:

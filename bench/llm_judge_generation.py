@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from devkit import DATA_DIR
 from devkit.tiny_chat_models import BASE_CONFIG, build_chat_base
 from modules.llm_judge.conversation import read_prompts
-from modules.llm_judge.generation import Request, Sampling, generate, render
+from modules.llm_judge.generation import EndTokens, Request, Sampling, generate, render
 
 DATA = DATA_DIR
 
@@ -48,9 +48,10 @@ def main() -> None:
         sampling = Sampling(0, 1.0, 0, args.new_tokens, token_budget=1 << 22, max_batch=args.batch)
         single = Sampling(0, 1.0, 0, args.new_tokens, token_budget=1 << 20, max_batch=1)
         tokens = len(requests) * args.new_tokens
-        generate(model, tokenizer, requests[:2], sampling, seed=1)  # warm-up (kernels, caches)
-        ours = _timed(lambda: generate(model, tokenizer, requests, sampling, seed=1))
-        baseline = _timed(lambda: [generate(model, tokenizer, [r], single, 1) for r in requests])
+        ends = EndTokens.of(tokenizer)
+        generate(model, requests[:2], sampling, 1, ends)  # warm-up (kernels, caches)
+        ours = _timed(lambda: generate(model, requests, sampling, 1, ends))
+        baseline = _timed(lambda: [generate(model, [r], single, 1, ends) for r in requests])
     where = torch.cuda.get_device_name() if args.device == "cuda" else (
         f"{torch.get_num_threads()} CPU threads")  # fmt: skip
     print(f"{len(requests)} prompts x {args.new_tokens} new tokens, hidden {args.hidden}, "

@@ -58,10 +58,16 @@ def test_a_child_that_finishes_is_ok_and_gets_no_secret(tmp_path, monkeypatch):
             ChildLimits(wall_seconds=120, memory_bytes=256 * 1024**2),
             ChildOutcome.OVER_MEMORY,
         ),
+        (  # what Rust (tokenizers) does when an allocation fails at the limit: abort
+            "import os, sys\nsys.stderr.write('memory allocation of 96 bytes failed\\n')\n"
+            "sys.stderr.flush()\nos.abort()\n",
+            ChildLimits(wall_seconds=60, memory_bytes=256 * 1024**2),
+            ChildOutcome.OVER_MEMORY,
+        ),
         ("import time\ntime.sleep(600)\n", ChildLimits(wall_seconds=1), ChildOutcome.OVER_TIME),
         ("raise SystemExit(3)\n", ChildLimits(wall_seconds=60), ChildOutcome.CRASHED),
     ],
-    ids=["cpu", "memory", "time", "crash"],
+    ids=["cpu", "memory", "rust-allocation", "time", "crash"],
 )
 def test_each_limit_ends_the_child_with_its_outcome(tmp_path, body, limits, outcome):
     result = run_child(script(tmp_path, body), [], cwd=tmp_path / "run", limits=limits)

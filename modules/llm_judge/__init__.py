@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from modules.llm_judge.conversation import Prompt, read_prompts
-from modules.llm_judge.generation import Request, Sampling, assignment_seed, generate, tokenize
+from modules.llm_judge.generation import EndTokens, Request, Sampling, assignment_seed, generate
 from modules.llm_judge.judge_texts import cache_dir_from_environment, load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
 from modules.llm_judge.loading import LoadedModel, ModelCannotLoad, load, pick_device, read_model
@@ -24,7 +24,12 @@ from modules.llm_judge.schemas import (
     LlmJudgeMetrics,
 )
 from modules.llm_judge.submission import Submission, fetch_submission
-from modules.llm_judge.templating import TemplateLimits, render_prompts
+from modules.llm_judge.templating import (
+    TemplateLimits,
+    TokenizerCannotLoad,
+    decode_answers,
+    encode_prompts,
+)
 from modules.llm_judge.warm_base import WarmBase
 from validator.kit import (
     BaseValidationModule,
@@ -104,6 +109,9 @@ class LlmJudgeModule(BaseValidationModule):
             if loaded.parameter_count > data.max_params:
                 return _penalty(f"{loaded.parameter_count} parameters, over {data.max_params}")
             answers = self._answers(data, submission, prompts, loaded, work)
+        except TokenizerCannotLoad as exc:
+            # The network loads the tokenizer with the model: one that does not load is -999.
+            return _penalty(f"the model cannot be loaded: {exc}")
         finally:
             # Whatever happened (answers, a penalty, a fault), the next submission must meet
             # the base as loaded: the merge is undone and the base checked, or dropped.
@@ -127,28 +135,32 @@ class LlmJudgeModule(BaseValidationModule):
         config = self.config
         full_model = submission.base_model is None
         seed = assignment_seed(data.hg_repo_id, submission.commit, data.validation_set_url)
-        # The chat template renders in a bounded child (templating.py): a full model's is the
-        # submission's own code. A LoRA's is its supported base's, from the base's folder. The
-        # texts are tokenized as the network tokenizes them, and never shortened.
-        texts = render_prompts(
-            submission.path if full_model else Path(loaded.tokenizer.name_or_path),
-            [(p.messages, p.tools) for p in prompts],
-            submitted=full_model,
-            limits=TemplateLimits(
+        # The chat template and the tokenizer run in a bounded child (templating.py): a full
+        # model's are the submission's own. A LoRA's are its supported base's. The texts are
+        # tokenized as the network tokenizes them, and never shortened.
+        bounded = {
+            "submitted": full_model,
+            "limits": TemplateLimits(
                 cpu_seconds=config.template_cpu_seconds,
                 memory_bytes=config.template_memory_bytes,
                 wall_seconds=config.template_wall_seconds,
                 max_output_bytes=config.template_max_output_bytes,
             ),
-            work=work / "template",
-        )
-        ids = tokenize(loaded.tokenizer, texts)
+            "work": work / "tokenizer",
+        }
+        items = [(p.messages, p.tools, p.fallback) for p in prompts]
+        encoded = encode_prompts(loaded.tokenizer_dir, items, **bounded)
+        ends = EndTokens(encoded.eos_token_id, encoded.pad_token_id)
+        _check_ids(loaded.model, encoded.ids, ends, full_model)
         requests = [
-            Request(index, repeat, ids[index])
+            Request(index, repeat, encoded.ids[index])
             for index in range(len(prompts))
             for repeat in range(data.eval_args.gen_require)
         ]
-        return generate(loaded.model, loaded.tokenizer, requests, self.sampling, seed)
+        generated = generate(loaded.model, requests, self.sampling, seed, ends)
+        keys = list(generated)
+        texts = decode_answers(loaded.tokenizer_dir, [generated[k] for k in keys], **bounded)
+        return dict(zip(keys, texts, strict=True))
 
     def cleanup(self) -> None:
         self._work.clean()
@@ -157,6 +169,27 @@ class LlmJudgeModule(BaseValidationModule):
 def _penalty(reason: str) -> LlmJudgeMetrics:
     log.warning("%s: score %g", reason, PENALTY_SCORE)
     return LlmJudgeMetrics(score=PENALTY_SCORE)
+
+
+def _check_ids(model, ids: list, ends: EndTokens, submitted: bool) -> None:
+    """Every prompt has ids, and every id the model will embed (the prompts', the padding's,
+    the end of text's) is a row of its embeddings: past them, an index error on a CPU, a
+    device-side assert (a restart) on a GPU. Only a hostile tokenizer fails this; the network
+    cannot score it either."""
+    rows = model.get_input_embeddings().num_embeddings
+    error = SubmissionRejected if submitted else ValueError
+    for index, prompt in enumerate(ids):
+        if not len(prompt):
+            raise error(f"the tokenizer gives validation set prompt {index + 1} no token ids")
+        if int(prompt.max()) >= rows:
+            raise error(
+                f"the tokenizer gives validation set prompt {index + 1} token id "
+                f"{int(prompt.max())}, outside the model's {rows} embeddings"
+            )
+    for name in ("eos_token_id", "padding"):
+        value = getattr(ends, name)
+        if value is not None and value >= rows:
+            raise error(f"the tokenizer's {name} {value} is outside the model's {rows} embeddings")
 
 
 def _free_memory() -> None:

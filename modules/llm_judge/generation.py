@@ -1,6 +1,6 @@
 """Batched sampling of the submitted model's answers (docs/llm-judge-scoring.md, "Generation").
 
-Generation is the expensive part of an assignment, so prompts are rendered once, sorted by
+Generation is the expensive part of an assignment, so prompts are tokenized once, sorted by
 length, and run in left-padded batches under a token budget (prompt plus new tokens); each
 sequence stops at its own end of text. An out-of-memory error halves the batch. The sampling
 seed is derived from the assignment, so a rescore after a crash samples the same answers: the
@@ -35,7 +35,7 @@ class Sampling:
 class Request:
     index: int  # the prompt's position in the set
     repeat: int  # 0 .. gen_require - 1
-    ids: list[int]
+    ids: Sequence[int]  # the prompt's token ids (a list, or the int32 array the child sent)
 
 
 def assignment_seed(*parts: str) -> int:
@@ -45,10 +45,10 @@ def assignment_seed(*parts: str) -> int:
 
 
 def render(tokenizer, messages: list[dict], tools: list[dict] | None) -> list[int]:
-    """A prompt's token ids, in this process, for a trusted template (the bench, the tests; the
-    module renders in a bounded child, templating.py): the chat template with the tools, a
-    generation prompt and thinking off, as text, then tokenized with `add_special_tokens=True`,
-    as the network does. Never shortened."""
+    """A prompt's token ids, in this process, for a trusted tokenizer (the bench, the tests; the
+    module renders and tokenizes in a bounded child, templating.py): the chat template with the
+    tools, a generation prompt and thinking off, as text, then tokenized with
+    `add_special_tokens=True`, as the network does. Never shortened."""
     text = tokenizer.apply_chat_template(
         messages,
         tools=tools or None,
@@ -60,16 +60,48 @@ def render(tokenizer, messages: list[dict], tools: list[dict] | None) -> list[in
 
 
 def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
-    """Rendered prompts as token ids, as the network tokenizes them."""
+    """Rendered prompts as token ids, as the network tokenizes them (trusted tokenizers only)."""
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]]
 
 
-def generate(
-    model, tokenizer, requests: Sequence[Request], sampling: Sampling, seed: int
+def decode(
+    tokenizer, generated: dict[tuple[int, int], Sequence[int]]
 ) -> dict[tuple[int, int], str]:
-    """Every request's answer, by (index, repeat): only the new tokens, special tokens skipped."""
+    """`generate`'s ids as answers, in this process, for a trusted tokenizer (the module decodes
+    in a bounded child, templating.py): special tokens skipped, as the network decodes them."""
+    keys = list(generated)
+    texts = tokenizer.batch_decode([list(generated[k]) for k in keys], skip_special_tokens=True)
+    return dict(zip(keys, texts, strict=True))
+
+
+@dataclass(frozen=True)
+class EndTokens:
+    """The tokenizer's end-of-text and padding ids (None where it has none)."""
+
+    eos_token_id: int | None
+    pad_token_id: int | None
+
+    @classmethod
+    def of(cls, tokenizer) -> EndTokens:
+        """A trusted in-process tokenizer's (the bench, the tests)."""
+        return cls(tokenizer.eos_token_id, tokenizer.pad_token_id)
+
+    @property
+    def padding(self) -> int:
+        """What fills the left of shorter prompts: masked, so any id the model embeds."""
+        for value in (self.pad_token_id, self.eos_token_id):
+            if value is not None:
+                return value
+        return 0
+
+
+def generate(
+    model, requests: Sequence[Request], sampling: Sampling, seed: int, ends: EndTokens
+) -> dict[tuple[int, int], list[int]]:
+    """Every request's generated ids, by (index, repeat): only the new tokens, up to and
+    including the first end of text (what follows it in a batch is padding)."""
     order = sorted(requests, key=lambda r: (len(r.ids), r.index, r.repeat))
-    answers: dict[tuple[int, int], str] = {}
+    answers: dict[tuple[int, int], list[int]] = {}
     start = 0
     batch_number = 0
     limit = sampling.max_batch
@@ -78,12 +110,12 @@ def generate(
         size = _fitting(order, start, sampling, limit)
         batch = order[start : start + size]
         try:
-            texts = _generate_batch(model, tokenizer, batch, sampling, seed + batch_number)
+            rows = _generate_batch(model, batch, sampling, seed + batch_number, ends)
         except RuntimeError as error:
             if not _is_oom(error):
                 raise
-            texts = None
-        if texts is None:
+            rows = None
+        if rows is None:
             _release_cuda_cache()
             if size == 1:
                 # Prompts are never shortened (the network does not shorten them), so one that
@@ -98,7 +130,7 @@ def generate(
             limit = max(1, size // 2)
             log.warning("out of memory at %d sequences; trying %d", size, limit)
             continue
-        answers.update({(r.index, r.repeat): text for r, text in zip(batch, texts, strict=True)})
+        answers.update({(r.index, r.repeat): row for r, row in zip(batch, rows, strict=True)})
         progress.advance(size)
         start += size
         batch_number += 1
@@ -116,14 +148,15 @@ def _fitting(order: Sequence[Request], start: int, sampling: Sampling, limit: in
     return size
 
 
-def _generate_batch(model, tokenizer, batch, sampling: Sampling, seed: int) -> list[str]:
+def _generate_batch(
+    model, batch: Sequence[Request], sampling: Sampling, seed: int, ends: EndTokens
+) -> list[list[int]]:
     device = next(model.parameters()).device
     width = max(len(r.ids) for r in batch)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    input_ids = torch.full((len(batch), width), ends.padding, dtype=torch.long)
     attention = torch.zeros((len(batch), width), dtype=torch.long)
     for row, request in enumerate(batch):  # left padding: every prompt ends at the same column
-        input_ids[row, width - len(request.ids) :] = torch.tensor(request.ids)
+        input_ids[row, width - len(request.ids) :] = torch.as_tensor(request.ids)
         attention[row, width - len(request.ids) :] = 1
     torch.manual_seed(seed)
     with torch.inference_mode():
@@ -138,11 +171,25 @@ def _generate_batch(model, tokenizer, batch, sampling: Sampling, seed: int) -> l
             # The network stops at the tokenizer's end-of-text token only (not the generation
             # config's list) and pads with it; one sequence per prompt, whatever a submitted
             # generation config asks (num_return_sequences > 1 would misalign the answers).
-            pad_token_id=tokenizer.eos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=ends.eos_token_id,
+            eos_token_id=ends.eos_token_id,
             num_return_sequences=1,
+            # The ids as a tensor, whatever a submitted generation config asks: these change
+            # what generate() returns, never which tokens it samples.
+            return_dict_in_generate=False,
+            output_scores=False,
+            output_logits=False,
+            output_attentions=False,
+            output_hidden_states=False,
         )
-    return tokenizer.batch_decode(output[:, width:], skip_special_tokens=True)
+    return [_until_end(row, ends.eos_token_id) for row in output[:, width:].tolist()]
+
+
+def _until_end(row: list[int], eos: int | None) -> list[int]:
+    """A sequence's new ids through its first end of text; after it, the batch's padding."""
+    if eos is not None and eos in row:
+        return row[: row.index(eos) + 1]
+    return row
 
 
 class PromptTooLong(ValueError):

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from modules.llm_judge.submission import Submission
 from modules.llm_judge.warm_base import WarmBase
@@ -31,7 +31,9 @@ class ModelCannotLoad(Exception):
 @dataclass
 class LoadedModel:
     model: Any
-    tokenizer: Any
+    # The folder whose tokenizer and chat template apply: the submission's for a full model, the
+    # base's for a LoRA. Never loaded in this process (templating.py runs them in a child).
+    tokenizer_dir: Path
     parameter_count: int
 
 
@@ -130,10 +132,9 @@ def load(
         warm = None
     try:
         if warm is not None:
-            held = warm.get(source)
-            model, tokenizer = held.model, held.tokenizer
+            model = warm.get(source).model
         else:
-            model, tokenizer = read_model(source, dtype)
+            model = read_model(source, dtype)
         if submission.base_model is not None:
             # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
             config = json.loads((submission.path / "adapter_config.json").read_text())
@@ -156,11 +157,12 @@ def load(
         # whatever else stops loading scores -999, as upstream
         raise ModelCannotLoad(f"{type(exc).__name__}: {str(exc)[:500]}") from exc
     model = model.to(device).eval()
-    return LoadedModel(model, tokenizer, sum(p.numel() for p in model.parameters()))
+    return LoadedModel(model, source, sum(p.numel() for p in model.parameters()))
 
 
-def read_model(source: Path, dtype: torch.dtype) -> tuple[Any, Any]:
-    """A model and its tokenizer from a folder of safetensors weights, in `dtype`."""
+def read_model(source: Path, dtype: torch.dtype) -> Any:
+    """The model of a folder of safetensors weights, in `dtype`; its tokenizer is not loaded
+    here (a full model's is the submission's code-like input: templating.py)."""
     model, info = AutoModelForCausalLM.from_pretrained(
         str(source),
         dtype=dtype,
@@ -173,7 +175,4 @@ def read_model(source: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     if info.get("missing_keys"):
         missing = sorted(info["missing_keys"])
         raise ModelCannotLoad(f"the weights lack {len(missing)} tensors, e.g. {missing[:3]}")
-    tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return model.eval(), tokenizer
+    return model.eval()

@@ -1,75 +1,165 @@
-"""Rendering the validation set's prompts with the model's chat template, in a child process
-(modules/llm_judge/template_child.py via validator/kit/child_process.py).
+"""The assignment's chat template and tokenizer, run in a child process
+(modules/llm_judge/tokenizer_child.py via validator/kit/child_process.py): the prompts rendered
+and tokenized (`encode_prompts`), the generated ids decoded (`decode_answers`).
 
-A full model's chat template is the submission's own Jinja: three nested `range(100000)` loops
-or a string doubled 31 times would hold a core or take the host's memory for good if rendered in
-the validator's process, and Jinja cannot be interrupted from within. In the child it runs under
-CPU, memory and wall-clock limits; past one, the submission is rejected with the limit named,
-and the validator stays responsive to stop signals throughout.
+A full model's template and tokenizer are the submission's: three nested `range(100000)` loops
+in the Jinja, a string doubled 31 times, or a tokenizer.json regex that backtracks (`(a|aa)+$`
+took 14.5 s on 2.9 kB of prompt, and panics the regex engine on a longer one) would hold a core,
+take the host's memory or crash the process if run in the validator's own process, and none of
+it can be interrupted from within. In the child each op runs under CPU, memory, file-size and
+wall-clock limits (the `template_*` config keys); past one, or on a crash, the submission is
+rejected with the limit named, and the validator stays responsive to stop signals throughout.
+Token ids travel in a binary file (int32), bounded like the texts by `max_output_bytes`. A LoRA's
+template and tokenizer are its supported base's: their failures are ValueErrors, not the
+submission's.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from validator.kit import ChildLimits, ChildOutcome, SubmissionRejected, run_child
 
-CHILD = Path(__file__).with_name("template_child.py")
+CHILD = Path(__file__).with_name("tokenizer_child.py")
 # The result file may exceed the texts' own size by its JSON frame.
 RESULT_MARGIN_BYTES = 64 * 1024
+INT32_MAX = 2**31 - 1
+# What the child was doing (its phase file), in words: who ran into a limit, doing what.
+PHASES = {
+    "load": ("the tokenizer", "loading"),
+    "render": ("the chat template", "rendering the prompts"),
+    "tokenize": ("the tokenizer", "tokenizing the prompts"),
+    "decode": ("the tokenizer", "decoding the answers"),
+}
 
 
 @dataclass(frozen=True)
 class TemplateLimits:
-    cpu_seconds: float  # CPU time for loading the tokenizer and rendering every prompt
+    cpu_seconds: float  # CPU time for loading the tokenizer and one op (after the imports)
     memory_bytes: int  # address space on top of the child's imports
     wall_seconds: float  # the whole child, imports included
-    max_output_bytes: int  # all rendered texts together
+    max_output_bytes: int  # all rendered texts, all ids, all decoded texts (each)
 
 
-def render_prompts(
+@dataclass(frozen=True)
+class Encoded:
+    """The prompts' token ids (int32 arrays, in the items' order) and the tokenizer's special
+    ids, as the tokenizer reports them (None where it has none)."""
+
+    ids: list[np.ndarray]
+    eos_token_id: int | None
+    pad_token_id: int | None
+
+
+class TokenizerCannotLoad(SubmissionRejected):
+    """A full model's tokenizer does not load: the network scores the submission -999."""
+
+
+def encode_prompts(
     tokenizer_dir: Path,
-    items: list[tuple[list[dict], Any]],
+    items: Sequence[tuple[Any, ...]],
+    *,
+    submitted: bool,
+    limits: TemplateLimits,
+    work: Path | None = None,
+) -> Encoded:
+    """For each (messages, tools[, fallback]): the ids of the chat template of `tokenizer_dir`
+    with a generation prompt and thinking off, as `apply_chat_template(..., tokenize=False)`
+    renders it, tokenized with `add_special_tokens=True`, as the network does; where the
+    template raises on `messages` and there is a `fallback` (conversation.Prompt.fallback: the
+    calls' arguments read as objects), the fallback's. `submitted`: the tokenizer is the
+    submission's (a full model), so its failures reject the submission (SubmissionRejected;
+    TokenizerCannotLoad when it does not load); otherwise ValueErrors."""
+
+    def write(path: Path) -> None:
+        rows = [[item[0], item[1], item[2] if len(item) > 2 else None] for item in items]
+        path.write_text(json.dumps(rows), encoding="utf-8")
+
+    with _folder(work) as folder:
+        result, ids = _run("encode", tokenizer_dir, write, submitted, limits, folder)
+        rows = _read_ids(ids, limits.max_output_bytes, len(items))
+    specials = {}
+    for name in ("eos_token_id", "pad_token_id"):
+        value = result.get(name)
+        if value is not None and not (isinstance(value, int) and 0 <= value <= INT32_MAX):
+            raise _error(submitted)(f"the tokenizer's {name} is {str(value)[:100]}, not a token id")
+        specials[name] = value
+    return Encoded(rows, **specials)
+
+
+def decode_answers(
+    tokenizer_dir: Path,
+    rows: Sequence[Sequence[int]],
     *,
     submitted: bool,
     limits: TemplateLimits,
     work: Path | None = None,
 ) -> list[str]:
-    """For each (messages, tools): the text of the chat template of `tokenizer_dir` with a
-    generation prompt and thinking off, as `apply_chat_template(..., tokenize=False)` renders
-    it. `submitted`: the template is the submission's (a full model), so its failures reject
-    the submission (SubmissionRejected); otherwise they are ValueErrors."""
-    if work is None:
-        with tempfile.TemporaryDirectory(prefix="flock-template-") as folder:
-            return _render(tokenizer_dir, items, submitted, limits, Path(folder))
-    return _render(tokenizer_dir, items, submitted, limits, work)
+    """Each row of generated ids as `batch_decode(..., skip_special_tokens=True)` decodes it,
+    by the tokenizer of `tokenizer_dir`, in a child, under `limits`: all the texts together
+    within `max_output_bytes` (the ids are sent in parts of at most that size)."""
+    texts: list[str] = []
+    left = limits.max_output_bytes
+    with _folder(work) as folder:
+        for part in _parts(rows, limits.max_output_bytes):
+            budget = replace(limits, max_output_bytes=max(left, 0))
+            result, _ = _run(
+                "decode", tokenizer_dir, partial(_write_ids, rows=part), submitted, budget, folder,
+                first=len(texts) + 1,
+            )  # fmt: skip
+            got = result.get("texts")
+            if not isinstance(got, list) or len(got) != len(part):
+                raise RuntimeError("the tokenizer child returned no texts")
+            texts += got
+            left -= sum(map(_json_bytes, got))
+    return texts
 
 
-def _render(
+def _run(
+    op: str,
     tokenizer_dir: Path,
-    items: list[tuple[list[dict], Any]],
+    write_input: Callable[[Path], None],
     submitted: bool,
     limits: TemplateLimits,
     work: Path,
-) -> list[str]:
-    error = SubmissionRejected if submitted else ValueError
+    first: int = 1,
+) -> tuple[dict, Path]:
+    """Runs `op` in the child; returns its result and the path of its ids file. Every outcome
+    but success raises: past a limit or crashed, SubmissionRejected for the submission's
+    tokenizer (ValueError for the base's); the child's own failure, RuntimeError. `first`:
+    the number of the op's first item, as the failures name it."""
+    error = _error(submitted)
     work.mkdir(parents=True, exist_ok=True)
-    paths = {name: work / f"template-{name}.json" for name in ("request", "items", "result")}
-    paths["items"].write_text(json.dumps([[m, t] for m, t in items]), encoding="utf-8")
+    paths = {
+        name: work / f"tokenizer-{op}-{name}"
+        for name in ("request.json", "input", "ids", "phase", "result.json")
+    }
+    for path in paths.values():
+        path.unlink(missing_ok=True)
+    input_path = paths["ids" if op == "decode" else "input"]
+    write_input(input_path)
     request = {
+        "op": op,
         "tokenizer_dir": str(tokenizer_dir),
         "max_output_bytes": limits.max_output_bytes,
-        "items": str(paths["items"]),
-        "result": str(paths["result"]),
+        "input": str(paths["input"]),
+        "ids": str(paths["ids"]),
+        "phase": str(paths["phase"]),
+        "result": str(paths["result.json"]),
     }
-    paths["request"].write_text(json.dumps(request), encoding="utf-8")
+    paths["request.json"].write_text(json.dumps(request), encoding="utf-8")
     outcome = run_child(
         CHILD,
-        [str(paths["request"])],
+        [str(paths["request.json"])],
         cwd=work,
         limits=ChildLimits(
             wall_seconds=limits.wall_seconds,
@@ -78,7 +168,7 @@ def _render(
             file_bytes=limits.max_output_bytes + RESULT_MARGIN_BYTES,
         ),
         env={
-            # One thread each: rendering is Jinja, and the tokenizer is only loaded.
+            # One thread each: Jinja and one text at a time.
             "OMP_NUM_THREADS": "1",
             "RAYON_NUM_THREADS": "1",
             "TOKENIZERS_PARALLELISM": "false",
@@ -87,38 +177,109 @@ def _render(
         },
         preload=("transformers",),
     )
-    if outcome.outcome is ChildOutcome.CRASHED and outcome.exit_code > 0:
-        # A traceback, not a signal: the renderer's own failure (template errors are caught
-        # and reported in the result), not the template's doing.
-        raise RuntimeError(f"the template renderer {outcome.describe()}")
-    if outcome.outcome is not ChildOutcome.OK:
-        raise error(f"the chat template {outcome.describe()} while rendering the prompts")
-    result = _read(paths["result"], limits)
-    for name in ("items", "result"):
+    who, doing = PHASES.get(_phase(paths["phase"]), ("the tokenizer", "starting"))
+    for name in ("request.json", "phase"):
         paths[name].unlink(missing_ok=True)
+    input_path.unlink(missing_ok=True)
+    if outcome.outcome is ChildOutcome.CRASHED and outcome.exit_code > 0:
+        # A traceback, not a signal: the child script's own failure (what the template and the
+        # tokenizer raise, a panic included, is caught and reported in the result).
+        raise RuntimeError(f"the tokenizer child {outcome.describe()} while {doing}")
+    if outcome.outcome is not ChildOutcome.OK:
+        raise error(f"{who} {outcome.describe()} while {doing}")
+    result = _read_result(paths["result.json"], limits)
+    item = "generated answer" if op == "decode" else "validation set prompt"
     if "load_error" in result:
-        raise error(f"the tokenizer does not load for its chat template: {result['load_error']}")
+        raise (TokenizerCannotLoad if submitted else ValueError)(
+            f"the tokenizer does not load: {result['load_error']}"
+        )
     if "failed" in result:
         failed = result["failed"]
+        who, doing = PHASES.get(failed.get("stage"), ("the tokenizer", ""))
+        raise error(f"{who} fails on {item} {failed['index'] + first}: {failed['error']}")
+    if "empty" in result:
         raise error(
-            f"the chat template fails on line {failed['index']} of the validation set: "
-            f"{failed['error']}"
+            f"the chat template renders an empty text for {item} "
+            f"{result['empty']['index'] + first} (the network refuses an empty conversation)"
         )
     if "too_long" in result:
+        what = "decoded answers" if op == "decode" else "prompts' texts or ids"
         raise error(
-            f"the chat template's texts exceed {limits.max_output_bytes} bytes "
-            f"(template_max_output_bytes) at line {result['too_long']['index']}"
+            f"the {what} exceed {limits.max_output_bytes} bytes (template_max_output_bytes) "
+            f"at {item} {result['too_long']['index'] + first}"
         )
-    texts = result.get("texts")
-    if not isinstance(texts, list) or len(texts) != len(items):
-        raise RuntimeError(f"the template renderer returned {type(texts).__name__}, not texts")
-    return texts
+    return result, paths["ids"]
 
 
-def _read(path: Path, limits: TemplateLimits) -> dict:
+def _error(submitted: bool) -> type[ValueError]:
+    return SubmissionRejected if submitted else ValueError
+
+
+@contextmanager
+def _folder(work: Path | None) -> Iterator[Path]:
+    """`work`, or a temporary folder removed afterwards."""
+    if work is not None:
+        yield work
+        return
+    with tempfile.TemporaryDirectory(prefix="flock-tokenizer-") as folder:
+        yield Path(folder)
+
+
+def _parts(rows: Sequence[Sequence[int]], max_bytes: int) -> list[list[Sequence[int]]]:
+    """The rows in consecutive parts whose ids files stay within `max_bytes` (at least one
+    row each, and one part for no rows)."""
+    parts: list[list[Sequence[int]]] = [[]]
+    size = 4
+    for row in rows:
+        need = 4 * (1 + len(row))
+        if parts[-1] and size + need > max_bytes:
+            parts.append([])
+            size = 4
+        parts[-1].append(row)
+        size += need
+    return parts
+
+
+def _write_ids(path: Path, *, rows: Sequence[Sequence[int]]) -> None:
+    """The child's format: little-endian int32, the number of rows, their lengths, the ids."""
+    with open(path, "wb") as handle:
+        handle.write(np.asarray([len(rows), *map(len, rows)], dtype="<i4").tobytes())
+        for row in rows:
+            handle.write(np.asarray(row, dtype="<i4").tobytes())
+
+
+def _read_ids(path: Path, max_bytes: int, count: int) -> list[np.ndarray]:
+    if not path.is_file() or path.stat().st_size > max_bytes + RESULT_MARGIN_BYTES:
+        raise RuntimeError(f"the tokenizer child left no ids in {path}")
+    flat = np.fromfile(path, dtype="<i4")
+    path.unlink()
+    lengths = flat[1 : 1 + count].astype(np.int64)
+    if flat.size < 1 + count or int(flat[0]) != count or (lengths < 0).any():
+        raise RuntimeError("the tokenizer child wrote a malformed ids file")
+    if 1 + count + int(lengths.sum()) != flat.size:
+        raise RuntimeError("the tokenizer child wrote a malformed ids file")
+    starts = (np.cumsum(lengths) - lengths + 1 + count).tolist()
+    return [flat[start : start + n] for start, n in zip(starts, lengths.tolist(), strict=True)]
+
+
+def _json_bytes(text: str) -> int:
+    """A text's size as the child counts it in its result file."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) + 2
+
+
+def _phase(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(32).decode("ascii", "replace")
+    except OSError:
+        return ""
+
+
+def _read_result(path: Path, limits: TemplateLimits) -> dict:
     if not path.is_file() or path.stat().st_size > limits.max_output_bytes + RESULT_MARGIN_BYTES:
-        raise RuntimeError(f"the template renderer left no result in {path}")
+        raise RuntimeError(f"the tokenizer child left no result in {path}")
     result = json.loads(path.read_text(encoding="utf-8", errors="surrogatepass"))
+    path.unlink()
     if not isinstance(result, dict):
-        raise RuntimeError(f"the template renderer wrote {type(result).__name__}")
+        raise RuntimeError(f"the tokenizer child wrote {type(result).__name__}")
     return result

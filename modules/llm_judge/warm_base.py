@@ -41,8 +41,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class HeldBase:
     source: Path  # the base's snapshot folder: a new commit of the base is another base
-    model: Any
-    tokenizer: Any
+    model: Any  # its tokenizer is never loaded here: it runs in a child (templating.py)
     # Taken at load time: after each assignment the model must still match it.
     fingerprint: BaseFingerprint
     # Dropped with the base: the copies are only valid for the weights they were taken from.
@@ -50,9 +49,9 @@ class HeldBase:
 
 
 class WarmBase:
-    """The base of the last LoRA submission, loaded by `read(folder)` -> (model, tokenizer)."""
+    """The base of the last LoRA submission, loaded by `read(folder)` -> model."""
 
-    def __init__(self, read: Callable[[Path], tuple[Any, Any]]) -> None:
+    def __init__(self, read: Callable[[Path], Any]) -> None:
         self._read = read
         self._held: HeldBase | None = None
         # The weights the current assignment's merge rewrote, to copy back on release.
@@ -69,9 +68,9 @@ class WarmBase:
             log.info("base model %s is warm", source)
             return self._held
         self.drop()
-        model, tokenizer = self._read(source)
+        model = self._read(source)
         self.loads += 1
-        self._held = HeldBase(source, model, tokenizer, BaseFingerprint.of(model))
+        self._held = HeldBase(source, model, BaseFingerprint.of(model))
         return self._held
 
     def merge(self, adapter_dir: Path) -> Any:

@@ -17,12 +17,13 @@ from importlib.metadata import version
 import pytest
 import torch
 import yaml
+from transformers import AutoTokenizer
 from transformers.utils import import_utils
 
 from bench import llm_judge_fla_check as check
 from devkit.tiny_chat_models import build_chat_base
 from modules.llm_judge import loading
-from modules.llm_judge.generation import Request, Sampling, generate, render
+from modules.llm_judge.generation import EndTokens, Request, Sampling, generate, render
 from validator.errors import ConfigError
 
 GREEDY = Sampling(0, 1.0, 0, max_new_tokens=10, token_budget=10**6, max_batch=64)
@@ -55,6 +56,11 @@ def base(tmp_path_factory):
     return build_chat_base(tmp_path_factory.mktemp("base"))
 
 
+def read_with_tokenizer(base):
+    """The model as the module reads it, and the tiny base's trusted tokenizer."""
+    return loading.read_model(base, torch.float32), AutoTokenizer.from_pretrained(str(base))
+
+
 def prompts_of(tokenizer) -> list[list[int]]:
     return [render(tokenizer, [{"role": "user", "content": q}], None) for q in QUESTIONS]
 
@@ -69,7 +75,7 @@ def test_the_image_pins_fla_core_and_this_stack_has_it():
 def test_a_cpu_host_runs_the_torch_fallback_with_fla_installed(base):
     assert not torch.cuda.is_available()  # this suite's premise: the CPU side of the check
     assert loading.linear_attention_kernels() == "torch"
-    model, _ = loading.read_model(base, torch.float32)
+    model = loading.read_model(base, torch.float32)
     assert check.kernels_of(model) == {"torch"}
 
 
@@ -99,19 +105,20 @@ def test_the_override_forces_the_fallback_and_a_bad_value_stops_at_start_up(monk
 
 
 def test_the_swap_to_the_torch_path_keeps_the_greedy_answers(base):
-    model, tokenizer = loading.read_model(base, torch.float32)
+    model, tokenizer = read_with_tokenizer(base)
     requests = [Request(i, 0, ids) for i, ids in enumerate(prompts_of(tokenizer))]
-    before = generate(model, tokenizer, requests, GREEDY, seed=1)
+    ends = EndTokens.of(tokenizer)
+    before = generate(model, requests, GREEDY, 1, ends)
     ids_before = check.greedy(model, prompts_of(tokenizer), 10, tokenizer.eos_token_id)
     assert check.use_torch_path(model) == 1  # the tiny base's one linear-attention layer
     assert check.kernels_of(model) == {"torch"}
-    assert generate(model, tokenizer, requests, GREEDY, seed=1) == before
+    assert generate(model, requests, GREEDY, 1, ends) == before
     after = check.greedy(model, prompts_of(tokenizer), 10, tokenizer.eos_token_id)
     assert torch.equal(after, ids_before)
 
 
 def test_the_comparison_passes_equal_paths_and_fails_changed_weights(base, monkeypatch):
-    model, tokenizer = loading.read_model(base, torch.float32)
+    model, tokenizer = read_with_tokenizer(base)
     prompts = prompts_of(tokenizer)
     problems, summary = check.compare(model, prompts, 12, tokenizer.eos_token_id)
     assert problems == [] and f"{len(prompts)} of {len(prompts)} answers identical" in summary
@@ -126,7 +133,7 @@ def test_the_comparison_passes_equal_paths_and_fails_changed_weights(base, monke
         return changed
 
     monkeypatch.setattr(check, "use_torch_path", swap_and_break)
-    model, _ = loading.read_model(base, torch.float32)
+    model = loading.read_model(base, torch.float32)
     problems, _ = check.compare(model, prompts, 12, tokenizer.eos_token_id)
     assert problems and "teacher-forced logits differ" in problems[0]
 

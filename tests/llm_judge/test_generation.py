@@ -1,6 +1,7 @@
 """Batched generation with the tiny Qwen3.5-architecture model: the batches give what one
-prompt at a time gives, the token budget and the out-of-memory halving shape the batches, and
-the assignment's seed makes a rescore sample the same answers."""
+prompt at a time gives, the token budget and the out-of-memory halving shape the batches, the
+assignment's seed makes a rescore sample the same answers, and a submitted generation config
+cannot change what generate() returns."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from devkit.tiny_chat_models import build_chat_base
 from modules.llm_judge.generation import (
+    EndTokens,
     PromptTooLong,
     Request,
     Sampling,
     assignment_seed,
-    generate,
+    decode,
     render,
 )
+from modules.llm_judge.generation import generate as generate_ids
 from validator.errors import Verdict, outcome_of
 
 GREEDY = Sampling(
@@ -39,6 +42,12 @@ def base(tmp_path_factory):
     path = build_chat_base(tmp_path_factory.mktemp("base"))
     model = AutoModelForCausalLM.from_pretrained(str(path)).eval()
     return model, AutoTokenizer.from_pretrained(str(path))
+
+
+def generate(model, tokenizer, requests, sampling, seed) -> dict[tuple[int, int], str]:
+    """The answers as text, decoded in this process (the tiny tokenizer is trusted)."""
+    ids = generate_ids(model, requests, sampling, seed, EndTokens.of(tokenizer))
+    return decode(tokenizer, ids)
 
 
 def requests_for(tokenizer, repeats: int = 1) -> list[Request]:
@@ -157,3 +166,39 @@ def test_generation_stops_at_the_tokenizers_end_of_text_only(base):
     assert model.generation_config.eos_token_id != tokenizer.eos_token_id
     assert kwargs["eos_token_id"] == kwargs["pad_token_id"] == tokenizer.eos_token_id
     assert kwargs["num_return_sequences"] == 1
+
+
+def test_each_answers_ids_end_at_its_first_end_of_text(base):
+    model, tokenizer = base
+    requests = requests_for(tokenizer)
+    greedy = Sampling(**{**GREEDY.__dict__, "max_new_tokens": 24})
+    plain = generate_ids(model, requests, greedy, 1, EndTokens.of(tokenizer))
+    # The tiny model never samples its end of text: one of its own tokens stands in for it.
+    stop = plain[(0, 0)][3]
+    ids = generate_ids(model, requests, greedy, 1, EndTokens(stop, None))
+    for key, row in plain.items():  # what followed the stop in a batch was padding
+        assert ids[key] == (row[: row.index(stop) + 1] if stop in row else row)
+    assert len({len(row) for row in ids.values()}) > 1  # some rows waited as padding
+
+
+def test_the_padding_is_pad_then_end_of_text_then_zero():
+    assert EndTokens(eos_token_id=5, pad_token_id=7).padding == 7
+    assert EndTokens(eos_token_id=5, pad_token_id=None).padding == 5
+    assert EndTokens(eos_token_id=None, pad_token_id=None).padding == 0
+
+
+def test_a_generation_config_asking_for_a_dict_of_outputs_generates_the_same_ids(base):
+    # A submitted generation_config.json with return_dict_in_generate made generate() return a
+    # ModelOutput, and the module crash on it (issue 23's audit). The tokens are the same.
+    model, tokenizer = base
+    requests = requests_for(tokenizer)
+    want = generate(model, tokenizer, requests, SAMPLED, seed=4)
+    config = model.generation_config
+    asks = {"return_dict_in_generate": True, "output_scores": True, "output_logits": True,
+            "output_hidden_states": True, "output_attentions": True}  # fmt: skip
+    before = {name: getattr(config, name) for name in asks}
+    try:
+        config.update(**asks)
+        assert generate(model, tokenizer, requests, SAMPLED, seed=4) == want
+    finally:
+        config.update(**before)

@@ -17,7 +17,7 @@ from devkit.tiny_repos import files_of
 from devkit.validator_cli import run_validator, validator_env
 from modules.llm_judge import LlmJudgeConfig, LlmJudgeModule
 from tests.helpers.served_hub import served_hub
-from validator.errors import RecoverableException
+from validator.errors import RecoverableException, SubmissionRejected
 from validator.scoring import score
 
 BASE = "Qwen/Qwen3.5-0.8B"
@@ -122,6 +122,44 @@ def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world):
     assert scored(world, repo="mallory/pickle") == {"score": -999.0}
     assert scored(world, repo="nobody/no-such-repo") == {"score": -999.0}
     assert len(judge.requests) == since  # nothing was generated, nothing judged
+
+
+def with_files(base, changes: dict) -> dict[str, bytes]:
+    """The base's files as a full model's (paths, or bytes where changed: a dict is merged
+    into the JSON file)."""
+    files = files_of(base)
+    for name, change in changes.items():
+        if isinstance(change, dict):
+            change = json.dumps({**json.loads(files[name].read_text()), **change})
+        files[name] = change.encode()
+    return files
+
+
+def test_a_full_models_tokenizer_runs_bounded_and_its_generation_config_cannot_crash_it(world):
+    hub, judge, base, _ = world
+    # Issue 23's audit: a normalizer whose regex backtracks (minutes on these 58 kB of prompt,
+    # in the validator's process), a decoder that blows every character of an answer up to a
+    # kB, and return_dict_in_generate in the generation config (generate returned a ModelOutput).
+    backtracks = {"type": "Replace", "pattern": {"Regex": "(a|aa)+$"}, "content": "b"}
+    blow_up = {"type": "Replace", "pattern": {"Regex": "[\\s\\S]"}, "content": "x" * 1000}
+    byte_level = json.loads((base / "tokenizer.json").read_text())["decoder"]
+    decoder = {"type": "Sequence", "decoders": [byte_level, blow_up]}
+    hub.add_repo("mallory/regex", with_files(base, {
+        "tokenizer.json": {"normalizer": backtracks},
+        "chat_template.jinja": "{{ '" + "a" * 28 + "c' * 2000 }}",
+    }))  # fmt: skip
+    hub.add_repo("mallory/decoder", with_files(base, {"tokenizer.json": {"decoder": decoder}}))
+    hub.add_repo("carol/no-tokenizer", with_files(base, {"tokenizer.json": "{not json"}))
+    asks = {"return_dict_in_generate": True, "output_scores": True, "output_logits": True}
+    hub.add_repo("bob/outputs", with_files(base, {"generation_config.json": asks}))
+    since = len(judge.requests)
+    with pytest.raises(SubmissionRejected, match="the tokenizer exceeded its CPU time limit"):
+        scored(world, repo="mallory/regex", template_cpu_seconds=5)
+    with pytest.raises(SubmissionRejected, match="the decoded answers exceed 100000 bytes"):
+        scored(world, repo="mallory/decoder", template_max_output_bytes=100_000)
+    assert len(judge.requests) == since  # neither was judged
+    assert scored(world, repo="carol/no-tokenizer") == {"score": -999.0}  # the network's load
+    assert 0 < scored(world, repo="bob/outputs")["score"] <= 1
 
 
 def test_a_judge_that_goes_away_keeps_the_assignment(world):

@@ -1,10 +1,12 @@
 """Chat templates render in a bounded child process (modules/llm_judge/templating.py): an honest
-template gives exactly apply_chat_template's text, and the hostile templates of issue 23 (three
-nested range(100000) loops, a string doubled 31 times) end in SubmissionRejected at a limit,
-with the validator's process free to stop at once."""
+template gives exactly apply_chat_template's text, tokenized, and the hostile templates of issue
+23 (three nested range(100000) loops, a string doubled 31 times) and a tokenizer whose regex
+backtracks end in SubmissionRejected at a limit, with the validator's process free to stop at
+once."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -18,7 +20,8 @@ from devkit import DATA_DIR
 from devkit.tiny_chat_models import build_chat_base
 from devkit.validator_cli import REPO_ROOT
 from modules.llm_judge.conversation import read_prompts
-from modules.llm_judge.templating import TemplateLimits, render_prompts
+from modules.llm_judge.generation import tokenize
+from modules.llm_judge.templating import TemplateLimits, encode_prompts
 from tests.helpers.children import gone, record_in, stop_again_until_it_ends, wait_until
 from validator.errors import SubmissionRejected
 
@@ -63,10 +66,15 @@ def with_template(base: Path, folder: Path, template: str) -> Path:
     return folder
 
 
+def ids_of(folder: Path, items, work: Path, limits: TemplateLimits = LIMITS) -> list[list[int]]:
+    encoded = encode_prompts(folder, items, submitted=True, limits=limits, work=work)
+    return [row.tolist() for row in encoded.ids]
+
+
 def test_an_honest_template_renders_exactly_apply_chat_templates_text(base, tmp_path):
     prompts = read_prompts(DATA_DIR / "chat_sample.jsonl")
     items = [(p.messages, p.tools) for p in prompts] + [(prompts[0].messages, TOOLS)]
-    texts = render_prompts(base, items, submitted=True, limits=LIMITS, work=tmp_path)
+    ids = ids_of(base, items, tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     expected = [
         tokenizer.apply_chat_template(
@@ -78,8 +86,8 @@ def test_an_honest_template_renders_exactly_apply_chat_templates_text(base, tmp_
         )  # fmt: skip
         for messages, tools in items
     ]
-    assert texts == expected
-    assert "get_weather" in texts[-1] and texts[0].endswith("<think>\n\n</think>\n\n")
+    assert ids == tokenize(tokenizer, expected)
+    assert "get_weather" in expected[-1] and expected[0].endswith("<think>\n\n</think>\n\n")
 
 
 @pytest.mark.parametrize(
@@ -90,14 +98,14 @@ def test_an_honest_template_renders_exactly_apply_chat_templates_text(base, tmp_
 def test_a_hostile_template_is_rejected_at_its_limit(base, tmp_path, template, limit):
     folder = with_template(base, tmp_path / "model", template)
     with pytest.raises(SubmissionRejected, match=r"the chat template exceeded its") as refused:
-        render_prompts(folder, HI, submitted=True, limits=LIMITS, work=tmp_path / "work")
-    assert limit in str(refused.value)
+        encode_prompts(folder, HI, submitted=True, limits=LIMITS, work=tmp_path / "work")
+    assert limit in str(refused.value) and "while rendering the prompts" in str(refused.value)
 
 
 def test_the_bases_template_over_a_limit_is_a_value_error_not_the_submissions(base, tmp_path):
     folder = with_template(base, tmp_path / "model", LOOPS)
     with pytest.raises(ValueError, match="exceeded its CPU time limit") as refused:
-        render_prompts(folder, HI, submitted=False, limits=LIMITS, work=tmp_path / "work")
+        encode_prompts(folder, HI, submitted=False, limits=LIMITS, work=tmp_path / "work")
     assert not isinstance(refused.value, SubmissionRejected)
 
 
@@ -105,24 +113,25 @@ def test_a_template_that_raises_names_the_line_and_the_error(base, tmp_path):
     folder = with_template(base, tmp_path / "model", RAISES_ON_SECOND)
     items = [([{"role": "user", "content": c}], None) for c in ("fine", "boom", "fine")]
     with pytest.raises(SubmissionRejected) as refused:
-        render_prompts(folder, items, submitted=True, limits=LIMITS, work=tmp_path / "work")
+        encode_prompts(folder, items, submitted=True, limits=LIMITS, work=tmp_path / "work")
     message = str(refused.value)
-    assert "line 1 of the validation set" in message and "no boom here" in message
+    assert "the chat template fails on validation set prompt 2" in message
+    assert "no boom here" in message
     assert "\n" not in message
 
 
 def test_texts_past_the_output_limit_are_refused(base, tmp_path):
     folder = with_template(base, tmp_path / "model", "{{ 'x' * 2000000 }}")
     limits = TemplateLimits(5, 1024**3, 240, max_output_bytes=3_000_000)
-    with pytest.raises(SubmissionRejected, match="exceed 3000000 bytes"):
-        render_prompts(folder, HI * 3, submitted=True, limits=limits, work=tmp_path / "work")
+    with pytest.raises(SubmissionRejected, match="exceed 3000000 bytes .* prompt 2"):
+        encode_prompts(folder, HI * 3, submitted=True, limits=limits, work=tmp_path / "work")
 
 
 PARENT = """
 import signal, sys, threading
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from modules.llm_judge.templating import TemplateLimits, render_prompts
+from modules.llm_judge.templating import TemplateLimits, encode_prompts
 from validator.entrypoint import _install_signal_handlers
 from validator.errors import SubmissionRejected
 from validator.runner import Interrupted
@@ -131,7 +140,7 @@ _install_signal_handlers(threading.Event())  # the validator's own: a second sig
 limits = TemplateLimits({cpu}, 1024**3, 600, 64 * 1024**2)
 items = [([{{"role": "user", "content": "hi"}}], None)]
 try:
-    render_prompts(Path({model!r}), items, submitted=True, limits=limits, work=Path({work!r}))
+    encode_prompts(Path({model!r}), items, submitted=True, limits=limits, work=Path({work!r}))
 except SubmissionRejected as exc:
     print("rejected:", exc, flush=True)
 except Interrupted:
@@ -141,27 +150,57 @@ except Interrupted:
 """
 
 
-def start_render(base: Path, tmp_path: Path, cpu: float) -> tuple[subprocess.Popen, dict]:
-    model = with_template(base, tmp_path / "model", LOOPS)
+# A tokenizer.json normalizer whose regex backtracks (issue 23's audit: 14.5 s on 2.9 kB, with
+# SIGTERM not handled until it returned), and a template that repeats what makes it backtrack.
+BACKTRACKS = {"type": "Replace", "pattern": {"Regex": "(a|aa)+$"}, "content": "b"}
+REPEATS_TRIGGER = "{{ '" + "a" * 28 + "c' * 20000 }}"
+
+
+def with_backtracking_tokenizer(base: Path, folder: Path) -> Path:
+    with_template(base, folder, REPEATS_TRIGGER)
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    (folder / "tokenizer.json").write_text(json.dumps({**spec, "normalizer": BACKTRACKS}))
+    return folder
+
+
+def start_render(
+    base: Path, tmp_path: Path, cpu: float, tokenizer: bool = False
+) -> tuple[subprocess.Popen, dict]:
+    if tokenizer:
+        model = with_backtracking_tokenizer(base, tmp_path / "model")
+    else:
+        model = with_template(base, tmp_path / "model", LOOPS)
     work = tmp_path / "work"
     script = tmp_path / "parent.py"
     script.write_text(PARENT.format(root=str(REPO_ROOT), cpu=cpu, model=str(model), work=str(work)))
     process = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    return process, record_in(work, timeout=120)
+    record = record_in(work, timeout=120)
+    if tokenizer:  # signals while the tokenizer runs, not while the child starts
+        phase = work / "tokenizer-encode-phase"
+        assert wait_until(lambda: phase.is_file() and phase.read_text() == "tokenize", 120)
+    return process, record
 
 
-def test_one_stop_signal_in_a_hostile_render_ends_it_at_its_limit(base, tmp_path):
-    process, record = start_render(base, tmp_path, cpu=5)
+@pytest.mark.parametrize(
+    ("tokenizer", "who"),
+    [(False, "the chat template"), (True, "the tokenizer")],
+    ids=["template", "tokenizer"],
+)
+def test_one_stop_signal_in_a_hostile_render_ends_it_at_its_limit(base, tmp_path, tokenizer, who):
+    process, record = start_render(base, tmp_path, cpu=5, tokenizer=tokenizer)
     process.send_signal(signal.SIGTERM)  # the validator's first: finish the current step
     output, _ = process.communicate(timeout=240)
-    assert process.returncode == 0 and "rejected: the chat template exceeded its CPU" in output
+    assert process.returncode == 0 and f"rejected: {who} exceeded its CPU" in output, output
     assert gone(record)
 
 
-def test_a_second_stop_signal_ends_a_hostile_render_now_and_leaves_no_child(base, tmp_path):
-    process, record = start_render(base, tmp_path, cpu=600)
+@pytest.mark.parametrize("tokenizer", [False, True], ids=["template", "tokenizer"])
+def test_a_second_stop_signal_ends_a_hostile_render_now_and_leaves_no_child(
+    base, tmp_path, tokenizer
+):
+    process, record = start_render(base, tmp_path, cpu=600, tokenizer=tokenizer)
     process.send_signal(signal.SIGTERM)
     assert not wait_until(lambda: process.poll() is not None, timeout=1)  # the first: go on
     stop_again_until_it_ends(process)
@@ -184,5 +223,5 @@ def test_empty_tools_reach_the_template_as_an_empty_list_not_none(base, tmp_path
         base, tmp_path / "model", "{% if tools is not none %}T{{ tools | length }}{% endif %}|"
     )
     items = [(HI[0][0], []), (HI[0][0], None)]
-    texts = render_prompts(folder, items, submitted=True, limits=LIMITS, work=tmp_path / "work")
-    assert texts == ["T0|", "|"]
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    assert ids_of(folder, items, tmp_path / "work") == tokenize(tokenizer, ["T0|", "|"])

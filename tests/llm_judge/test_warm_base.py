@@ -69,7 +69,7 @@ def adapters(world):  # noqa: F811
         folders[repo] = build_chat_adapter(base, tmp / repo.replace("/", "_"), BASE, seed=seed)
         hub.add_repo(repo, files_of(folders[repo]))
     honest = load_file(folders["alice/warm-1"] / "adapter_model.safetensors")
-    fresh = read_model(base, torch.float32)[0].state_dict()
+    fresh = read_model(base, torch.float32).state_dict()
     hostile = {
         # peft loads a tensor whose name fits a weight of the wrapped model: these rewrite base
         # weights, two that no restore puts back and one that the merge touches.
@@ -103,7 +103,7 @@ def adapters(world):  # noqa: F811
 
 def fresh_merge(base: Path, adapter: Path) -> dict[str, torch.Tensor]:
     """What the network scores: the base read from disk, the adapter merged by peft."""
-    model = read_model(base, torch.float32)[0]
+    model = read_model(base, torch.float32)
     return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload().state_dict()
 
 
@@ -128,7 +128,7 @@ def test_each_merge_into_the_warm_base_is_bit_identical_to_a_fresh_load_and_merg
     # The hostile adapter's weight was caught after it: one reload, for the assignment after it.
     assert warm.loads == 2
     assert_bit_identical(
-        warm.get(base).model.state_dict(), read_model(base, torch.float32)[0].state_dict()
+        warm.get(base).model.state_dict(), read_model(base, torch.float32).state_dict()
     )
 
 
@@ -149,7 +149,7 @@ def test_the_base_stays_warm_across_assignments_and_scores_as_a_cold_process(
 
 def assert_the_base_is_a_fresh_load(judged, base: Path) -> None:
     if judged.warm.held is not None:
-        fresh = read_model(base, torch.float32)[0].state_dict()
+        fresh = read_model(base, torch.float32).state_dict()
         assert_bit_identical(judged.warm.held.model.state_dict(), fresh)
 
 

@@ -46,6 +46,9 @@ EXIT_ORPHAN = 87
 POLL_SECONDS = 0.05
 HEARTBEAT_SECONDS = 5.0
 STDERR_TAIL = 2000
+# What a child killed by a signal (an abort) wrote last when an allocation failed at its memory
+# limit: Python, C++, glibc, and Rust's "memory allocation of N bytes failed" (tokenizers).
+MEMORY_MARKS = ("MemoryError", "bad_alloc", "Cannot allocate", "memory allocation of")
 # A child past its CPU limit gets SIGXCPU; if it survives that, SIGKILL this much later.
 CPU_HARD_MARGIN = 2
 PR_SET_PDEATHSIG = 1
@@ -184,7 +187,7 @@ def _outcome(
     if code == EXIT_MEMORY or code == -signal.SIGKILL:
         # SIGKILL that the parent did not send, under the CPU limit: the kernel's OOM killer.
         return ChildOutcome.OVER_MEMORY
-    if code < 0 and any(mark in tail for mark in ("MemoryError", "bad_alloc", "Cannot allocate")):
+    if code < 0 and any(mark in tail for mark in MEMORY_MARKS):
         return ChildOutcome.OVER_MEMORY
     if code == 1 and tail.rstrip().endswith("MemoryError"):
         return ChildOutcome.OVER_MEMORY
