@@ -159,14 +159,15 @@ def test_eval_loss_mean_and_nan() -> None:
     assert math.isnan(eval_loss([1.0, math.nan]))
 
 
-def _oom_when_batch_exceeds(model, limit: int, error: Exception, monkeypatch) -> list[int]:
-    """Makes only the decoder's forward fail on batches over `limit`; records batch sizes."""
+def fail_forwards_over(model, limit: int, error: Exception, monkeypatch, dim: int = 0) -> list[int]:
+    """Makes only the decoder's forward fail on inputs whose size along `dim` (0: conversations
+    in a batch, 1: tokens in a row) is over `limit`; records every forward's size."""
     decoder = model.get_decoder()
     original = decoder.forward
     sizes: list[int] = []
 
     def forward(*args, **kwargs):
-        size = kwargs["input_ids"].shape[0]
+        size = kwargs["input_ids"].shape[dim]
         sizes.append(size)
         if size > limit:
             raise error
@@ -186,7 +187,7 @@ def _oom_when_batch_exceeds(model, limit: int, error: Exception, monkeypatch) ->
 def test_out_of_memory_halves_the_batch(monkeypatch, error: Exception) -> None:
     model = build_model("qwen2", vocab_size=VOCAB, seed=8)
     expected = example_losses(model, EXAMPLES, token_budget=10**6)
-    sizes = _oom_when_batch_exceeds(model, 3, error, monkeypatch)
+    sizes = fail_forwards_over(model, 3, error, monkeypatch)
     got = example_losses(model, EXAMPLES, token_budget=10**6)
     assert got == pytest.approx(expected, rel=1e-6)
     assert sizes[:4] == [16, 8, 4, 2]
@@ -199,7 +200,7 @@ def test_repeated_examples_run_once_and_count_in_the_mean(monkeypatch) -> None:
     examples = [a, b, a, c, same_ids_other_mask, b, a]
     # What the reference does: every line scored on its own, the mean over all lines.
     expected = [plain_loss(model, e) for e in examples]
-    sizes = _oom_when_batch_exceeds(model, 10**6, RuntimeError("unused"), monkeypatch)
+    sizes = fail_forwards_over(model, 10**6, RuntimeError("unused"), monkeypatch)
     got = example_losses(model, examples, max_batch_size=1)
     assert got == pytest.approx(expected, rel=REL)
     assert sum(sizes) == 4  # a, b, c and the other-mask twin of a
@@ -211,7 +212,7 @@ def test_repeated_examples_run_once_and_count_in_the_mean(monkeypatch) -> None:
 def test_out_of_memory_on_one_example_is_raised(monkeypatch) -> None:
     model = build_model("qwen2", vocab_size=VOCAB, seed=8)
     oom = torch.cuda.OutOfMemoryError("CUDA out of memory")
-    sizes = _oom_when_batch_exceeds(model, 0, oom, monkeypatch)
+    sizes = fail_forwards_over(model, 0, oom, monkeypatch)
     with pytest.raises(torch.cuda.OutOfMemoryError):
         example_losses(model, EXAMPLES[:5])
     assert sizes == [5, 2, 1]
@@ -219,7 +220,7 @@ def test_out_of_memory_on_one_example_is_raised(monkeypatch) -> None:
 
 def test_other_errors_are_not_retried(monkeypatch) -> None:
     model = build_model("qwen2", vocab_size=VOCAB, seed=8)
-    sizes = _oom_when_batch_exceeds(model, 0, RuntimeError("shape mismatch"), monkeypatch)
+    sizes = fail_forwards_over(model, 0, RuntimeError("shape mismatch"), monkeypatch)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         example_losses(model, EXAMPLES[:5])
     assert sizes == [5]

@@ -18,7 +18,7 @@ from modules.lora.forward import example_losses
 from modules.lora.lm_head import _POST_HEAD_TRANSFORMS
 from modules.lora.metrics import eval_loss
 from modules.lora.records import EncodedExample
-from tests.lora.test_lora_loss import VOCAB, plain_loss, random_examples
+from tests.lora.test_lora_loss import VOCAB, fail_forwards_over, plain_loss, random_examples
 
 TOLERANCE = 1e-6  # relative, fp32
 BUDGET = 96  # tokens per packed row: two to six of the examples below
@@ -233,23 +233,6 @@ def test_unsupported_attention_implementation_is_scored_padded() -> None:
 # --- out of memory, fallback, config ----------------------------------------------------------
 
 
-def _fail_rows_over(model, tokens: int, error: Exception, monkeypatch) -> list[int]:
-    """The decoder's forward fails on rows longer than `tokens`; records every row length."""
-    decoder = model.get_decoder()
-    original = decoder.forward
-    lengths: list[int] = []
-
-    def forward(*args, **kwargs):
-        length = kwargs["input_ids"].shape[1]
-        lengths.append(length)
-        if length > tokens:
-            raise error
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(decoder, "forward", forward)
-    return lengths
-
-
 @pytest.mark.parametrize(
     "error",
     [
@@ -261,7 +244,7 @@ def test_out_of_memory_halves_the_packed_budget(monkeypatch, error: Exception, c
     model = tiny("qwen2")
     examples = EXAMPLES[:-1]  # all under the budgets below
     expected = padded(model, examples)
-    lengths = _fail_rows_over(model, 100, error, monkeypatch)
+    lengths = fail_forwards_over(model, 100, error, monkeypatch, dim=1)
     got = example_losses(model, examples, token_budget=400, packing="on")
     assert max_rel(got, expected) < TOLERANCE
     # 400 fails, then the budget halves to at most 200 (<= half that row's tokens), then 100.
@@ -274,7 +257,7 @@ def test_out_of_memory_halves_the_packed_budget(monkeypatch, error: Exception, c
 def test_out_of_memory_on_a_lone_conversation_is_raised(monkeypatch) -> None:
     model = tiny("qwen2")
     oom = torch.cuda.OutOfMemoryError("CUDA out of memory")
-    lengths = _fail_rows_over(model, 0, oom, monkeypatch)
+    lengths = fail_forwards_over(model, 0, oom, monkeypatch, dim=1)
     with pytest.raises(torch.cuda.OutOfMemoryError):
         example_losses(model, EXAMPLES[:5], token_budget=400, packing="on")
     assert len(lengths) >= 2 and lengths[-1] == max(len(e.input_ids) for e in EXAMPLES[:5])
