@@ -3,8 +3,10 @@ with `--http-port`, the fixture module and the Fed Ledger simulator; the flood f
 process (tests/faults/status_flood.py). Before the fix, 2,000 requests from 20 threads cut the
 loop's submits by 80% and 1,000 half-open connections made 1,003 threads.
 
-Rates are the simulator's: submits per second between two submission counts, a flood window
-between two quiet ones of the same run, so that a machine busy with other work slows all three.
+Rates are the simulator's: submits per second in a window of a fixed number of submits. Each
+flood window is compared with the two quiet windows around it in the same run, and the median of
+those ratios is what must hold: a machine busy with other work (a burst from another process
+lands in one window) slows a window at random, the flood slows every flooded one.
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ from devkit.validator_cli import (
 from tests.faults.figures import record
 
 LISTENING = re.compile(r"status page on http://127\.0\.0\.1:(\d+)")
-ASSIGNMENTS = 900
 SEGMENT = 100  # submits per window; windows alternate quiet and flooded from the 100th submit
-WINDOWS = 7  # quiet, flood, quiet, flood, quiet, flood, quiet
-FLOOD_REQUESTS = 8000  # answered, at most, over all flooded windows
-MIN_RATIO = 0.8  # flooded submit rate over the quiet one
+WINDOWS = 11  # quiet, flood, quiet, ..., flood, quiet: 5 flooded, each between two quiet
+ASSIGNMENTS = SEGMENT * (WINDOWS + 2)
+FLOOD_REQUESTS = 16000  # answered, at most, over all flooded windows
+MIN_RATIO = 0.8  # a flooded window's submit rate over its quiet neighbours' (the median)
 MAX_THREADS = 16  # of the validator process, at any time
 
 
@@ -151,6 +153,12 @@ def test_a_flood_of_the_status_page_does_not_slow_the_loop(tmp_path):
     text = log.read_text()
     quiet = submits_per_second(times, spans["quiet"])
     flooded = submits_per_second(times, spans["flood"])
+    ratios = sorted(
+        submits_per_second(times, [span])
+        / submits_per_second(times, spans["quiet"][window : window + 2])
+        for window, span in enumerate(spans["flood"])
+    )
+    ratio = ratios[len(ratios) // 2]
     # The whole run done, each assignment once.
     assert len(times) == len({s["assignment_id"] for s in submits}) == ASSIGNMENTS
     # The flood went on through its windows, and was served in part at least.
@@ -161,11 +169,12 @@ def test_a_flood_of_the_status_page_does_not_slow_the_loop(tmp_path):
     assert seen["half_open"] + seen.get("half_open_refused", 0) == 300, seen
     # No thread per connection: the flood adds none.
     assert threads["flood"] <= threads["quiet"] + 1 and threads["flood"] <= MAX_THREADS, threads
-    assert flooded >= MIN_RATIO * quiet, (quiet, flooded, seen)
+    assert ratio >= MIN_RATIO, (ratios, quiet, flooded, seen)
     assert "Traceback" not in text
     record(
         "status page flood beside a run: 20 threads (1/4 to /report) + 300 half-open sockets",
-        f"{flooded:.1f} submits/s flooded vs {quiet:.1f} quiet ({flooded / quiet:.0%}); "
+        f"{flooded:.1f} submits/s flooded vs {quiet:.1f} quiet; a flooded window over its quiet "
+        f"neighbours: median {ratio:.0%} ({ratios[0]:.0%} to {ratios[-1]:.0%}); "
         f"{seen.get('answered', 0)} answered, {seen.get('refused', 0)} turned away; "
         f"threads {threads['quiet']} quiet, {threads['flood']} flooded; "
         f"{seen['half_open_closed']}/{seen['half_open']} half-open closed by the server",
