@@ -99,8 +99,8 @@ class LlmJudgeModule(BaseValidationModule):
             path = fetch_validation_set(
                 data.validation_set_url, work / "validation.jsonl", config.max_validation_set_bytes
             )
-            prompts = read_prompts(path)
-            models = self.judge.resolve_models(data.eval_args.eval_model_list)
+        # The model before the set is read, in the network's order: a submission that cannot
+        # be loaded scores -999 there even when the set then turns out unusable.
         try:
             loaded = load(submission, self.warm, data.hg_repo_id)
         except ModelCannotLoad as exc:
@@ -108,6 +108,9 @@ class LlmJudgeModule(BaseValidationModule):
         try:
             if loaded.parameter_count > data.max_params:
                 return _penalty(f"{loaded.parameter_count} parameters, over {data.max_params}")
+            with current_scope().host_work("data"):
+                prompts = read_prompts(path)
+                models = self.judge.resolve_models(data.eval_args.eval_model_list)
             answers = self._answers(data, submission, prompts, loaded, work)
         except TokenizerCannotLoad as exc:
             # The network loads the tokenizer with the model: one that does not load is -999.

@@ -21,9 +21,10 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 MAX_JSON_BYTES = 1024 * 1024
 # A full model's files besides its weights: its config, and every file transformers reads a
 # tokenizer and its chat templates from (data and Jinja, never Python code), as the network's
-# validator reads them from the whole repo: a tokenizer given as vocab and merges, or chat
-# templates given as JSON or as named templates (`tool_use`, chosen for lines with tools), would
-# otherwise not load or render as they render there.
+# validator reads them from the whole repo: a tokenizer given as vocab and merges, a WordPiece
+# vocab, a sentencepiece model or versioned files, or chat templates given as JSON or as named
+# templates (`tool_use`, chosen for lines with tools), would otherwise not load, or load or
+# render otherwise than there (a WordPiece tokenizer without its vocab.txt loads, all [UNK]).
 MODEL_FILES = (
     "config.json",
     "generation_config.json",
@@ -33,13 +34,19 @@ MODEL_FILES = (
     "added_tokens.json",
     "vocab.json",
     "merges.txt",
+    "vocab.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
     "chat_template.jinja",
     "chat_template.json",
 )
 # Named templates: additional_chat_templates/<name>.jinja, read by transformers 5; one level,
 # plain names (a listing's name never leads out of the download folder).
 NAMED_TEMPLATE = re.compile(r"additional_chat_templates/[A-Za-z0-9_-][A-Za-z0-9_.-]*\.jinja")
-MAX_NAMED_TEMPLATES = 32
+# Versioned tokenizer files (`fast_tokenizer_files` in tokenizer_config.json: tokenizer.4.0.json)
+VERSIONED_TOKENIZER = re.compile(r"tokenizer\.[0-9]+(\.[0-9]+)*\.json")
+MAX_NAMED_TEMPLATES = 32  # and as many versioned tokenizer files
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
 
 
@@ -124,12 +131,14 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
         sorted(set(metadata.weight_map.values())) if metadata.sharded else ["model.safetensors"]
     )
     named = sorted(name for name in sizes if NAMED_TEMPLATE.fullmatch(name))
-    if len(named) > MAX_NAMED_TEMPLATES:
-        raise SubmissionRejected(
-            f"{what}: {len(named)} named chat templates, over {MAX_NAMED_TEMPLATES}"
-        )
+    versioned = sorted(name for name in sizes if VERSIONED_TOKENIZER.fullmatch(name))
+    for found, kind in ((named, "named chat templates"), (versioned, "versioned tokenizers")):
+        if len(found) > MAX_NAMED_TEMPLATES:
+            raise SubmissionRejected(f"{what}: {len(found)} {kind}, over {MAX_NAMED_TEMPLATES}")
     wanted = [
-        name for name in (*MODEL_FILES, *named, *weights) if name in sizes and name != "config.json"
+        name
+        for name in (*MODEL_FILES, *named, *versioned, *weights)
+        if name in sizes and name != "config.json"
     ]
     if metadata.sharded:
         wanted.append(hub.SAFETENSORS_INDEX)

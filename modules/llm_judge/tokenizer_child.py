@@ -40,7 +40,11 @@ def main(request_path: str) -> None:
         request = json.load(handle)
     _phase(request, "load")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(request["tokenizer_dir"], trust_remote_code=False)
+        # As the network loads it: its `padding_side="left"` overrides the config's (a config
+        # naming another side would otherwise not load), never with remote code.
+        tokenizer = AutoTokenizer.from_pretrained(
+            request["tokenizer_dir"], trust_remote_code=False, use_fast=True, padding_side="left"
+        )
     except (MemoryError, KeyboardInterrupt, SystemExit):
         raise  # past the memory limit: the set-up reports it as such
     except BaseException as exc:  # noqa: BLE001 - whatever stops loading (a panic too)

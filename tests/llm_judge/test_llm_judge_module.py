@@ -36,7 +36,7 @@ def world(tmp_path_factory):
     with served_hub(tmp) as hub, LocalJudge(["judge-a", "judge-b"], KEY) as judge:
         hub.add_repo(BASE, files_of(base))
         hub.add_repo("alice/lora", files_of(adapter))
-        hub.add_repo("flock/sets", {"chat.jsonl": CHAT})
+        hub.add_repo("flock/sets", {"chat.jsonl": CHAT, "broken.jsonl": b"{oops\n"})
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("OPENAI_BASE_URL", judge.endpoint)
             patch.setenv("OPENAI_API_KEY", KEY)
@@ -49,11 +49,13 @@ def module(world, **config) -> LlmJudgeModule:
     return LlmJudgeModule(LlmJudgeConfig(**settings))
 
 
-def scored(world, repo="alice/lora", eval_args=None, max_params=10**9, **config):
+def scored(
+    world, repo="alice/lora", eval_args=None, max_params=10**9, set_name="chat.jsonl", **config
+):
     hub, *_ = world
     raw = {
         "hg_repo_id": repo,
-        "validation_set_url": f"{hub.endpoint}/flock/sets/resolve/main/chat.jsonl",
+        "validation_set_url": f"{hub.endpoint}/flock/sets/resolve/main/{set_name}",
         "base_model": "qwen1.5",
         "context_length": 512,
         "max_params": max_params,
@@ -121,7 +123,11 @@ def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world):
     # cannot load, not a failure.
     assert scored(world, repo="mallory/pickle") == {"score": -999.0}
     assert scored(world, repo="nobody/no-such-repo") == {"score": -999.0}
+    # The network loads the model before it reads the set: -999 even where the set is broken.
+    assert scored(world, repo="carol/broken", set_name="broken.jsonl") == {"score": -999.0}
     assert len(judge.requests) == since  # nothing was generated, nothing judged
+    with pytest.raises(ValueError, match="validation set line 1"):  # a model that loads
+        scored(world, set_name="broken.jsonl")
 
 
 def with_files(base, changes: dict) -> dict[str, bytes]:

@@ -184,3 +184,22 @@ def test_too_many_named_chat_templates_are_refused(world):
     hub.add_repo("frank/full", {**files_of(base), **many})
     with pytest.raises(SubmissionRejected, match="33 named chat templates, over 32"):
         fetch(world, "frank/full")
+
+
+def test_a_full_model_brings_every_tokenizer_file_transformers_reads(world):
+    # The network's validator has the whole repo: a WordPiece vocab, a sentencepiece model or a
+    # versioned tokenizer file (`fast_tokenizer_files`) must reach ours too, or the tokenizer
+    # loads otherwise there (all [UNK] without vocab.txt) or not at all.
+    hub, base, _, _ = world
+    extra = {
+        "vocab.txt": b"[PAD]\n[UNK]\n",
+        "tokenizer.model": b"\x00",
+        "tokenizer.4.0.json": b"{}",
+        "tokenizer.v2.json": b"{}",  # not a version: not a file transformers reads
+    }
+    hub.add_repo("gina/full", {**files_of(base), **extra})
+    before = len(hub.file_requests())
+    fetch(world, "gina/full")
+    requested = set(hub.file_requests()[before:])
+    assert {"vocab.txt", "tokenizer.model", "tokenizer.4.0.json"} <= requested
+    assert "tokenizer.v2.json" not in requested

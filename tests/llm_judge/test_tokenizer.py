@@ -219,3 +219,16 @@ def test_call_arguments_render_as_given_unless_the_template_raises_on_them(base,
     assert "<a=1>" in tokenizer.decode(fell_back.ids[0].tolist())
     with pytest.raises(SubmissionRejected, match="prompt 1"):  # no fallback: it fails
         encode_prompts(folder, [item[0][:2]], submitted=True, limits=LIMITS, work=tmp_path / "c")
+
+
+def test_the_tokenizer_loads_with_left_padding_as_the_network_loads_it(base, tmp_path):
+    # The network passes padding_side="left", which overrides the config's: a config naming
+    # another side loads there, and must load here (it would not load on its own).
+    folder = hostile(base, tmp_path / "model")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "middle"}))
+    with pytest.raises((ValueError, ImportError)):  # transformers 5.3 blames protobuf for it
+        AutoTokenizer.from_pretrained(str(folder))
+    encoded = encode_prompts(folder, HI, submitted=True, limits=LIMITS, work=tmp_path / "work")
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    assert encoded.ids[0].tolist() == render(tokenizer, *HI[0])
