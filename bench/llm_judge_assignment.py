@@ -133,12 +133,7 @@ def _ours(warm, judge, adapter, prompts, texts, eval_args, sampling, work) -> Si
     began = time.perf_counter()
     bounded = {
         "submitted": False,
-        "limits": TemplateLimits(
-            cpu_seconds=DEFAULTS["template_cpu_seconds"].default,
-            memory_bytes=DEFAULTS["template_memory_bytes"].default,
-            wall_seconds=DEFAULTS["template_wall_seconds"].default,
-            max_output_bytes=DEFAULTS["template_max_output_bytes"].default,
-        ),
+        "limits": TemplateLimits.of(LlmJudgeConfig(supported_base_models=[BASE])),
         "work": work / "tokenizer",
     }
     items = [(p.messages, p.tools, p.fallback) for p in prompts]

@@ -143,12 +143,7 @@ class LlmJudgeModule(BaseValidationModule):
         # tokenized as the network tokenizes them, and never shortened.
         bounded = {
             "submitted": full_model,
-            "limits": TemplateLimits(
-                cpu_seconds=config.template_cpu_seconds,
-                memory_bytes=config.template_memory_bytes,
-                wall_seconds=config.template_wall_seconds,
-                max_output_bytes=config.template_max_output_bytes,
-            ),
+            "limits": TemplateLimits.of(config),
             "work": work / "tokenizer",
         }
         items = [(p.messages, p.tools, p.fallback) for p in prompts]

@@ -120,6 +120,9 @@ class LlmJudgeConfig(BaseConfig):
     template_cpu_seconds: float = Field(60.0, gt=0)  # after the child's imports
     template_memory_bytes: int = Field(2 * GIB, gt=0)  # address space after its imports
     template_wall_seconds: float = Field(300.0, gt=0)  # the whole child, imports included
+    # Per prompt rendered or answer decoded, on top of the CPU limit (twice on the wall's):
+    # a set of 20,000 prompts takes ~2 ms each here, so the set's size never rejects.
+    template_seconds_per_item: float = Field(0.01, ge=0)
     template_max_output_bytes: int = Field(256 * 1024**2, gt=0)  # all rendered texts
     work_dir: str | None = None
 

@@ -48,6 +48,30 @@ class TemplateLimits:
     memory_bytes: int  # address space on top of the child's imports
     wall_seconds: float  # the whole child, imports included
     max_output_bytes: int  # all rendered texts, all ids, all decoded texts (each)
+    # Added to the CPU limit (and twice to the wall limit) per prompt rendered or answer
+    # decoded, so that the task's set size alone never rejects an honest tokenizer, while a
+    # hostile template still gets a bound that grows only with the task's own set.
+    seconds_per_item: float = 0.0
+
+    @classmethod
+    def of(cls, config: Any) -> TemplateLimits:
+        """The limits a module config (schemas.LlmJudgeConfig) sets."""
+        return cls(
+            cpu_seconds=config.template_cpu_seconds,
+            memory_bytes=config.template_memory_bytes,
+            wall_seconds=config.template_wall_seconds,
+            max_output_bytes=config.template_max_output_bytes,
+            seconds_per_item=config.template_seconds_per_item,
+        )
+
+    def for_items(self, count: int) -> ChildLimits:
+        extra = self.seconds_per_item * count
+        return ChildLimits(
+            wall_seconds=self.wall_seconds + 2 * extra,
+            cpu_seconds=self.cpu_seconds + extra,
+            memory_bytes=self.memory_bytes,
+            file_bytes=self.max_output_bytes + RESULT_MARGIN_BYTES,
+        )
 
 
 @dataclass(frozen=True)
@@ -85,7 +109,9 @@ def encode_prompts(
         path.write_text(json.dumps(rows), encoding="utf-8")
 
     with _folder(work) as folder:
-        result, ids = _run("encode", tokenizer_dir, write, submitted, limits, folder)
+        result, ids = _run(
+            "encode", tokenizer_dir, write, submitted, limits, folder, count=len(items)
+        )
         rows = _read_ids(ids, limits.max_output_bytes, len(items))
     specials = {}
     for name in ("eos_token_id", "pad_token_id"):
@@ -114,7 +140,7 @@ def decode_answers(
             budget = replace(limits, max_output_bytes=max(left, 0))
             result, _ = _run(
                 "decode", tokenizer_dir, partial(_write_ids, rows=part), submitted, budget, folder,
-                first=len(texts) + 1,
+                first=len(texts) + 1, count=len(part),
             )  # fmt: skip
             got = result.get("texts")
             if not isinstance(got, list) or len(got) != len(part):
@@ -132,11 +158,13 @@ def _run(
     limits: TemplateLimits,
     work: Path,
     first: int = 1,
+    count: int = 0,
 ) -> tuple[dict, Path]:
     """Runs `op` in the child; returns its result and the path of its ids file. Every outcome
     but success raises: past a limit or crashed, SubmissionRejected for the submission's
     tokenizer (ValueError for the base's); the child's own failure, RuntimeError. `first`:
-    the number of the op's first item, as the failures name it."""
+    the number of the op's first item, as the failures name it; `count`: how many items the
+    op handles (the limits grow with it)."""
     error = _error(submitted)
     work.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -161,12 +189,7 @@ def _run(
         CHILD,
         [str(paths["request.json"])],
         cwd=work,
-        limits=ChildLimits(
-            wall_seconds=limits.wall_seconds,
-            cpu_seconds=limits.cpu_seconds,
-            memory_bytes=limits.memory_bytes,
-            file_bytes=limits.max_output_bytes + RESULT_MARGIN_BYTES,
-        ),
+        limits=limits.for_items(count),
         env={
             # One thread each: Jinja and one text at a time.
             "OMP_NUM_THREADS": "1",

@@ -109,6 +109,26 @@ def test_the_bases_template_over_a_limit_is_a_value_error_not_the_submissions(ba
     assert not isinstance(refused.value, SubmissionRejected)
 
 
+def test_the_cpu_limit_grows_with_the_sets_size(base, tmp_path):
+    """A template that costs ~0.2 s of CPU per prompt over 40 prompts (~7 s in all): past a 2 s
+    limit with no allowance per prompt, within it with 1 s per prompt (the set's size alone
+    must not reject an honest template; the bound still holds per prompt)."""
+    costly = (
+        "{% for a in range(1000) %}{% for b in range(1000) %}{% set n = a * b %}{% endfor %}"
+        "{% endfor %}"
+        "<|im_start|>user\n{{ messages[-1].content }}<|im_end|>\n"
+    )
+    folder = with_template(base, tmp_path / "model", costly)
+    items = [([{"role": "user", "content": f"question {n}"}], None) for n in range(40)]
+    flat = TemplateLimits(2, 1024**3, 240, 64 * 1024**2)
+    with pytest.raises(SubmissionRejected, match=r"CPU time limit \(2 s\)"):
+        encode_prompts(folder, items, submitted=True, limits=flat, work=tmp_path / "flat")
+    grown = TemplateLimits(2, 1024**3, 240, 64 * 1024**2, seconds_per_item=1.0)
+    assert grown.for_items(40).cpu_seconds == 42 and grown.for_items(40).wall_seconds == 320
+    encoded = encode_prompts(folder, items, submitted=True, limits=grown, work=tmp_path / "grown")
+    assert len(encoded.ids) == 40
+
+
 def test_a_template_that_raises_names_the_line_and_the_error(base, tmp_path):
     folder = with_template(base, tmp_path / "model", RAISES_ON_SECOND)
     items = [([{"role": "user", "content": c}], None) for c in ("fine", "boom", "fine")]
