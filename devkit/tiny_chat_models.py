@@ -88,6 +88,30 @@ def build_chat_base(dest: Path, seed: int = 0) -> Path:
     return dest
 
 
+def build_chat_multimodal(base_dir: Path, dest: Path, seed: int = 0) -> Path:
+    """The base's tokenizer and a model saved as Qwen3.5's own checkpoints are: a composite
+    config (`text_config` of the base's shape, a small `vision_config`), the
+    ConditionalGeneration class, and an MTP tensor that no transformers class loads."""
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    text = json.loads((base_dir / "config.json").read_text())
+    text = {k: v for k, v in text.items() if k not in ("architectures", "transformers_version")}
+    vision = dict(
+        depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
+        patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text, vision_config=vision))
+    model.save_pretrained(str(dest), safe_serialization=True)
+    weights = load_file(str(dest / "model.safetensors"))
+    weights["mtp.fc.weight"] = torch.zeros(64, 32)
+    save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (dest / name).write_bytes((base_dir / name).read_bytes())
+    return dest
+
+
 def build_chat_adapter(base_dir: Path, dest: Path, base_name: str, seed: int, r: int = 4) -> Path:
     """A LoRA adapter on the base at `base_dir`, whose config names `base_name`."""
     torch.manual_seed(seed)

@@ -16,6 +16,7 @@ import sys
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.models.auto.auto_factory import _get_model_class
 
 
 def main(request_path: str) -> None:
@@ -27,7 +28,7 @@ def main(request_path: str) -> None:
 
 def count(config_dir: str) -> dict:
     try:
-        config = AutoConfig.from_pretrained(config_dir, trust_remote_code=False)
+        config = _as_loaded(AutoConfig.from_pretrained(config_dir, trust_remote_code=False))
         # The meta device: every tensor is a shape without storage, however large it claims
         # to be; only the module objects themselves take memory (the limits bound them).
         with torch.device("meta"):
@@ -43,6 +44,18 @@ def count(config_dir: str) -> dict:
             raise MemoryError(str(exc)) from exc
         text = f"{type(exc).__name__}: {exc}".strip().replace("\n", " ")
         return {"error": text if len(text) <= 300 else text[:300] + "..."}
+
+
+def _as_loaded(config):
+    """The config of the model `AutoModelForCausalLM.from_pretrained` builds: for a composite
+    config (Qwen3.5's own checkpoints hold a text and a vision model) whose causal LM takes
+    only the text part, that part, as from_pretrained picks it (from_config does not)."""
+    mapping = AutoModelForCausalLM._model_mapping
+    if type(config) in mapping:
+        model_class = _get_model_class(config, mapping)
+        if model_class.config_class == config.sub_configs.get("text_config", None):
+            return config.get_text_config()
+    return config
 
 
 def _memory_spent(share: float = 0.9) -> bool:

@@ -13,6 +13,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -88,8 +89,10 @@ class EndTokens:
 
     @property
     def padding(self) -> int:
-        """What fills the left of shorter prompts: masked, so any id the model embeds."""
-        for value in (self.pad_token_id, self.eos_token_id):
+        """What fills the left of shorter prompts: masked, so any id the model embeds; the
+        end of text first, as the network's pad id (a tokenizer's own pad token may lie past
+        the embeddings, where the network, which never pads, still scores)."""
+        for value in (self.eos_token_id, self.pad_token_id):
             if value is not None:
                 return value
         return 0
@@ -105,9 +108,17 @@ def generate(
     start = 0
     batch_number = 0
     limit = sampling.max_batch
+    # A submitted generation config may ask for beams (file_checks.py bounds them): each is a
+    # sequence of its own in the batch's memory.
+    settings = getattr(model, "generation_config", None)
+    beams = getattr(settings, "num_beams", None)
+    beams = beams if isinstance(beams, int) and beams > 1 else 1
+    exact = padding_matters(settings)
+    if exact:
+        log.info("the generation config reads the padding: prompts batched by equal length")
     progress = Progress("generating", total=len(order), unit="answers")
     while start < len(order):
-        size = _fitting(order, start, sampling, limit)
+        size = _fitting(order, start, sampling, limit, beams, exact)
         batch = order[start : start + size]
         try:
             rows = _generate_batch(model, batch, sampling, seed + batch_number, ends)
@@ -137,12 +148,48 @@ def generate(
     return answers
 
 
-def _fitting(order: Sequence[Request], start: int, sampling: Sampling, limit: int) -> int:
-    """How many requests from `start` fit the budget: sorted by length, the last is longest."""
+def padding_matters(settings: Any) -> bool:
+    """Whether a (submitted) generation config asks for a logits processor that reads the
+    whole row, padding included, or its length: the network generates one prompt at a time,
+    unpadded, so with these a padded row would sample from other distributions."""
+
+    def given(name: str, default: Any) -> bool:
+        value = getattr(settings, name, None)
+        return value is not None and value != default
+
+    return any(
+        given(name, default)
+        for name, default in (
+            ("repetition_penalty", 1.0),
+            ("no_repeat_ngram_size", 0),
+            ("min_length", 0),
+            ("exponential_decay_length_penalty", None),
+            ("bad_words_ids", None),
+            ("sequence_bias", None),
+            ("watermarking_config", None),
+            ("num_beams", 1),
+        )
+    )
+
+
+def _fitting(
+    order: Sequence[Request],
+    start: int,
+    sampling: Sampling,
+    limit: int,
+    beams: int = 1,
+    exact: bool = False,
+) -> int:
+    """How many requests from `start` fit the budget (each `beams` sequences; `exact`: of the
+    first one's length only, so that nothing is padded): sorted by length, the last is
+    longest."""
     size = 0
     while start + size < len(order) and size < limit:
         longest = len(order[start + size].ids)
-        if (size + 1) * (longest + sampling.max_new_tokens) > sampling.token_budget and size:
+        if exact and longest != len(order[start].ids):
+            break
+        cost = (size + 1) * beams * (longest + sampling.max_new_tokens)
+        if cost > sampling.token_budget and size:
             break
         size += 1
     return size

@@ -69,6 +69,13 @@ class _Failed:
     retry: bool = True
     wait: float | None = None
     status: int | None = None  # the HTTP status, when the server answered one
+    not_finite: bool = False  # a completion whose score or confidence is NaN or infinite
+
+
+# A reply that stayed NaN or infinite through the retries. A submission's answer can talk a
+# judge into one, so it is not the judge failing unless that judge gave nothing else in the
+# assignment (ask_all): otherwise it counts as a reply without a usable score, NO_SCORE.
+NOT_FINITE = Grade(math.nan, 0.0)
 
 
 class Judge:
@@ -141,7 +148,8 @@ class Judge:
     ) -> Grade | None:
         """One judge request: the reply's grade (`CONVERSATION_FAILED` for a reply the network
         cannot read, which costs the whole conversation), or None when the server refused the
-        request itself (a 4xx other than 401/403/408/409/429, not retried). A judge that
+        request itself (a 4xx other than 401/403/408/409/429, not retried), or NOT_FINITE for
+        a score that stayed NaN or infinite (ask_all decides what it counts). A judge that
         gives no completion after every retry: RecoverableException."""
         parameters = call_parameters(name, temperature)
 
@@ -159,13 +167,17 @@ class Judge:
                 return _Failed("the completion has no text")
             grade = parse_reply(content)
             if grade is not CONVERSATION_FAILED and not math.isfinite(grade.weighted):
-                return _Failed("the reply's score or confidence is not a finite number")
+                return _Failed(
+                    "the reply's score or confidence is not a finite number", not_finite=True
+                )
             return grade
 
         result = self._with_retries(call)
         if isinstance(result, _Failed):
             if not result.retry:
                 return None
+            if result.not_finite:
+                return NOT_FINITE
             raise self._unusable(
                 f"model {parameters['model']} failed {self.retries + 1} times (last: {result.why})"
             )
@@ -176,8 +188,9 @@ class Judge:
     ) -> list[Grade | None]:
         """Every (messages, judge name) request, `concurrency` at once, in order. The first
         request that fails for good cancels those not started yet. A judge name whose every
-        request was refused is misconfigured (a parameter it does not take, say):
-        RecoverableException."""
+        request was refused is misconfigured (a parameter it does not take, say), and one that
+        gave no finite score in any reply is broken: RecoverableException. Otherwise a reply
+        that stayed NaN or infinite counts as one without a usable score (NO_SCORE)."""
         if not jobs:
             return []
         pool = ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(jobs))))
@@ -196,7 +209,9 @@ class Judge:
             mine = [grade for (_, n), grade in zip(jobs, grades, strict=True) if n == name]
             if all(grade is None for grade in mine):
                 raise self._unusable(f"model {name} refused every request")
-        return grades
+            if all(grade is None or grade is NOT_FINITE for grade in mine):
+                raise self._unusable(f"model {name} gave no finite score in any reply")
+        return [NO_SCORE if grade is NOT_FINITE else grade for grade in grades]
 
     def _with_retries(self, call: Callable[[], T | _Failed]) -> T | _Failed:
         """`call` until it gives a result, at most 1 + retries times, or the last failure."""

@@ -135,8 +135,10 @@ class LlmJudgeInput(BaseInputData):
     revision: str = "main"
     validation_set_url: str
     base_model: str
-    context_length: int = Field(gt=0)
-    max_params: int = Field(gt=0)
+    # As the network reads them: context_length is never used (prompts are not shortened),
+    # and a max_params of 0 or less is a bound no model meets (-999), not a refused input.
+    context_length: int
+    max_params: int
     eval_args: EvalArgs = Field(default_factory=EvalArgs)
 
 

@@ -10,9 +10,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import transformers
 from transformers import AutoConfig
 
+from modules.llm_judge.file_checks import check_generation_config, check_model_config
 from modules.llm_judge.param_count import check_against_headers, config_parameter_count
 from validator.kit import JsonRefused, SubmissionRejected, TransientError, hub, loads_bounded
 
@@ -40,12 +40,32 @@ MODEL_FILES = (
     "sentencepiece.bpe.model",
     "chat_template.jinja",
     "chat_template.json",
+    # The other files transformers' tokenizer classes name (`vocab_files_names`: a test holds
+    # this list to the installed transformers), and those it looks for when a repo has no
+    # tokenizer.json (Mistral's and tiktoken's).
+    "bpe.codes",
+    "byte_maps.json",
+    "emoji.json",
+    "entity_vocab.json",
+    "normalizer.json",
+    "prophetnet.tokenizer",
+    "sentencepiece.model",
+    "spm.model",
+    "vocab-src.json",
+    "vocab-tgt.json",
+    "word_pronunciation.json",
+    "word_shape.json",
+    "tekken.json",
+    "tiktoken.model",
 )
 # Named templates: additional_chat_templates/<name>.jinja, read by transformers 5; one level,
 # plain names (a listing's name never leads out of the download folder).
 NAMED_TEMPLATE = re.compile(r"additional_chat_templates/[A-Za-z0-9_-][A-Za-z0-9_.-]*\.jinja")
-# Versioned tokenizer files (`fast_tokenizer_files` in tokenizer_config.json: tokenizer.4.0.json)
-VERSIONED_TOKENIZER = re.compile(r"tokenizer\.[0-9]+(\.[0-9]+)*\.json")
+# Versioned tokenizer files (`fast_tokenizer_files` in tokenizer_config.json: tokenizer.4.0.json;
+# Mistral's tokenizer.model.v3)
+VERSIONED_TOKENIZER = re.compile(
+    r"tokenizer\.[0-9]+(\.[0-9]+)*\.json|tokenizer\.model\.[A-Za-z0-9_-]+"
+)
 MAX_NAMED_TEMPLATES = 32  # and as many versioned tokenizer files
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
 
@@ -55,7 +75,7 @@ class Submission:
     path: Path
     commit: str
     base_model: str | None  # the supported base a LoRA adapter names; None: a full model
-    parameter_count: int | None  # a full model's, from its safetensors headers
+    parameter_count: int | None  # a full model's, as its config builds it (param_count.py)
 
 
 def fetch_submission(
@@ -67,9 +87,9 @@ def fetch_submission(
     max_model_bytes: int,
     max_params: int,
 ) -> Submission:
-    """The submission's files in `dest`. A full model over `max_params` (counted from its
-    safetensors headers, then from its config on the meta device) comes back without its
-    weights: it scores -999 unloaded."""
+    """The submission's files in `dest`. A full model over `max_params` (the causal LM its
+    config describes, counted on the meta device) comes back without its weights: it scores
+    -999 unloaded."""
     what = f"submission {repo_id}@{revision}"
     info = hub.model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
     commit = hub.commit_of(info.sha, what)
@@ -108,23 +128,21 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
         raise SubmissionRejected(f"{what}: no safetensors weights{_pickles(sizes)}")
     config_path = _get(repo_id, commit, "config.json", dest, what, sizes)
     _check_architecture(config_path, what)
-    # The parameter count from the safetensors headers, before any weight is downloaded (a
-    # header the library refuses, e.g. over 25 MB, rejects the submission: hub.py).
+    # The safetensors headers, before any weight is downloaded (a header the library refuses,
+    # e.g. over 25 MB, rejects the submission: hub.py).
     metadata = hub.hub_call(
         lambda: hub.api().get_safetensors_metadata(repo_id, revision=commit), what, submission=True
     )
-    count = sum(metadata.parameter_count.values())
-    if count > max_params:
-        _tidy(dest)
-        return Submission(dest, commit, None, count)
-    # Then the count of the model the config describes, which is what transformers would
+    # The count that decides is the model's the config describes, which is what the network
+    # loads and counts (not every tensor of the files: Qwen3.5's own checkpoints also hold a
+    # vision model and MTP weights that the causal LM leaves out), and what transformers would
     # allocate whatever the weights hold: built on the meta device, in a bounded child.
     try:
-        described = config_parameter_count(dest, dest.parent / "param-count")
-        if described > max_params:
+        count = config_parameter_count(dest, dest.parent / "param-count")
+        if count > max_params:
             _tidy(dest)
-            return Submission(dest, commit, None, described)
-        check_against_headers(described, count)
+            return Submission(dest, commit, None, count)
+        check_against_headers(count, sum(metadata.parameter_count.values()))
     except SubmissionRejected as exc:
         raise SubmissionRejected(f"{what}: {exc}") from exc
     weights = (
@@ -146,25 +164,24 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
     for name in wanted:
         _get(repo_id, commit, name, dest, what, sizes)
     _tidy(dest)
+    check_generation_config(dest, what)
     return Submission(dest, commit, None, count)
 
 
 def _check_architecture(config_path: Path, what: str) -> None:
-    """Only architectures transformers implements itself: a config that asks for remote code
-    (`auto_map`) or names a class transformers does not have is refused."""
+    """Only models transformers implements itself: a config that asks for remote code
+    (`auto_map`) is refused. (`architectures` is not read: the causal LM is chosen by the
+    config's `model_type`, as the network loads it, whatever names the list gives or lacks.)"""
     config = _read_json(config_path, what)
     if "auto_map" in config:
         raise SubmissionRejected(f"{what}: config.json asks for remote code (auto_map); never run")
-    architectures = config.get("architectures") or []
-    unknown = [a for a in architectures if not hasattr(transformers, str(a))]
-    if not architectures or unknown:
-        raise SubmissionRejected(
-            f"{what}: architectures {architectures!r} are not ones transformers implements"
-        )
+    check_model_config(config, what)
     try:
         AutoConfig.from_pretrained(str(config_path.parent), trust_remote_code=False)
-    except (ValueError, KeyError, OSError) as exc:
-        raise SubmissionRejected(f"{what}: config.json cannot be read: {exc}") from exc
+    except Exception as exc:  # the submission's data: whatever transformers raises on it
+        raise SubmissionRejected(
+            f"{what}: config.json cannot be read: {type(exc).__name__}: {str(exc)[:300]}"
+        ) from exc
 
 
 def _get(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 from transformers import AutoTokenizer
@@ -40,6 +41,7 @@ def main(request_path: str) -> None:
         request = json.load(handle)
     _phase(request, "load")
     try:
+        _check_file_names(request["tokenizer_dir"])
         # As the network loads it: its `padding_side="left"` overrides the config's (a config
         # naming another side would otherwise not load), never with remote code.
         tokenizer = AutoTokenizer.from_pretrained(
@@ -55,6 +57,23 @@ def main(request_path: str) -> None:
         # surrogatepass: a validation set may hold lone surrogates (JSON's \ud800), and so may
         # decoded texts; the parent reads them back the same way.
         json.dump(result, handle, ensure_ascii=False)
+
+
+def _check_file_names(folder: str) -> None:
+    """tokenizer_config.json may name the tokenizer's files (`vocab_file`, `tokenizer_file`),
+    and transformers opens what it names in place of the folder's own: a name with a folder in
+    it (absolute, `..`) could lead out of the download folder, so the tokenizer does not load."""
+    path = Path(folder) / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    for name, value in config.items() if isinstance(config, dict) else ():
+        if name.endswith("_file") and value is not None:
+            if not isinstance(value, str) or value != Path(value).name or "\\" in value:
+                raise ValueError(
+                    f"tokenizer_config.json {name} {str(value)[:200]!r} names a file outside "
+                    "the model's folder; never read"
+                )
 
 
 def encode(request: dict, tokenizer) -> dict:

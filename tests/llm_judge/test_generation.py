@@ -5,6 +5,8 @@ cannot change what generate() returns."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -147,6 +149,7 @@ class Calls:
 
     def __init__(self, model) -> None:
         self.model, self.kwargs = model, []
+        self.generation_config = model.generation_config
 
     def parameters(self):
         return self.model.parameters()
@@ -181,9 +184,31 @@ def test_each_answers_ids_end_at_its_first_end_of_text(base):
     assert len({len(row) for row in ids.values()}) > 1  # some rows waited as padding
 
 
-def test_the_padding_is_pad_then_end_of_text_then_zero():
-    assert EndTokens(eos_token_id=5, pad_token_id=7).padding == 7
-    assert EndTokens(eos_token_id=5, pad_token_id=None).padding == 5
+def test_a_generation_config_that_reads_the_padding_gets_unpadded_batches(base):
+    """Third comparison with the network: a repetition penalty (or n-gram ban, min_length, ...)
+    reads the whole row, so a padded row samples otherwise than the network's unpadded one;
+    with such a config, prompts are batched only with others of their length."""
+    model, tokenizer = base
+    requests = requests_for(tokenizer)
+    plain = Calls(model)
+    generate(plain, tokenizer, requests, GREEDY, seed=1)
+    assert not all(bool(k["attention_mask"].all()) for k in plain.kwargs)  # padded batches
+    penalised = copy.deepcopy(model)
+    penalised.generation_config.repetition_penalty = 1.5
+    calls = Calls(penalised)
+    answers = generate(calls, tokenizer, requests, GREEDY, seed=1)
+    assert all(bool(k["attention_mask"].all()) for k in calls.kwargs)
+    assert len(calls.kwargs) == len({len(r.ids) for r in requests})
+    for request in requests:
+        alone = generate(penalised, tokenizer, [request], GREEDY, seed=1)
+        assert answers[(request.index, 0)] == alone[(request.index, 0)]
+
+
+def test_the_padding_is_end_of_text_then_pad_then_zero():
+    # The network's pad id is the end of text (a tokenizer's own pad may lie past the model's
+    # embeddings, third comparison with the network).
+    assert EndTokens(eos_token_id=5, pad_token_id=7).padding == 5
+    assert EndTokens(eos_token_id=None, pad_token_id=7).padding == 7
     assert EndTokens(eos_token_id=None, pad_token_id=None).padding == 0
 
 

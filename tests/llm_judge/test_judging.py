@@ -126,10 +126,9 @@ def test_a_judge_that_gives_no_usable_completion_is_retried(server, judge, fault
     [
         lambda s: s.raw_next(9, 200, "text/html", b"<html>maintenance</html>"),
         lambda s: s.raw_next(9, 200, "application/json", b'{"choices": []}'),
-        lambda s: s.reply_next(9, '{"score": Infinity, "confidence": 1}'),
         lambda s: s.fail_next(9, 503),
     ],
-    ids=["html", "no-choices", "infinite", "503"],
+    ids=["html", "no-choices", "503"],
 )
 def test_a_judge_that_never_gives_one_keeps_the_assignment(server, judge, fault):
     # Never 5 x 0 for the submission, never a module bug: the operator's problem, recoverable.
@@ -140,6 +139,26 @@ def test_a_judge_that_never_gives_one_keeps_the_assignment(server, judge, fault)
     finally:
         server.fail_next(0)
     assert "failed 4 times" in str(e.value) and KEY not in str(e.value)
+
+
+def test_a_score_that_stays_not_finite_counts_as_no_score_unless_the_judge_gives_nothing_else(
+    server,
+):
+    """A submission's answer can talk a judge into NaN or Infinity (audit of issue 23): once
+    the retries give nothing else, that reply counts as one without a usable score, unless the
+    judge gave no finite score in the whole assignment (then it is the judge failing)."""
+    serial = Judge(server.endpoint, KEY, timeout=5, retries=3, concurrency=1, backoff_seconds=0)
+    jobs = [(request("abc"), "judge-a"), (request("ab"), "judge-a")]
+    server.reply_next(4, '{"score": Infinity, "confidence": 1}')
+    start = len(server.requests)
+    assert serial.ask_all(jobs, 0.1) == [NO_SCORE, Grade(3.0, 1.0)]
+    assert len(since(server, start)) == 5  # the first retried three times, then counted
+    server.reply_next(8, '{"score": NaN, "confidence": 1}')
+    try:
+        with pytest.raises(RecoverableException, match="judge-a gave no finite score in any"):
+            serial.ask_all(jobs, 0.1)
+    finally:
+        server.fail_next(0)
 
 
 def test_a_trickling_judge_ends_at_the_deadline(server):

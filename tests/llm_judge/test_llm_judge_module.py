@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import pytest
+import torch
+from safetensors import safe_open
 
 from devkit import DATA_DIR
 from devkit.judge_prompts import write_judge_source
 from devkit.judge_server import LocalJudge
-from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
+from devkit.tiny_chat_models import build_chat_adapter, build_chat_base, build_chat_multimodal
 from devkit.tiny_repos import files_of
 from devkit.validator_cli import run_validator, validator_env
 from modules.llm_judge import LlmJudgeConfig, LlmJudgeModule
+from modules.llm_judge.loading import read_model
+from modules.llm_judge.schemas import EvalArgs, LlmJudgeInput
 from tests.helpers.served_hub import served_hub
 from validator.errors import RecoverableException, SubmissionRejected
 from validator.scoring import score
@@ -118,6 +123,8 @@ def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world):
     hub.add_repo("mallory/pickle", {"adapter_config.json": b"{}", "adapter_model.bin": b"\x80"})
     since = len(judge.requests)
     assert scored(world, repo="bob/full", max_params=10) == {"score": -999.0}
+    # A bound no model meets, as the network reads it (third comparison): -999, not refused.
+    assert scored(world, repo="bob/full", max_params=0) == {"score": -999.0}
     assert scored(world, repo="carol/broken") == {"score": -999.0}
     # Submissions that cannot be fetched as we load them: -999 as the network gives a model it
     # cannot load, not a failure.
@@ -228,3 +235,73 @@ def test_a_wrong_judge_key_stops_the_validator_with_exit_3(world, tmp_path):
     assert result.returncode == 3, result.stderr[-2000:]
     assert judge.endpoint in result.stderr
     assert "sk-wrong-0000000000" not in result.stderr
+
+
+def test_a_full_models_files_cannot_read_outside_its_folder_or_ask_for_unbounded_work(world):
+    """Audit of issue 23, second pass: a tokenizer config naming a file elsewhere on the machine
+    (transformers opens it in place of the repo's), a 20-byte config that makes transformers
+    build millions of labels, config values of the wrong type, and generation configs asking
+    for many beams or banned sequences: -999 as submissions that do not load, nothing judged."""
+    hub, judge, base, tmp = world
+    outside = tmp / "elsewhere" / "tokenizer.json"  # a file the submission names, not its own
+    outside.parent.mkdir(exist_ok=True)
+    outside.write_bytes((base / "tokenizer.json").read_bytes())
+    named = with_files(base, {"tokenizer_config.json": {"tokenizer_file": str(outside)}})
+    del named["tokenizer.json"]
+    relative = with_files(base, {"tokenizer_config.json": {"vocab_file": "../../etc/passwd"}})
+    bad_words = {"bad_words_ids": [[n, n + 1] for n in range(33)]}
+    hostile = {
+        "mallory/outside": named,
+        "mallory/relative": relative,
+        "mallory/labels": with_files(base, {"config.json": {"num_labels": 3_000_000}}),
+        "mallory/layers": with_files(base, {"config.json": {"num_hidden_layers": 30_000_000}}),
+        "mallory/rope": with_files(base, {"config.json": {"rope_parameters": 5}}),
+        "mallory/beams": with_files(base, {"generation_config.json": {"num_beams": 9}}),
+        "mallory/bad-words": with_files(base, {"generation_config.json": bad_words}),
+    }
+    for repo, files in hostile.items():
+        hub.add_repo(repo, files)
+    # Within the bounds, as the network generates: 8 beams, 32 banned sequences, and a
+    # generation config that is not JSON (transformers falls back to the model's defaults).
+    hub.add_repo("bob/beams", with_files(base, {"generation_config.json": {"num_beams": 2}}))
+    bounded = {"bad_words_ids": [[n, n + 1] for n in range(32)]}
+    hub.add_repo("bob/bad-words", with_files(base, {"generation_config.json": bounded}))
+    hub.add_repo("bob/no-json", with_files(base, {"generation_config.json": "{oops"}))
+    since = len(judge.requests)
+    for repo in hostile:
+        assert scored(world, repo=repo) == {"score": -999.0}, repo
+    assert len(judge.requests) == since
+    for repo in ("bob/beams", "bob/bad-words", "bob/no-json"):
+        assert 0 < scored(world, repo=repo)["score"] <= 1, repo
+
+
+def test_a_full_model_in_qwen35s_own_format_is_counted_and_scored_as_the_network_loads_it(world):
+    """Third comparison with the network: a full model saved as Qwen3.5's checkpoints are (a
+    text and a vision model, MTP weights) is loaded by the network as the causal LM of its
+    text part, counted as that (58,060 here, while its files hold more), and scored; so is a
+    config without `architectures` (the class comes from `model_type`)."""
+    hub, judge, base, tmp = world
+    multimodal = build_chat_multimodal(base, tmp / "multimodal")
+    hub.add_repo("bob/multimodal", files_of(multimodal))
+    hub.add_repo("bob/no-architectures", with_files(base, {"config.json": {"architectures": []}}))
+    text_model = sum(p.numel() for p in read_model(base, torch.float32).parameters())
+    with safe_open(multimodal / "model.safetensors", "pt") as weights:
+        in_files = sum(math.prod(weights.get_slice(n).get_shape()) for n in weights.keys())
+    assert in_files > text_model  # the count the network compares is the text model's
+    since = len(judge.requests)
+    assert 0 < scored(world, repo="bob/multimodal", max_params=text_model)["score"] <= 1
+    assert 0 < scored(world, repo="bob/no-architectures")["score"] <= 1
+    assert len(judge.requests) > since
+    assert scored(world, repo="bob/multimodal", max_params=text_model - 1) == {"score": -999.0}
+
+
+def test_the_input_takes_what_the_network_takes():
+    """context_length is never used there (prompts are not shortened), so any integer
+    passes; revision and eval_args have defaults (the network raises without them:
+    docs/llm-judge-scoring.md)."""
+    data = LlmJudgeInput.model_validate({
+        "hg_repo_id": "alice/lora", "validation_set_url": "https://example.org/set.jsonl",
+        "base_model": "qwen1.5", "context_length": 0, "max_params": -1,
+    })  # fmt: skip
+    assert (data.context_length, data.max_params, data.revision) == (0, -1, "main")
+    assert data.eval_args == EvalArgs()

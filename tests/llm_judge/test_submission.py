@@ -8,11 +8,12 @@ import json
 import resource
 
 import pytest
+import transformers
 
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
 from modules.llm_judge.loading import ModelCannotLoad, load
-from modules.llm_judge.submission import fetch_submission
+from modules.llm_judge.submission import MODEL_FILES, fetch_submission
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected, TransientError
 
@@ -100,19 +101,18 @@ def test_an_adapter_on_an_unsupported_base_is_refused(world):
         fetch(world, "mallory/base")
 
 
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ({"auto_map": {"AutoModelForCausalLM": "evil.Model"}}, "remote code"),
-        ({"architectures": ["EvilForCausalLM"]}, "not ones transformers implements"),
-    ],
-)
-def test_remote_code_and_unknown_architectures_are_refused(world, change, message):
+def test_remote_code_is_refused_and_the_class_comes_from_the_model_type(world):
     hub, base, _, _ = world
-    config = {**json.loads((base / "config.json").read_text()), **change}
-    hub.add_repo("mallory/arch", {**files_of(base), "config.json": json.dumps(config).encode()})
-    with pytest.raises(SubmissionRejected, match=message):
+    config = json.loads((base / "config.json").read_text())
+    remote = {**config, "auto_map": {"AutoModelForCausalLM": "evil.Model"}}
+    hub.add_repo("mallory/arch", {**files_of(base), "config.json": json.dumps(remote).encode()})
+    with pytest.raises(SubmissionRejected, match="remote code"):
         fetch(world, "mallory/arch")
+    # Names transformers does not have in `architectures` load nothing of their own: the
+    # network builds the causal LM of the `model_type`, and so do we.
+    named = {**config, "architectures": ["EvilForCausalLM"]}
+    hub.add_repo("bob/arch", {**files_of(base), "config.json": json.dumps(named).encode()})
+    assert fetch(world, "bob/arch").parameter_count > 0
 
 
 def test_a_model_that_does_not_load_is_reported_for_minus_999(world):
@@ -197,9 +197,28 @@ def test_a_full_model_brings_every_tokenizer_file_transformers_reads(world):
         "tokenizer.4.0.json": b"{}",
         "tokenizer.v2.json": b"{}",  # not a version: not a file transformers reads
     }
+    extra |= {"emoji.json": b"{}", "tokenizer.model.v3": b"\x00", "tekken.json": b"{}"}
     hub.add_repo("gina/full", {**files_of(base), **extra})
     before = len(hub.file_requests())
     fetch(world, "gina/full")
     requested = set(hub.file_requests()[before:])
-    assert {"vocab.txt", "tokenizer.model", "tokenizer.4.0.json"} <= requested
+    assert set(extra) - {"tokenizer.v2.json"} <= requested
     assert "tokenizer.v2.json" not in requested
+
+
+def test_the_files_fetched_cover_every_file_transformers_tokenizers_name():
+    # Third comparison with the network: a tokenizer class whose file was not fetched (emoji.json
+    # of GPTNeoXJapanese) did not load here, and loads there from the whole repo.
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
+
+    named = set()
+    for classes in TOKENIZER_MAPPING_NAMES.values():
+        for name in classes if isinstance(classes, tuple) else (classes,):
+            try:
+                tokenizer_class = getattr(transformers, name) if name else None
+                files = getattr(tokenizer_class, "vocab_files_names", None) or {}
+            except ImportError:  # a class that needs a package this stack lacks
+                continue
+            named |= {file for file in files.values() if isinstance(file, str)}
+    assert len(named) > 10
+    assert named <= set(MODEL_FILES), sorted(named - set(MODEL_FILES))
