@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from validator.kit import Progress
+from validator.kit import Progress, SubmissionRejected
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,13 @@ def generate(
         try:
             rows = _generate_batch(model, batch, sampling, seed + batch_number, ends)
         except RuntimeError as error:
+            if _NOT_NUMBERS in str(error):
+                # Sampling met NaN or infinite probabilities: the model's weights (or its
+                # generation config's penalties) made them; the network raises there too.
+                raise SubmissionRejected(
+                    "the model's next-token probabilities are not numbers (NaN or infinite "
+                    "weights or penalties)"
+                ) from error
             if not _is_oom(error):
                 raise
             rows = None
@@ -241,6 +248,11 @@ def _until_end(row: list[int], eos: int | None) -> list[int]:
 
 class PromptTooLong(ValueError):
     """A prompt that does not fit the device even alone: the assignment fails with this reason."""
+
+
+# torch.multinomial's message for probabilities that are not a distribution (on a CPU; a GPU
+# asserts on the device instead).
+_NOT_NUMBERS = "probability tensor contains either `inf`, `nan` or element < 0"
 
 
 def _is_oom(error: RuntimeError) -> bool:

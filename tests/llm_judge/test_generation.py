@@ -22,7 +22,7 @@ from modules.llm_judge.generation import (
     render,
 )
 from modules.llm_judge.generation import generate as generate_ids
-from validator.errors import Verdict, outcome_of
+from validator.errors import SubmissionRejected, Verdict, outcome_of
 
 GREEDY = Sampling(
     temperature=0, top_p=1.0, top_k=0, max_new_tokens=12, token_budget=10**6, max_batch=64
@@ -202,6 +202,17 @@ def test_a_generation_config_that_reads_the_padding_gets_unpadded_batches(base):
     for request in requests:
         alone = generate(penalised, tokenizer, [request], GREEDY, seed=1)
         assert answers[(request.index, 0)] == alone[(request.index, 0)]
+
+
+def test_a_model_whose_probabilities_are_not_numbers_is_rejected(base):
+    """Second audit of issue 23: one NaN weight in the output layer made sampling raise a
+    RuntimeError, the module-bug path (three attempts). It is the submission's weights."""
+    model, tokenizer = base
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.get_output_embeddings().weight[5, 0] = float("nan")
+    with pytest.raises(SubmissionRejected, match="probabilities are not numbers"):
+        generate(broken, tokenizer, requests_for(tokenizer)[:2], SAMPLED, seed=1)
 
 
 def test_the_padding_is_end_of_text_then_pad_then_zero():

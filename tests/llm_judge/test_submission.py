@@ -222,3 +222,32 @@ def test_the_files_fetched_cover_every_file_transformers_tokenizers_name():
             named |= {file for file in files.values() if isinstance(file, str)}
     assert len(named) > 10
     assert named <= set(MODEL_FILES), sorted(named - set(MODEL_FILES))
+
+
+TEXT_SHAPE = b'{"w": {"dtype": "F32", "shape": ["a"], "data_offsets": [0, 0]}}'
+
+
+def _header(data: bytes) -> bytes:
+    return len(data).to_bytes(8, "little") + data
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        {"model.safetensors.index.json": b'{"weight_map": ["a"]}'},
+        {"model.safetensors.index.json": b'{"weight_map": {"a": 5}}'},
+        {"model.safetensors": _header(b"[1, 2]")},
+        {"model.safetensors": _header(TEXT_SHAPE)},
+    ],
+    ids=["weight-map-list", "weight-map-int", "header-list", "shape-text"],
+)
+def test_an_index_or_header_of_the_wrong_shape_is_the_submissions(world, weights):
+    # Second audit of issue 23: huggingface_hub's reader raised TypeError or AttributeError on
+    # these, which took the module-bug path (three attempts) instead of -999.
+    hub, base, _, _ = world
+    files = {**files_of(base), **weights}
+    if "model.safetensors.index.json" in weights:
+        files["model-1.safetensors"] = files.pop("model.safetensors")
+    hub.add_repo("mallory/index", files)
+    with pytest.raises(SubmissionRejected, match="safetensors index or headers do not parse"):
+        fetch(world, "mallory/index")
