@@ -131,7 +131,7 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
     _check_architecture(config_path, what)
     # The safetensors headers, before any weight is downloaded (a header the library refuses,
     # e.g. over 25 MB, rejects the submission: hub.py).
-    metadata = _safetensors_metadata(repo_id, commit, what)
+    metadata, in_files = _safetensors_metadata(repo_id, commit, what)
     # The count that decides is the model's the config describes, which is what the network
     # loads and counts (not every tensor of the files: Qwen3.5's own checkpoints also hold a
     # vision model and MTP weights that the causal LM leaves out), and what transformers would
@@ -141,7 +141,7 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
         if count > max_params:
             _tidy(dest)
             return Submission(dest, commit, None, count)
-        check_against_headers(count, sum(metadata.parameter_count.values()))
+        check_against_headers(count, in_files)
     except SubmissionRejected as exc:
         raise SubmissionRejected(f"{what}: {exc}") from exc
     weights = (
@@ -167,10 +167,11 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what) -> 
     return Submission(dest, commit, None, count)
 
 
-def _safetensors_metadata(repo_id: str, commit: str, what: str) -> Any:
-    """The weights' index and headers as huggingface_hub reads them. Its reader trusts their
-    shapes: an index whose weight_map is a list, a header that is a list or an entry with text
-    for a shape raise TypeError or AttributeError inside it (the module-bug path, before)."""
+def _safetensors_metadata(repo_id: str, commit: str, what: str) -> tuple[Any, int]:
+    """The weights' index and headers as huggingface_hub reads them, and the parameters they
+    hold (every tensor). Its reader trusts their shapes: an index whose weight_map is a list, a
+    header that is a list or an entry with text for a shape raise TypeError or AttributeError
+    inside it (the module-bug path, before)."""
     try:
         metadata = hub.hub_call(
             lambda: hub.api().get_safetensors_metadata(repo_id, revision=commit),
@@ -180,13 +181,13 @@ def _safetensors_metadata(repo_id: str, commit: str, what: str) -> Any:
         files = metadata.weight_map.values() if metadata.sharded else []
         if not all(isinstance(name, str) for name in files):
             raise TypeError("a weight_map value is not a file name")
-        sum(metadata.parameter_count.values())
+        in_files = sum(metadata.parameter_count.values())
     except (TypeError, AttributeError, KeyError, UnicodeDecodeError) as exc:
         raise SubmissionRejected(
             f"{what}: its safetensors index or headers do not parse "
             f"({type(exc).__name__}: {str(exc)[:200]})"
         ) from exc
-    return metadata
+    return metadata, in_files
 
 
 def _check_architecture(config_path: Path, what: str) -> None:
