@@ -133,6 +133,12 @@ def generate(
             if not _is_oom(error):
                 raise
             rows = None
+        except IndexError as error:
+            # A token id of the model's own generation config past its vocabulary
+            # (`forced_eos_token_id`): the network raises there too.
+            raise SubmissionRejected(
+                f"generation fails on the model's generation config: IndexError: {error}"
+            ) from error
         if rows is None:
             _release_cuda_cache()
             if size == 1:

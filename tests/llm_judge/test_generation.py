@@ -215,6 +215,16 @@ def test_a_model_whose_probabilities_are_not_numbers_is_rejected(base):
         generate(broken, tokenizer, requests_for(tokenizer)[:2], SAMPLED, seed=1)
 
 
+def test_a_generation_config_naming_a_token_past_the_vocabulary_is_rejected(base):
+    # Second audit of issue 23: forced_eos_token_id 99999 raised IndexError in generate (the
+    # module-bug path, three attempts); the network raises too.
+    model, tokenizer = base
+    forced = copy.deepcopy(model)
+    forced.generation_config.forced_eos_token_id = 99_999
+    with pytest.raises(SubmissionRejected, match="generation config: IndexError"):
+        generate(forced, tokenizer, requests_for(tokenizer)[:2], GREEDY, seed=1)
+
+
 def test_the_padding_is_end_of_text_then_pad_then_zero():
     # The network's pad id is the end of text (a tokenizer's own pad may lie past the model's
     # embeddings, third comparison with the network).
