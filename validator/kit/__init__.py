@@ -42,6 +42,8 @@ _WHERE = {
     "run_child": "validator.kit.child_process",
     "ChildLimits": "validator.kit.child_process",
     "ChildOutcome": "validator.kit.child_process",
+    "inspect_in_child": "validator.kit.boundary",
+    "SUBMISSION_LIMITS": "validator.kit.boundary",
     # the Hugging Face Hub, with deadlines and the failure contract
     "hub": "validator.kit.hub",
     "fetch_base_model": "validator.kit.hub",
@@ -82,6 +84,8 @@ __all__ = [
     "run_child",
     "ChildLimits",
     "ChildOutcome",
+    "inspect_in_child",
+    "SUBMISSION_LIMITS",
     "hub",
     "fetch_base_model",
     "check_lora_against_base",
@@ -125,6 +129,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from validator.kit import hub
     from validator.kit.adapter_bounds import check_lora_against_base, ranks_of
     from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
+    from validator.kit.boundary import SUBMISSION_LIMITS, inspect_in_child
     from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
     from validator.kit.deadline import overall_deadline
     from validator.kit.downloads import fetch_validation_set

@@ -1,0 +1,119 @@
+"""The trust boundary (DESIGN.md): a submission's files are parsed only in a bounded child, never
+in the validator's own process. For modules.
+
+    answer = inspect_in_child(SCRIPT, {"config_dir": str(folder)}, work=work,
+                              what="config.json", answer=ConfigFacts, preload=("transformers",))
+
+`SCRIPT` is a standalone file (it imports nothing of the validator: the child runs `python -I`)
+that reads the request from the JSON file named by its first argument and writes its answer as
+one JSON object to `request["result"]`; {"error": "..."} when the submission's data is at fault
+(a config transformers rejects, a header of the wrong shape). The parent gets the answer back
+validated whole by the caller's pydantic model: plain checked data, never an object the
+submission's bytes built.
+
+Whatever the child cannot do within its limits, or a death by a signal, is the submission's
+doing: SubmissionRejected naming `what` and the limit, with one log line. A child that exits
+with a traceback (code > 0) without writing an answer is the module's own bug: RuntimeError,
+which the runner's bounded retries handle.
+
+The limits live here, in one place (`SUBMISSION_LIMITS`); a module passes its own only where its
+protocol needs a different bound (rl's episodes, a tokenizer's per-prompt time).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from validator.errors import JsonRefused, SubmissionRejected
+from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+from validator.kit.safe_json import loads_bounded
+from validator.text import one_line
+
+log = logging.getLogger(__name__)
+
+A = TypeVar("A", bound=BaseModel)
+
+# What reading a submission's metadata may take: a real config, index, header or ONNX graph is
+# read in well under a second and tens of MB; these bounds are far above that and far below
+# what would hurt the host.
+SUBMISSION_LIMITS = ChildLimits(
+    wall_seconds=300.0,
+    cpu_seconds=120.0,
+    memory_bytes=2 * 1024**3,
+    file_bytes=16 * 1024**2,
+)
+# The child's answer is plain data: counts, shapes, names, a few config values.
+MAX_ANSWER_BYTES = 8 * 1024**2
+# The child's environment: one thread, nothing fetched, no library chatter on stderr.
+CHILD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def inspect_in_child(
+    script: Path,
+    request: dict[str, Any],
+    *,
+    work: Path,
+    what: str,
+    answer: type[A],
+    preload: tuple[str, ...] = (),
+    limits: ChildLimits = SUBMISSION_LIMITS,
+    env: dict[str, str] | None = None,
+) -> A:
+    """Runs `script` on `request` in a bounded child (see the module's docstring) and returns
+    its answer validated by `answer`. SubmissionRejected naming `what` when the submission's
+    data is at fault or meets a limit; RuntimeError when the script itself failed."""
+    work.mkdir(parents=True, exist_ok=True)
+    stem = Path(script).stem
+    request_path, result_path = work / f"{stem}-request.json", work / f"{stem}-result.json"
+    result_path.unlink(missing_ok=True)
+    request_path.write_text(json.dumps({**request, "result": str(result_path)}), encoding="utf-8")
+    try:
+        outcome = run_child(
+            Path(script),
+            [str(request_path)],
+            cwd=work,
+            limits=limits,
+            env={**CHILD_ENV, **(env or {})},
+            preload=preload,
+        )
+        raw = _read_answer(result_path)
+    finally:
+        request_path.unlink(missing_ok=True)
+        result_path.unlink(missing_ok=True)
+    if outcome.outcome is not ChildOutcome.OK:
+        if outcome.outcome is ChildOutcome.CRASHED and outcome.exit_code > 0 and raw is None:
+            # A traceback and no answer: the script's own failure, not the submission's doing
+            # (the scripts catch what the submission's data makes the libraries raise).
+            raise RuntimeError(f"{stem} {outcome.describe()}")
+        log.warning("%s: the bounded child reading it %s", what, outcome.describe())
+        raise SubmissionRejected(f"{what}: reading it {outcome.describe()}")
+    if raw is None:
+        raise RuntimeError(f"{stem} finished without writing an answer")
+    if isinstance(raw, dict) and "error" in raw:
+        raise SubmissionRejected(f"{what}: {one_line(str(raw['error']))[:400]}")
+    try:
+        return answer.model_validate(raw)
+    except ValidationError as exc:
+        # The script is ours and its answer's shape is fixed: a mismatch is our bug.
+        raise RuntimeError(f"{stem} answered in an unexpected shape: {exc}") from exc
+
+
+def _read_answer(path: Path) -> Any | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return loads_bounded(data, f"the answer in {path.name}", max_bytes=MAX_ANSWER_BYTES)
+    except JsonRefused as exc:  # an answer the submission made too large to take back
+        raise SubmissionRejected(f"{path.name}: {exc}") from exc
