@@ -78,7 +78,7 @@ def service(spec: ModuleSpec) -> dict[str, Any]:
         "network_mode": "host",
         "init": True,
         "restart": "on-failure:5",
-        # The validator finishes the assignment in progress on a stop (README, "Stopping").
+        # The validator finishes the assignment in progress on a stop (docs/one-host.md).
         "stop_grace_period": f"{spec.stop_grace_seconds}s",
         "environment": environment,
         "volumes": [
