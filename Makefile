@@ -16,7 +16,7 @@ STACKS := $(filter $(MODULES),$(patsubst modules/%/module.yaml,%,$(shell \
 SHARED := $(filter-out $(STACKS),$(MODULES))
 STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 
-.PHONY: install test lint format demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser prometheus report
+.PHONY: install test lint format docs demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser prometheus registry report
 
 install: $(VENV)/.installed $(STACK_VENVS)
 
@@ -45,7 +45,7 @@ $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt 
 # with one line naming the command to run (scripts/needs.sh). FLOCK_SKIP_DOCKER_TESTS=1 and
 # FLOCK_SKIP_BROWSER_TESTS=1 opt out of those tests explicitly.
 test: install wheels
-	@bash scripts/needs.sh test-docker test-browser test-prometheus
+	@bash scripts/needs.sh test-docker test-browser test-prometheus test-registry
 	$(PY) -m pytest -q $(foreach m,$(STACKS),--ignore=tests/$(m))
 	@for m in $(STACKS); do echo "== tests/$$m in .venv-$$m"; \
 		.venv-$$m/bin/python -m pytest -q tests/$$m || exit 1; done
@@ -60,10 +60,22 @@ test-fast: install
 	@for m in $(STACKS); do echo "== tests/$$m in .venv-$$m"; \
 		.venv-$$m/bin/python -m pytest -q -m unit tests/$$m || [ $$? = 5 ] || exit 1; done
 
+# The release workflow is checked by actionlint and zizmor (pinned actions, permissions,
+# injection). The docs site is built with --strict: a broken link or anchor in docs/ fails lint (and CI);
+# not with --quiet, which hides the warnings that --strict counts (mkdocs 1.6).
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/hadolint docker/Dockerfile
+	$(VENV)/bin/actionlint .github/workflows/*.yml
+	@# --offline: the audits that ask GitHub's API need a token and the network.
+	$(VENV)/bin/zizmor --offline --persona=pedantic .github/workflows/
+	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict \
+		--site-dir "$$site"; status=$$?; rm -rf "$$site"; exit $$status
+
+# The documentation site (mkdocs.yml, pages in docs/) on http://127.0.0.1:8000, rebuilt on edits.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve -a 127.0.0.1:8000
 
 format: install
 	$(PY) -m ruff format .
@@ -114,7 +126,7 @@ compose: install
 	$(PY) -m launcher.compose
 	$(PY) -m launcher.kubernetes
 
-# A new module that works with no edit: make new-module NAME=my_task (README "Adding a module");
+# A new module that works with no edit: make new-module NAME=my_task (docs/adding-a-module.md);
 # ARGS="--pip roman==5.2 --own-venv" passes options (python -m devkit.scaffold --help).
 new-module: install
 	@if [ -z "$(NAME)" ]; then echo "usage: make new-module NAME=<lower_case_name>"; exit 2; fi
@@ -163,13 +175,23 @@ prometheus:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
 		prometheus >/dev/null; }; fi
 
+# Debian's docker-registry for the released-image tests (tests/test_released_images.py runs it on
+# a free 127.0.0.1 port, from a config in a temporary folder; the package's own service is not
+# started). Needs root on a Debian machine.
+registry:
+	@if [ -x /usr/bin/docker-registry ]; then echo "docker-registry: present"; \
+	else DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		docker-registry >/dev/null || { apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		docker-registry >/dev/null; }; fi
+
 # A Docker engine, Compose v2 and the local stand-in base image, on a Debian machine that has
 # none running (CI, a development sandbox). Needs root.
 docker-engine: install wheels
 	bash scripts/docker-engine.sh
 	bash scripts/local-base-image.sh
 
-# What a state dir says happened: `make report STATE=./state` (text; see README for --html).
+# What a state dir says happened: `make report STATE=./state` (text; docs/observing.md for --html).
 STATE ?= state
 report: install
 	$(PY) -m validator report --state-dir $(STATE)

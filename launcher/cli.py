@@ -29,6 +29,13 @@ from launcher.errors import LaunchError, UsageError
 from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
 from launcher.fleet_run import FleetSupervisor, worker_containers
 from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
+from launcher.published import (
+    DEFAULT_REGISTRY,
+    REGISTRY_ENV,
+    checkout_version,
+    published_image,
+    pull_published,
+)
 from launcher.report import run_reports, worker_volumes
 from launcher.supervisor import Supervisor, say
 from validator.errors import ConfigError, ExitCode
@@ -95,6 +102,19 @@ def module_spec(repo_root: Path, module: str) -> ModuleSpec:
 )
 @click.option("--image", help="Use this prebuilt image instead of building one.")
 @click.option("--rebuild", is_flag=True, help="Build the image even if it exists.")
+@click.option(
+    "--pull",
+    is_flag=True,
+    help="Run the released image of this checkout's version (pyproject.toml), pulled from "
+    "--registry; build it here when it cannot be pulled.",
+)
+@click.option(
+    "--registry",
+    envvar=REGISTRY_ENV,
+    default=DEFAULT_REGISTRY,
+    show_default=True,
+    help="Registry and owner of the released images, for --pull.",
+)
 @click.option("--build-only", is_flag=True, help="Build (or find) the image, print its tag, exit.")
 @click.option(
     "--base-image",
@@ -205,6 +225,8 @@ class LaunchOptions:
     workers: int | None = None
     plan: bool = False
     report_worker: int | None = None
+    pull: bool = False
+    registry: str = DEFAULT_REGISTRY
 
     def build_spec(self, spec: ModuleSpec) -> BuildSpec:
         return BuildSpec(
@@ -284,10 +306,18 @@ class LaunchOptions:
         return workers, passthrough
 
     def image_tag(self, client: docker.DockerClient, spec: ModuleSpec) -> str:
-        """The image to run: the one --image names (pulled if missing), or the module's, built
-        when it is not there yet."""
+        """The image to run: the one --image names (pulled if missing), the released one of
+        this checkout's version with --pull, or the module's, built when it is not there yet
+        (also when --pull could not have the released one: it says why in one line)."""
+        if self.pull and (self.image or self.rebuild):
+            raise UsageError("--pull runs the released image: give it without --image or --rebuild")
         if self.image:
             return ensure_given_image(client, self.image)
+        if self.pull:
+            released = published_image(self.registry, spec.name, checkout_version(REPO_ROOT))
+            pulled = pull_published(client, released)
+            if pulled is not None:
+                return pulled
         return ensure_image(client, self.build_spec(spec), self.rebuild)
 
     def volumes(self, spec: ModuleSpec) -> dict[str, str]:

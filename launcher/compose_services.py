@@ -11,8 +11,10 @@ import yaml
 
 from launcher.containers import state_volume_name, volume_name
 from launcher.images import DOCKERFILE, PRODUCTION_BASE
+from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, checkout_version, repository
 from validator.spec import (
     CONFIG_PATH,
+    REPO_ROOT,
     SPEC_FILE,
     STATE_PATH,
     ModuleSpec,
@@ -69,6 +71,11 @@ def service(spec: ModuleSpec) -> dict[str, Any]:
         **{name: None for name in [*spec.secrets, *spec.env]},
     }
     body: dict[str, Any] = {
+        # The released image of this checkout's version (docs/images.md "Released images"),
+        # pulled when the engine lacks it; where it cannot be pulled (no such tag, no registry
+        # reachable) Compose warns and builds it from `build:` instead.
+        "image": released_image(spec.name),
+        "pull_policy": "missing",
         "build": {
             "context": ".",
             "dockerfile": DOCKERFILE,
@@ -78,7 +85,7 @@ def service(spec: ModuleSpec) -> dict[str, Any]:
         "network_mode": "host",
         "init": True,
         "restart": "on-failure:5",
-        # The validator finishes the assignment in progress on a stop (README, "Stopping").
+        # The validator finishes the assignment in progress on a stop (docs/one-host.md).
         "stop_grace_period": f"{spec.stop_grace_seconds}s",
         "environment": environment,
         "volumes": [
@@ -93,6 +100,12 @@ def service(spec: ModuleSpec) -> dict[str, Any]:
         environment["VALIDATOR_HTTP_PORT"] = str(spec.status_port)
         body["healthcheck"] = healthcheck(spec.status_port)
     return {**body, **spec.compose}
+
+
+def released_image(module: str) -> str:
+    """`${VALIDATOR_IMAGE_REGISTRY:-ghcr.io/flock-io}/flock-validator-<module>:<version>`."""
+    name = repository(DEFAULT_REGISTRY, module).removeprefix(DEFAULT_REGISTRY)
+    return f"${{{REGISTRY_ENV}:-{DEFAULT_REGISTRY}}}{name}:{checkout_version(REPO_ROOT)}"
 
 
 def healthcheck(port: int) -> dict[str, Any]:

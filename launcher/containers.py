@@ -14,8 +14,8 @@ from validator.spec import CONFIG_PATH, CORE_ENV
 LABEL_MODULE = "org.flock-validator.module"
 LABEL_LAUNCHER = "org.flock-validator.launcher"
 CHECK_MOUNT = "/input/check.json"
-# Host environment variables the inner CLI reads (README.md, "The validator inside the
-# container"), passed on when set; TASK_IDS goes as an option. A module's spec adds its own.
+# Host environment variables the inner CLI reads (docs/one-host.md, "The validator inside
+# the container"), passed on when set; TASK_IDS goes as an option. A module's spec adds its own.
 PASSED_ENV = tuple(name for name in CORE_ENV if name != "TASK_IDS")
 GPU_ID = re.compile(r"^(\d+|GPU-[0-9a-fA-F-]+)$")
 

@@ -4,7 +4,7 @@ Pure functions: the command line's fleet options -> the list of workers (contain
 journal volume, status port, task share). `run.py --plan` prints it; the launcher starts one
 supervised container per worker (launcher/supervisor.py, launcher/fleet_run.py).
 
-Decisions an operator relies on (README, "Many GPUs on one host"):
+Decisions an operator relies on (docs/many-gpus.md):
 - `--gpus all` / `none` (or no --gpus) is one worker, as before; a list of ids is one worker per
   id, or per `--gpus-per-worker K` ids; `--workers N` is N workers without a GPU.
 - Worker 0 keeps the journal volume a one-container run always had (flock-validator-MODULE-state,

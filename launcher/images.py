@@ -16,7 +16,7 @@ from requests.exceptions import RequestException
 from launcher.errors import LaunchError
 
 DOCKERFILE = "docker/Dockerfile"
-# micromamba 2.x on NVIDIA's CUDA 12 base for Ubuntu 22.04 (README "The base image").
+# micromamba 2.x on NVIDIA's CUDA 12 base for Ubuntu 22.04 (docs/images.md "The base image").
 PRODUCTION_BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
 # What goes into an image, besides the module's own folder (see .dockerignore). configs/ is
 # baked in as the defaults of hosts that cannot mount it (pods); run.py mounts it over them.
@@ -165,8 +165,8 @@ def base_unavailable(base: str, error: str) -> LaunchError:
     """The one line an operator gets for a base image the engine cannot get."""
     return LaunchError(
         f"base image {base!r} cannot be pulled ({pull_failure_reason(error)}); pick another "
-        "with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA tag, see README "
-        '"The base image")'
+        "with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA tag, see "
+        'docs/images.md "The base image")'
     )
 
 

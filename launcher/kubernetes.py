@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from launcher.compose_services import specs_with_files
+from launcher.published import DEFAULT_REGISTRY, checkout_version, repository
 from validator.spec import (
     CONFIG_PATH,
     CORE_ENV,
@@ -91,8 +92,9 @@ def settings_name(module: str) -> str:
 
 
 def image_name(module: str) -> str:
-    """The image `run.py` builds for the module, by name; kustomize's `images:` retags it."""
-    return f"flock-validator-{module.lower()}"
+    """The module's released image, by name (docs/images.md "Released images"); the base's
+    `images:` tags it with the checkout's version, an overlay's retags it."""
+    return repository(DEFAULT_REGISTRY, module)
 
 
 def labels(spec: ModuleSpec) -> dict[str, str]:
@@ -272,7 +274,9 @@ def kustomization(specs: dict[str, ModuleSpec]) -> dict[str, Any]:
         "kind": "Kustomization",
         "namespace": NAMESPACE,
         "resources": ["namespace.yaml", *(module_file(name) for name in specs)],
-        "images": [{"name": image_name(name), "newTag": "latest"} for name in specs],
+        "images": [
+            {"name": image_name(name), "newTag": checkout_version(REPO_ROOT)} for name in specs
+        ],
         "replicas": [{"name": object_name(name), "count": 1} for name in specs],
         "replacements": replacements(specs),
     }
@@ -301,7 +305,7 @@ def example_overlay(specs: dict[str, ModuleSpec]) -> dict[str, Any]:
         "images": [
             {
                 "name": image_name(name),
-                "newName": f"registry.example.com/{image_name(name)}",
+                "newName": f"registry.example.com/flock-validator-{name.lower()}",
                 "newTag": "v1",
             }
             for name in specs

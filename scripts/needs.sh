@@ -3,6 +3,7 @@
 #   docker   a Docker engine answering, Compose v2 and the local stand-in base image
 #   browser  Debian's headless Chromium and ChromeDriver (the page tests)
 #   prometheus  Debian's Prometheus and promtool (the fleet-observation tests)
+#   registry Debian's docker-registry (the released-image tests: a registry on 127.0.0.1)
 # As root on Debian (CI, a fresh sandbox) each is installed the way `make docker-engine` and
 # `make browser` do; anywhere else a missing one stops here with one line naming the command to
 # run, rather than as a test failure or an apt-get error half-way through a run.
@@ -70,6 +71,19 @@ need_prometheus() {
     fi
 }
 
+need_registry() {
+    local why=$1
+    if [ -x /usr/bin/docker-registry ]; then
+        return
+    fi
+    if can_install; then
+        echo "== $why needs a local container registry: installing it (make registry)"
+        "${MAKE:-make}" --no-print-directory registry
+    else
+        stop "$why needs Debian's docker-registry (/usr/bin/docker-registry) for the released-image tests: run \`sudo make registry\`, or set FLOCK_SKIP_DOCKER_TESTS=1"
+    fi
+}
+
 for need in "$@"; do
     case $need in
         test-docker)
@@ -79,9 +93,11 @@ for need in "$@"; do
             [ "${FLOCK_SKIP_BROWSER_TESTS:-}" = 1 ] || need_browser "make test" ;;
         test-prometheus)
             need_prometheus "make test" ;;
+        test-registry)
+            [ "${FLOCK_SKIP_DOCKER_TESTS:-}" = 1 ] || need_registry "make test" ;;
         demo-docker)
             need_docker "make demo" "" ;;
         *)
-            stop "scripts/needs.sh: unknown need '$need' (test-docker, test-browser, test-prometheus, demo-docker)" ;;
+            stop "scripts/needs.sh: unknown need '$need' (test-docker, test-browser, test-prometheus, test-registry, demo-docker)" ;;
     esac
 done

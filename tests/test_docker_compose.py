@@ -19,6 +19,7 @@ FIXTURE_SERVICE = """
 services:
   validator-fixture:
     extends: {file: compose.yaml, service: validator-lora}
+    image: flock-validator-fixture:compose-test  # not lora's released name
     build:
       args:
         MODULE: fixture
@@ -136,6 +137,9 @@ def test_compose_up_validator_rl_runs_the_generated_service(engine, tmp_path):
                 HF_ENDPOINT=hub.endpoint,
             )
             del env["HF_TOKEN"]
+            # The build is tagged with the service's released name: a name of this test's, so
+            # that no later `run.py rl --pull` takes this CI build for a release.
+            env["VALIDATOR_IMAGE_REGISTRY"] = f"localhost/{project}"
             try:
                 result = compose(repo, *files, "up", "--build", "validator-rl", env=env)
                 assert result.returncode == 0, result.stdout + result.stderr
@@ -143,6 +147,8 @@ def test_compose_up_validator_rl_runs_the_generated_service(engine, tmp_path):
             finally:
                 compose(repo, *files, "down", env=env)
                 engine.volumes.get(volume).remove(force=True)
+                for image in engine.images.list(name=f"localhost/{project}/flock-validator-rl"):
+                    engine.images.remove(image.id, force=True)
     assert results["alice/policy"]["status"] == "completed"
     assert isinstance(results["alice/policy"]["data"]["average_reward"], float)
     assert results["missing/policy"]["status"] == "failed"

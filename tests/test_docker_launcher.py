@@ -342,7 +342,7 @@ def test_a_base_that_cannot_be_pulled_is_one_line_naming_it(engine, repo, by):
     assert errors[0].startswith(f"[run.py] error: base image '{base}' cannot be pulled (")
     assert errors[0].endswith(
         "; pick another with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA "
-        'tag, see README "The base image")'
+        'tag, see docs/images.md "The base image")'
     )
     assert "Traceback" not in result.stderr
     assert "Step " not in result.stderr  # refused before the build, not at its FROM step

@@ -131,7 +131,7 @@ def test_a_device_fault_under_a_rejection_still_restarts_the_process():
 
 def test_the_table_is_the_documented_policy():
     # (journal action, exit code: None = the loop goes on), as docs/module-api.md and the
-    # README ("Where an assignment's failure lands") state it.
+    # docs/troubleshooting.md "Where an assignment's failure lands" state it.
     policy = {verdict: (row.journal, row.exit_code) for verdict, row in OUTCOMES.items()}
     assert policy == {
         Verdict.REJECTED: (JournalAction.FAIL, None),

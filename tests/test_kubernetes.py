@@ -32,6 +32,7 @@ from launcher.kubernetes import (
     render,
     settings_name,
 )
+from launcher.published import checkout_version
 from validator.spec import CONFIG_PATH, CORE_ENV, CORE_SECRETS, STATE_PATH
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -219,6 +220,13 @@ def test_kustomize_builds_the_base():
         "flock-validator"
     }
     assert shard_counts(resources) == {object_name(m): (1, "1") for m in SPECS}
+    # The released images of this checkout's version (docs/images.md "Released images").
+    version = checkout_version(REPO_ROOT)
+    assert {
+        d["spec"]["template"]["spec"]["containers"][0]["image"]
+        for d in resources
+        if d["kind"] == "StatefulSet"
+    } == {f"ghcr.io/flock-io/flock-validator-{m}:{version}" for m in SPECS}
     for document in resources:
         kubernetes_validate.validate(document, VERSIONS[-1], strict=True)
 
@@ -235,7 +243,7 @@ def test_the_example_overlay_scales_and_keeps_the_shard_count_with_the_replicas(
         for d in resources
         if d["kind"] == "StatefulSet"
     }
-    assert images == {f"registry.example.com/{image_name(m)}:v1" for m in SPECS}
+    assert images == {f"registry.example.com/flock-validator-{m}:v1" for m in SPECS}
     settings = {d["metadata"]["name"]: d["data"] for d in resources if d["kind"] == "ConfigMap"}
     assert settings == {settings_name(m): {"TASK_IDS": "12,34"} for m in SPECS}
     for document in resources:

@@ -29,7 +29,7 @@ def test_the_production_base_is_one_tag_everywhere():
     assert f"ARG BASE_IMAGE={PRODUCTION_BASE}\n" in (REPO_ROOT / "docker/Dockerfile").read_text()
     compose = (REPO_ROOT / "compose.yaml").read_text()
     assert f"BASE_IMAGE: ${{VALIDATOR_BASE_IMAGE:-{PRODUCTION_BASE}}}\n" in compose
-    assert f"`{PRODUCTION_BASE}`" in (REPO_ROOT / "README.md").read_text()
+    assert f"`{PRODUCTION_BASE}`" in (REPO_ROOT / "docs/images.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,7 @@ def test_the_message_is_one_line_naming_the_tag_and_the_way_out():
     assert "\n" not in message
     assert message.startswith("base image 'local/nope:1' cannot be pulled (line one); ")
     assert "--base-image / VALIDATOR_BASE_IMAGE" in message
-    assert 'README "The base image"' in message
+    assert 'docs/images.md "The base image"' in message
 
 
 class StandInImages:

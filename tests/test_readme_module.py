@@ -1,4 +1,4 @@
-"""A module written from the README alone works, without touching validator/."""
+"""A module written from docs/adding-a-module.md alone works, without touching validator/."""
 
 import json
 import re
@@ -13,9 +13,10 @@ FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```\w*\n(?P<body>.*?)```
 
 @pytest.fixture
 def readme_module(tmp_path) -> dict[str, str]:
-    """Writes every file the README shows under tmp_path, as a module author would."""
+    """Writes every file docs/adding-a-module.md shows under tmp_path, as a module author would."""
     files = {
-        m["path"]: m["body"] for m in FILE_BLOCK.finditer((REPO_ROOT / "README.md").read_text())
+        m["path"]: m["body"]
+        for m in FILE_BLOCK.finditer((REPO_ROOT / "docs" / "adding-a-module.md").read_text())
     }
     assert "modules/hello/__init__.py" in files and "configs/hello.json" in files, files.keys()
     for path, body in files.items():

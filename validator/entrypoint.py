@@ -1,4 +1,4 @@
-"""`python -m validator <module> ...`: the command line of the inner orchestrator (README.md,
+"""`python -m validator <module> ...`: the command line of the inner orchestrator (docs/one-host.md,
 "The validator inside the container")."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A module's spec: `modules/<name>/module.yaml`, the one file that says what a module needs
 around its code (its environment, a GPU, secrets, env vars, volumes, Compose settings).
 
-The launcher, the inner CLI, the Makefile and `compose.yaml` all derive from it (README,
-"Adding a module"). What a module is is decided here, once (`find_module_folders`): a folder
-`modules/<identifier>/` holding both `__init__.py` and `module.yaml`. The registry, run.py,
+The launcher, the inner CLI, the Makefile and `compose.yaml` all derive from it
+(docs/adding-a-module.md). What a module is is decided here, once (`find_module_folders`): a
+folder `modules/<identifier>/` holding both `__init__.py` and `module.yaml`. The registry, run.py,
 the Compose and Kubernetes generators, the requirements generator and the Makefile's
 `MODULES` (folders with both files) all use that rule.
 """
@@ -187,7 +187,7 @@ def load_spec(folder: Path) -> ModuleSpec:
     path = folder / SPEC_FILE
     where = f"modules/{folder.name}/{SPEC_FILE}"
     if not path.is_file():
-        raise ConfigError(f"{where} is missing: every module has a spec (README, Adding a module)")
+        raise ConfigError(f"{where} is missing: every module has a spec (docs/adding-a-module.md)")
     if path.stat().st_size > MAX_SPEC_BYTES:
         raise ConfigError(f"{where}: over {MAX_SPEC_BYTES} bytes")
     try:

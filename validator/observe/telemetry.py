@@ -1,5 +1,5 @@
-"""The validator's Prometheus metrics (README, "Observing a validator" lists them). One registry
-per process, served at `/metrics` by status_server.py when `--http-port` is set."""
+"""The validator's Prometheus metrics (docs/observing.md "Observing a validator" lists them).
+One registry per process, served at `/metrics` by status_server.py when `--http-port` is set."""
 
 from __future__ import annotations
 
