@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
+import time
 import urllib.request
 from urllib.error import HTTPError
 
@@ -238,9 +240,6 @@ def test_healthz_answers_at_once_beside_200_half_open_connections(tmp_path):
     behind them, past a Kubernetes probe's 10 s timeout. A new connection now takes the place of
     the one waiting longest for its head: /healthz answers within 1 s while all 200 are open,
     and the validator scores and submits meanwhile."""
-    import socket
-    import time
-
     release = tmp_path / "release"
     config = {"slow_seconds": 120.0, "marker_dir": str(tmp_path), "release_file": str(release)}
     write_config(tmp_path, "fixture", config)
