@@ -111,11 +111,13 @@ class LocalHub:
         revision: str = "main",
         *,
         require_token: str | None = None,
+        commit: str | None = None,
     ) -> str:
         """Push `files` as a new commit and point `revision` at it; returns the commit sha.
 
         The commit depends on the repo, revision and content, so pushing different files to
-        the same branch makes a new commit while the old one stays downloadable.
+        the same branch makes a new commit while the old one stays downloadable. `commit` gives
+        the sha instead: a mirror or a fork of another repo, which shares its commits.
         """
         _split_repo(repo_id)
         digest = hashlib.sha256()
@@ -123,7 +125,12 @@ class LocalHub:
             data = files[name]
             blob = data.read_bytes() if isinstance(data, Path) else data
             digest.update(name.encode() + b"\0" + hashlib.sha256(blob).digest())
-        commit = hashlib.sha1(f"{repo_id}\0{revision}\0{digest.hexdigest()}".encode()).hexdigest()
+        if commit is None:
+            commit = hashlib.sha1(
+                f"{repo_id}\0{revision}\0{digest.hexdigest()}".encode()
+            ).hexdigest()
+        elif not COMMIT_RE.match(commit):
+            raise ValueError(f"commit {commit!r}: 40 hex digits")
         snapshot = self.root / repo_id / commit
         if snapshot.exists():
             shutil.rmtree(snapshot)

@@ -7,6 +7,12 @@ network file system), the keys from one Secret, configs/ from one ConfigMap, and
 `VALIDATOR_SHARD=K/N` from the pod's ordinal K and the StatefulSet's replicas N. A test checks
 that the committed files equal what this writes, and validates them against the Kubernetes
 schemas offline.
+
+Hardened (issue 32): a read-only root file system, with an emptyDir wherever the validator
+writes and no claim is mounted (SCRATCH, kubernetes_pod.py); the runtime's default seccomp
+profile; no service account token (the validator never calls the Kubernetes API); the spec's
+memory request and limit; and, in the example overlay, a NetworkPolicy that admits the status
+port only from the monitoring namespace (the status server listens on 0.0.0.0 in the pod).
 """
 
 from __future__ import annotations
@@ -19,57 +25,25 @@ from typing import Any
 import yaml
 
 from launcher.compose_services import specs_with_files
-from launcher.published import DEFAULT_REGISTRY, checkout_version, repository
-from validator.spec import (
-    CONFIG_PATH,
-    CORE_ENV,
-    CORE_SECRETS,
-    REPO_ROOT,
-    SPEC_FILE,
-    STATE_PATH,
-    ModuleSpec,
+from launcher.kubernetes_pod import (
+    CONTAINER,
+    SHARD_COUNT_ENV,
+    headless_service,
+    image_name,
+    labels,
+    object_name,
+    settings_name,
+    stateful_set,
 )
+from launcher.published import checkout_version
+from validator.spec import REPO_ROOT, SPEC_FILE, ModuleSpec
 
 OUTPUT_DIR = Path("deploy/kubernetes")
 BASE = Path("base")
 # Beside the base, not in it: kustomize refuses a base that holds its overlay (a cycle).
 EXAMPLE_OVERLAY = Path("overlays/example")
 NAMESPACE = "flock-validator"
-SECRET = "flock-validator-secrets"
-CONFIGS = "flock-validator-configs"
-CONTAINER = "validator"
-# The image's user (docker/Dockerfile): the claims are made group-writable for it.
-IMAGE_UID = 10001
-ENTRYPOINT = ["/opt/conda/bin/python", "-m", "validator"]
-# Read by the pod's command only (SHARD_SCRIPT), never by the validator: the number of shards,
-# which kustomize keeps equal to the StatefulSet's replicas (REPLACEMENTS).
-SHARD_COUNT_ENV = "VALIDATOR_SHARD_COUNT"
-POD_NAME_ENV = "VALIDATOR_POD_NAME"  # from the downward API, for SHARD_SCRIPT too
-# The pod's name ends in its ordinal K (validator-lora-3); VALIDATOR_SHARD is K/N. A pod beyond
-# N (replicas raised by hand past the shard count) would repeat a shard: it stops, saying why.
-SHARD_SCRIPT = f"""\
-ordinal="${{{POD_NAME_ENV}##*-}}"
-case "$ordinal" in
-  ''|*[!0-9]*) echo "pod ${POD_NAME_ENV}: no StatefulSet ordinal in its name" >&2; exit 2 ;;
-esac
-if [ "$ordinal" -ge "${SHARD_COUNT_ENV}" ]; then
-  echo "pod ${POD_NAME_ENV}: ordinal $ordinal but {SHARD_COUNT_ENV}=${SHARD_COUNT_ENV};\
- scale with the kustomization's replicas, which sets both" >&2
-  exit 2
-fi
-export VALIDATOR_SHARD="$ordinal/${SHARD_COUNT_ENV}"
-exec "$@"
-"""
-STATE_SIZE = "5Gi"
-VOLUME_SIZES = {"hf-cache": "200Gi"}
-DEFAULT_VOLUME_SIZE = "50Gi"
-# The first start downloads and loads a base model before the loop's first beat (compose.yaml's
-# start_period, 900 s); after it, /healthz is 503 when the loop made no progress for
-# --health-stale-seconds, and the pod is restarted.
-STARTUP_PROBE = {"periodSeconds": 10, "timeoutSeconds": 10, "failureThreshold": 90}
-LIVENESS_PROBE = {"periodSeconds": 60, "timeoutSeconds": 10, "failureThreshold": 3}
-READINESS_PROBE = {"periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 3}
-GPU_RESOURCE = "nvidia.com/gpu"
+MONITORING_NAMESPACE = "monitoring"
 HEADER = f"""\
 # Written by `make compose` (python -m launcher.kubernetes) from modules/*/{SPEC_FILE}; edit
 # the specs, not this file, and change a deployment with an overlay (overlays/example/).
@@ -82,156 +56,37 @@ OVERLAY_HEADER = """\
 """
 
 
-def object_name(module: str) -> str:
-    """validator-<module> as a DNS label: Kubernetes names take no underscore."""
-    return f"validator-{module.replace('_', '-')}"
-
-
-def settings_name(module: str) -> str:
-    return f"{object_name(module)}-settings"
-
-
-def image_name(module: str) -> str:
-    """The module's released image, by name (docs/images.md "Released images"); the base's
-    `images:` tags it with the checkout's version, an overlay's retags it."""
-    return repository(DEFAULT_REGISTRY, module)
-
-
-def labels(spec: ModuleSpec) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "flock-validator", "app.kubernetes.io/component": spec.name}
-
-
-def environment(spec: ModuleSpec) -> list[dict[str, Any]]:
-    """The container's env: keys from the Secret, settings from the module's ConfigMap.
-
-    Every reference is optional: a key that is not there leaves the variable unset, as
-    compose.yaml does, and the validator then names what is missing (exit 2) instead of the pod
-    waiting in CreateContainerConfigError; an empty HF_ENDPOINT would be taken as the endpoint.
-    """
-    pod_name = {"fieldRef": {"fieldPath": "metadata.name"}}
-    env: list[dict[str, Any]] = [
-        {"name": SHARD_COUNT_ENV, "value": "1"},
-        {"name": POD_NAME_ENV, "valueFrom": pod_name},
-    ]
-    if spec.status_port is not None:
-        env += [
-            {"name": "VALIDATOR_HTTP_PORT", "value": str(spec.status_port)},
-            # The kubelet's probes and Prometheus reach the pod's address, not its 127.0.0.1.
-            {"name": "VALIDATOR_HTTP_HOST", "value": "0.0.0.0"},
-        ]
-    for name in [*CORE_SECRETS, *spec.secrets]:
-        ref = {"name": SECRET, "key": name, "optional": True}
-        env.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
-    for name in [*CORE_ENV, *spec.env]:
-        ref = {"name": settings_name(spec.name), "key": name, "optional": True}
-        env.append({"name": name, "valueFrom": {"configMapKeyRef": ref}})
-    return env
-
-
-def probe(settings: dict[str, int]) -> dict[str, Any]:
-    return {"httpGet": {"path": "/healthz", "port": "status"}, **settings}
-
-
-def claim(name: str, size: str) -> dict[str, Any]:
+def network_policy(spec: ModuleSpec) -> dict[str, Any]:
+    """Ingress to the module's pods: the status port, from the monitoring namespace only (the
+    status server listens on 0.0.0.0 in the pod). Egress is left open (the Fed Ledger API, the
+    Hub, judge endpoints). The kubelet's probes come from the node, which common network
+    plugins (Calico, Cilium) admit whatever the policy; where yours does not, add the nodes'
+    CIDR as an ipBlock."""
+    namespace_label = "kubernetes.io/metadata.name"  # set by Kubernetes on every namespace
     return {
-        "metadata": {"name": name},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
-    }
-
-
-def container(spec: ModuleSpec) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": image_name(spec.name),
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c", SHARD_SCRIPT, "shard"],
-        "args": ENTRYPOINT,
-        "env": environment(spec),
-        "volumeMounts": [
-            {"name": "configs", "mountPath": CONFIG_PATH, "readOnly": True},
-            {"name": "state", "mountPath": STATE_PATH},
-            *({"name": key, "mountPath": path} for key, path in spec.volumes.items()),
-        ],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
-    }
-    if spec.gpu:
-        body["resources"] = {"limits": {GPU_RESOURCE: 1}}
-    if spec.status_port is not None:
-        body["ports"] = [{"name": "status", "containerPort": spec.status_port}]
-        body["startupProbe"] = probe(STARTUP_PROBE)
-        body["livenessProbe"] = probe(LIVENESS_PROBE)
-        body["readinessProbe"] = probe(READINESS_PROBE)
-    return body
-
-
-def stateful_set(spec: ModuleSpec) -> dict[str, Any]:
-    name = object_name(spec.name)
-    pod: dict[str, Any] = {
-        # The validator finishes the assignment in progress on SIGTERM (README, "Stopping").
-        "terminationGracePeriodSeconds": spec.stop_grace_seconds,
-        # The pause container is PID 1 and reaps the validator's orphaned children, as
-        # compose.yaml's `init: true` does.
-        "shareProcessNamespace": True,
-        "securityContext": {
-            "runAsUser": IMAGE_UID,
-            "runAsNonRoot": True,
-            "fsGroup": IMAGE_UID,
-            # A full HF cache is not chowned again at every start.
-            "fsGroupChangePolicy": "OnRootMismatch",
-        },
-        "containers": [container(spec)],
-        "volumes": [{"name": "configs", "configMap": {"name": CONFIGS}}],
-    }
-    if spec.gpu:
-        # GPU nodes are often tainted so that only pods asking for a GPU land there.
-        pod["tolerations"] = [
-            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
-        ]
-    template_meta: dict[str, Any] = {"labels": labels(spec)}
-    if spec.status_port is not None:
-        template_meta["annotations"] = {
-            "prometheus.io/scrape": "true",
-            "prometheus.io/port": str(spec.status_port),
-            "prometheus.io/path": "/metrics",
-        }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "labels": labels(spec)},
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{object_name(spec.name)}-status", "labels": labels(spec)},
         "spec": {
-            "serviceName": name,
-            "replicas": 1,
-            # Workers are independent (each its own shard): none waits for another to be ready.
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": labels(spec)},
-            "template": {"metadata": template_meta, "spec": pod},
-            "volumeClaimTemplates": [
-                claim("state", STATE_SIZE),
-                *(claim(key, VOLUME_SIZES.get(key, DEFAULT_VOLUME_SIZE)) for key in spec.volumes),
+            "podSelector": {"matchLabels": labels(spec)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {namespace_label: MONITORING_NAMESPACE}
+                            }
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": "status"}],
+                }
             ],
         },
     }
 
 
-def headless_service(spec: ModuleSpec) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "clusterIP": "None",
-        "selector": labels(spec),
-        # A stale validator (readiness failing) still has its /metrics scraped: that is when
-        # they matter.
-        "publishNotReadyAddresses": True,
-    }
-    if spec.status_port is not None:
-        body["ports"] = [{"name": "status", "port": spec.status_port, "targetPort": "status"}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": object_name(spec.name), "labels": labels(spec)},
-        "spec": body,
-    }
+NETWORK_POLICIES = "networkpolicies.yaml"
 
 
 def settings(spec: ModuleSpec) -> dict[str, Any]:
@@ -300,7 +155,7 @@ def example_overlay(specs: dict[str, ModuleSpec]) -> dict[str, Any]:
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": ["../../base"],
+        "resources": ["../../base", NETWORK_POLICIES],
         "namespace": "validators",
         "images": [
             {
@@ -317,6 +172,13 @@ def example_overlay(specs: dict[str, ModuleSpec]) -> dict[str, Any]:
         "replacements": replacements(specs),
         "patches": patches,
     }
+
+
+POLICY_HEADER = f"""\
+# Written by `make compose` as an example: each module's status port (/metrics, /healthz)
+# admitted only from the namespace `{MONITORING_NAMESPACE}` (your Prometheus's); every other
+# ingress to the validators is refused. Set your monitoring namespace in your overlay's copy.
+"""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -343,6 +205,8 @@ def render(specs: dict[str, ModuleSpec]) -> dict[Path, str]:
         files[BASE / module_file(name)] = HEADER + "---\n".join(_dump(d) for d in documents)
     files[BASE / "kustomization.yaml"] = HEADER + _dump(kustomization(specs))
     files[EXAMPLE_OVERLAY / "kustomization.yaml"] = OVERLAY_HEADER + _dump(example_overlay(specs))
+    policies = [network_policy(spec) for spec in specs.values() if spec.status_port is not None]
+    files[EXAMPLE_OVERLAY / NETWORK_POLICIES] = POLICY_HEADER + "---\n".join(map(_dump, policies))
     return files
 
 

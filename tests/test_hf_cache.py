@@ -242,6 +242,60 @@ def test_a_base_being_fetched_is_never_evicted(
     assert set(cached(cache)) == {"base/a"}  # b, no longer in use, went to make room
 
 
+def test_a_mirror_sharing_a_held_base_commits_is_evicted_alone(
+    hub: LocalHub, cache: Path, tmp_path: Path, workers: list[Worker]
+) -> None:
+    """base/b is a mirror of base/a: the same commit. The idle one is deleted, never the one a
+    worker holds, both ways round (huggingface_hub's delete_revisions takes the first repo of a
+    hash in the cache folder's listing order: one of the two rounds meets it, whatever the
+    file system lists first)."""
+    commit = "ab" * 20
+    for repo_id in ("base/a", "base/b"):
+        hub.add_repo(
+            repo_id, {"config.json": b"{}", "model.safetensors": _weights(0)}, commit=commit
+        )
+    add_small_base(hub, "base/c", 2)
+    add_small_base(hub, "base/d", 3)
+    env = budget_env(hub, cache, 1)  # one byte: every base not in use is over it
+    one, two = Worker(env, tmp_path / "one.log"), Worker(env, tmp_path / "two.log")
+    workers.extend([one, two])
+
+    one.ask("begin")
+    held_a = one.ask("fetch base/a")
+    two.ask("begin")
+    two.ask("fetch base/b")
+    two.ask("end")
+    assert set(cached(cache)) == {"base/a", "base/b"}
+    two.ask("fetch base/c")  # b is idle: it goes; a, held by one, stays
+    assert set(cached(cache)) == {"base/a", "base/c"}
+    assert _files_in(Path(held_a["path"])) == held_a["files"]
+    evicted = f"evicted base/b, least recently used: its folder {cache}/models--base--b (revision"
+    assert f"{evicted} abababababab (main), 8" in (tmp_path / "two.log").read_text()
+
+    two.ask("begin")
+    two.ask("fetch base/b")  # c, idle, goes
+    one.ask("end")
+    assert set(cached(cache)) == {"base/a", "base/b"}
+    one.ask("fetch base/d")  # the other way round: a is idle, b held by two
+    assert set(cached(cache)) == {"base/b", "base/d"}
+    assert (
+        f"evicted base/a, least recently used: its folder {cache}/models--base--a"
+        in (tmp_path / "one.log").read_text()
+    )
+    assert "evicted base/b" not in (tmp_path / "one.log").read_text()
+    assert two.ask("fetch base/b")["files"] == held_a["files"]  # still whole: nothing fetched
+    assert Counter(hub.bodies_served())["model.safetensors"] == 5  # a, b, c, b again, d
+
+
+def _weights(seed: int) -> bytes:
+    weights = np.random.default_rng(seed).standard_normal(WEIGHT_FLOATS).astype(np.float32)
+    return save({"weight": weights})
+
+
+def _files_in(snapshot: Path) -> dict[str, str]:
+    return {path.name: _sha256(path) for path in sorted(snapshot.iterdir())}
+
+
 # -- settings -----------------------------------------------------------------------------------
 
 

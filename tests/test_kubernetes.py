@@ -18,18 +18,25 @@ import yaml
 from launcher.compose import specs_with_files
 from launcher.kubernetes import (
     BASE,
+    EXAMPLE_OVERLAY,
+    MONITORING_NAMESPACE,
+    NETWORK_POLICIES,
+    OUTPUT_DIR,
+    main,
+    render,
+)
+from launcher.kubernetes_pod import (
     CONFIGS,
     ENTRYPOINT,
-    EXAMPLE_OVERLAY,
     GPU_RESOURCE,
-    OUTPUT_DIR,
+    HF_HOME,
+    IMAGE_HOME,
+    IMAGE_UID,
     POD_NAME_ENV,
     SECRET,
     SHARD_COUNT_ENV,
     image_name,
-    main,
     object_name,
-    render,
     settings_name,
 )
 from launcher.published import checkout_version
@@ -94,7 +101,9 @@ def test_every_manifest_is_valid_against_the_kubernetes_schemas(version):
     paths = sorted((DEPLOY / BASE).glob("*.yaml"))
     resources = [d for p in paths if p.name != "kustomization.yaml" for d in documents(p)]
     assert {d["kind"] for d in resources} == {"Namespace", "StatefulSet", "Service", "ConfigMap"}
-    for document in resources:
+    policies = documents(DEPLOY / EXAMPLE_OVERLAY / NETWORK_POLICIES)
+    assert {d["kind"] for d in policies} == {"NetworkPolicy"}
+    for document in resources + policies:
         # strict: an unknown or misspelt field is an error, not silently dropped by the API.
         kubernetes_validate.validate(document, version, strict=True)
 
@@ -142,7 +151,8 @@ def test_each_statefulset_says_what_its_spec_says(module):
     for key, path in spec.volumes.items():
         assert mounts[key] == path and key in claims
     assert mounts["configs"] == CONFIG_PATH
-    assert pod["volumes"] == [{"name": "configs", "configMap": {"name": CONFIGS}}]
+    assert pod["volumes"][0] == {"name": "configs", "configMap": {"name": CONFIGS}}
+    assert all(v.get("emptyDir") == {} for v in pod["volumes"][1:])  # scratch: the next test
 
     assert service["spec"]["clusterIP"] == "None"
     assert statefulset["spec"]["serviceName"] == service["metadata"]["name"]
@@ -155,6 +165,68 @@ def test_each_statefulset_says_what_its_spec_says(module):
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert container[probe]["httpGet"] == {"path": "/healthz", "port": "status"}
         assert service["spec"]["ports"][0]["port"] == spec.status_port
+
+
+@pytest.mark.parametrize("module", sorted(SPECS))
+def test_each_pod_is_hardened_and_can_write_where_the_validator_writes(module):
+    """Read-only root, seccomp RuntimeDefault, no service account token, the spec's memory;
+    every path the validator writes (the temp dir, the image user's home, HF_HOME, the journal)
+    is a claim or an emptyDir, mounted writable."""
+    spec = SPECS[module]
+    statefulset = manifest(module)["StatefulSet"]
+    pod = statefulset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    resources = container["resources"]
+    assert resources["requests"] == {"memory": spec.memory.request}
+    assert resources["limits"]["memory"] == spec.memory.limit
+
+    claims = {c["metadata"]["name"] for c in statefulset["spec"]["volumeClaimTemplates"]}
+    empty = {v["name"] for v in pod["volumes"] if v.get("emptyDir") == {}}
+    writable = {
+        m["mountPath"]: m["name"] for m in container["volumeMounts"] if not m.get("readOnly")
+    }
+    assert set(writable) == {"/tmp", IMAGE_HOME, HF_HOME, STATE_PATH, *spec.volumes.values()}
+    assert set(writable.values()) == claims | empty  # each mounted once, none left unmounted
+    assert writable[STATE_PATH] in claims and writable["/tmp"] in empty
+    assert (writable[HF_HOME] in claims) == (HF_HOME in spec.volumes.values())
+
+
+def test_the_writable_paths_are_the_images():
+    """HF_HOME, the user's home and the journal are where the image puts them, and the user
+    whose claims are made writable is the image's."""
+    dockerfile = (REPO_ROOT / "docker" / "Dockerfile").read_text()
+    assert f"HF_HOME={HF_HOME} " in dockerfile
+    assert f"VALIDATOR_STATE_DIR={STATE_PATH} " in dockerfile
+    assert f"--uid {IMAGE_UID} --create-home --home-dir {IMAGE_HOME} " in dockerfile
+    assert re.search(rf"^USER {IMAGE_UID}$", dockerfile, re.MULTILINE)
+
+
+def test_the_example_network_policy_admits_the_status_port_from_monitoring_only():
+    policies = {
+        d["metadata"]["name"]: d for d in documents(DEPLOY / EXAMPLE_OVERLAY / NETWORK_POLICIES)
+    }
+    with_port = sorted(m for m in SPECS if SPECS[m].status_port is not None)
+    assert sorted(policies) == [f"{object_name(m)}-status" for m in with_port]
+    for module in with_port:
+        policy = policies[f"{object_name(module)}-status"]["spec"]
+        statefulset = manifest(module)["StatefulSet"]
+        pod_labels = statefulset["spec"]["template"]["metadata"]["labels"]
+        assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+        assert policy["policyTypes"] == ["Ingress"]  # egress (the API, the Hub) left open
+        (rule,) = policy["ingress"]
+        monitoring = {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}
+        assert rule["from"] == [{"namespaceSelector": {"matchLabels": monitoring}}]
+        (port,) = rule["ports"]
+        ports = statefulset["spec"]["template"]["spec"]["containers"][0]["ports"]
+        assert port == {"protocol": "TCP", "port": "status"}
+        assert ports == [{"name": "status", "containerPort": SPECS[module].status_port}]
+    # Selectors reach only their own module's pods.
+    components = [p["spec"]["podSelector"]["matchLabels"] for p in policies.values()]
+    assert len({tuple(sorted(c.items())) for c in components}) == len(with_port)
 
 
 def test_the_pod_runs_the_image_entrypoint():
@@ -246,5 +318,8 @@ def test_the_example_overlay_scales_and_keeps_the_shard_count_with_the_replicas(
     assert images == {f"registry.example.com/flock-validator-{m}:v1" for m in SPECS}
     settings = {d["metadata"]["name"]: d["data"] for d in resources if d["kind"] == "ConfigMap"}
     assert settings == {settings_name(m): {"TASK_IDS": "12,34"} for m in SPECS}
+    policies = [d for d in resources if d["kind"] == "NetworkPolicy"]
+    assert {d["metadata"]["namespace"] for d in policies} == {"validators"}
+    assert len(policies) == sum(1 for m in SPECS if SPECS[m].status_port is not None)
     for document in resources:
         kubernetes_validate.validate(document, VERSIONS[-1], strict=True)

@@ -45,6 +45,9 @@ def test_a_minimal_spec_gets_the_defaults(tmp_path):
     assert spec == ModuleSpec(name="bare")
     assert (spec.gpu, spec.secrets, spec.env, spec.volumes) == (False, {}, [], {})
     assert spec.test_venv == "shared"
+    assert (spec.memory.request, spec.memory.limit) == ("2Gi", "8Gi")
+    bigger = write_module(tmp_path, "big", "name: big\nmemory: {request: 1536Mi, limit: 2Gi}\n")
+    assert load_spec(bigger).memory.model_dump() == {"request": "1536Mi", "limit": "2Gi"}
     assert spec.needs("FLOCK_API_KEY") and not spec.needs("HF_TOKEN")
 
 
@@ -112,6 +115,10 @@ def test_the_registry_finds_the_dev_tools_fixture_module_beside_the_repos(monkey
         ("name: judge\nvolumes: {cache: /data/../etc}\n", "must be a path under /data/"),
         ("name: judge\nenvironment: ../env.yml\n", "must be a file name in the module folder"),
         ("name: judge\ncompose: {environment: {}}\n", "environment are written from the spec"),
+        ("name: judge\nmemory: {request: 16GB, limit: 32Gi}\n", "'16GB': a whole number of Mi"),
+        ("name: judge\nmemory: {request: 0Gi, limit: 1Gi}\n", "'0Gi': a whole number of Mi"),
+        ("name: judge\nmemory: {request: 2Gi, limit: 1536Mi}\n", "limit 1536Mi is under request"),
+        ("name: judge\nmemory: {limit: 8Gi}\n", "memory.request: Field required"),
         ("- name\n", "must be a mapping of keys"),
         ("name: [judge\n", "not valid YAML"),
         ("name: !!python/object:os.system x\n", "not valid YAML"),  # safe_load: no objects

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
+import time
 import urllib.request
 from urllib.error import HTTPError
 
@@ -29,9 +31,9 @@ from tests.helpers.browser import screenshot
 LISTENING = re.compile(r"status page on (http://127\.0\.0\.1:\d+)")
 
 
-def get(url: str) -> tuple[int, str]:
+def get(url: str, timeout: float = 10) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status, response.read().decode()
     except HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -227,3 +229,48 @@ def test_a_report_being_drawn_never_holds_another_request(tmp_path):
         assert server.cached_report() == "<p>second</p>" and server.reports_rendered == 2
     finally:
         server.stop()
+
+
+HALF_OPEN = 200
+
+
+def test_healthz_answers_at_once_beside_200_half_open_connections(tmp_path):
+    """Slowloris (issue 32): 200 connections that send part of a request's head and never
+    finish held the 64 places of the status server for 5 s a round, and /healthz waited 12-13 s
+    behind them, past a Kubernetes probe's 10 s timeout. A new connection now takes the place of
+    the one waiting longest for its head: /healthz answers within 1 s while all 200 are open,
+    and the validator scores and submits meanwhile."""
+    release = tmp_path / "release"
+    config = {"slow_seconds": 120.0, "marker_dir": str(tmp_path), "release_file": str(release)}
+    write_config(tmp_path, "fixture", config)
+    with Simulator({"tasks": [task(1, ["slow/a", "ok/b", "ok/c"])]}, tmp_path) as sim:
+        args = loop_args("fixture", sim.api_url, "1", "--http-port", "0")
+        log = tmp_path / "validator.log"
+        process = start_validator(args, validator_env(tmp_path), log)
+        held: list[socket.socket] = []
+        try:
+            base = wait_for(lambda: LISTENING.search(log.read_text()), 30, "the status page")
+            host, port = base.group(1).removeprefix("http://").split(":")
+            wait_for((tmp_path / "slow_a.started").exists, 30, "the scoring to start")
+            for n in range(HALF_OPEN):
+                sock = socket.create_connection((host, int(port)), timeout=30)
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: validator\r\n"[: 10 + n % 30])
+                held.append(sock)
+            started = time.monotonic()
+            status, body = get(base.group(1) + "/healthz", timeout=60)
+            took = time.monotonic() - started
+            # The one timing bound: the requirement itself (a probe's timeout, with margin).
+            assert status == 200 and json.loads(body)["healthy"] is True, (status, body)
+            assert took < 1.0, f"/healthz took {took:.1f} s beside {HALF_OPEN} half-open"
+            release.touch()  # the validator's work goes on while the connections are open
+            wait_for(lambda: len(sim.submissions()) == 3, 60, "the three submits")
+            assert process.poll() is None
+            results = sim.results_by_repo()
+        finally:
+            for sock in held:
+                sock.close()
+            release.touch()
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+    assert set(results) == {"slow/a", "ok/b", "ok/c"}
+    assert "Traceback" not in log.read_text()

@@ -61,7 +61,41 @@ GENERATED_SERVICE_KEYS = frozenset(
 # A stop lets the assignment in progress finish; killed sooner, it would be scored again.
 DEFAULT_STOP_GRACE_SECONDS = 120
 ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+# A memory size as Kubernetes writes it, in the binary units a node's memory is counted in.
+MEMORY_SIZE = re.compile(r"([1-9][0-9]*)(Mi|Gi)")
 VOLUME_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+class MemorySpec(BaseModel):
+    """What one validator of the module needs in host memory (a Kubernetes pod's request: the
+    scheduler places it where this much is free) and the most it may take (its limit: past
+    it the kernel kills it, exit 137, and the pod is restarted)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request: str = Field(description="e.g. 16Gi: what it holds while it scores")
+    limit: str = Field(description="e.g. 32Gi: its peak, with room")
+
+    @field_validator("request", "limit")
+    @classmethod
+    def _size(cls, size: str) -> str:
+        if not MEMORY_SIZE.fullmatch(size):
+            raise ValueError(f"{size!r}: a whole number of Mi or Gi, e.g. 512Mi or 16Gi")
+        return size
+
+    @model_validator(mode="after")
+    def _limit_covers_request(self) -> MemorySpec:
+        if memory_bytes(self.limit) < memory_bytes(self.request):
+            raise ValueError(f"limit {self.limit} is under request {self.request}")
+        return self
+
+
+def memory_bytes(size: str) -> int:
+    number, unit = MEMORY_SIZE.fullmatch(size).groups()  # type: ignore[union-attr]
+    return int(number) * 2 ** {"Mi": 20, "Gi": 30}[unit]
+
+
+DEFAULT_MEMORY = MemorySpec(request="2Gi", limit="8Gi")
 
 
 class ModuleSpec(BaseModel):
@@ -101,6 +135,10 @@ class ModuleSpec(BaseModel):
         le=24 * 3600,
         description="how long a stop waits for the assignment in progress before killing it: "
         "longer than one scoring takes on this module's slowest host",
+    )
+    memory: MemorySpec = Field(
+        default=DEFAULT_MEMORY,
+        description="host memory of one validator: `request` and `limit` of a Kubernetes pod",
     )
     test_venv: Literal["shared", "own"] = Field(
         default="shared",

@@ -6,11 +6,12 @@ Several validator workers (one per GPU, Compose services, pods on one node) shar
 volume. A worker marks a base "in use" with a shared flock on
 `<cache>/.locks/flock-in-use/models--<org>--<name>.lock`, from before it fetches the base until
 the scoring that fetched it ends (`base_in_use`, entered by `fetch_base_model`). The evictor
-deletes a repo only while it holds that lock exclusively, taken without waiting: a repo another
-worker holds is skipped, and a worker that wants a repo being deleted waits until it is gone,
-then downloads it again. The lock files live under `.locks`, which `scan_cache_dir` (and
-`huggingface-cli scan-cache`) skips: anywhere else in the cache they would be reported as a
-corrupted repo.
+deletes a repo only while it holds that lock exclusively, taken without waiting, and then that
+repo's folder alone (never "every revision of this commit hash": a mirror or a fork shares its
+source's commits): a repo another worker holds is skipped and never touched, and a worker that
+wants a repo being deleted waits until it is gone, then downloads it again. The lock files live
+under `.locks`, which `scan_cache_dir` (and `huggingface-cli scan-cache`) skips: anywhere else
+in the cache they would be reported as a corrupted repo.
 
 Recency is the later of the repo's last access as the library sees it (its blobs' atime, which
 `relatime` mounts update at most once a day) and the lock file's mtime, which `base_in_use`
@@ -23,6 +24,7 @@ huggingface_hub takes a file lock per blob and re-checks the blob under it
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -124,14 +126,40 @@ def _scan(cache: Path) -> tuple[int, list[CachedRepoInfo]]:
 
 
 def _delete(cache: Path, repo_id: str) -> int:
-    """Deletes every revision of `repo_id` (its lock held exclusively); the bytes freed. Scanned
-    again under the lock: the earlier scan may predate a revision another worker added."""
+    """Deletes the folder of `repo_id` (its lock held exclusively), every revision in it; the
+    bytes freed. Scanned again under the lock: the earlier scan may predate a revision another
+    worker added.
+
+    `HFCacheInfo.delete_revisions` finds revisions by commit hash across the whole cache and
+    takes the first repo holding each hash: a mirror or a fork of a base shares its commits, so
+    asked for the idle copy it may delete the one another worker holds. Asked on a scan cut down
+    to this one repo it can only name this repo's folder, which is checked before anything goes.
+    """
     info = scan_cache_dir(cache)
     for repo in info.repos:
         if repo.repo_type == "model" and repo.repo_id == repo_id:
-            info.delete_revisions(*(r.commit_hash for r in repo.revisions)).execute()
+            only_this = dataclasses.replace(info, repos=frozenset({repo}), warnings=[])
+            strategy = only_this.delete_revisions(*(r.commit_hash for r in repo.revisions))
+            if strategy.repos != {repo.repo_path} or strategy.snapshots or strategy.blobs:
+                raise OSError(f"the deletion of {repo_id} would reach past {repo.repo_path}")
+            strategy.execute()
+            if repo.repo_path.exists():  # the library logs and swallows a permission error
+                raise OSError(f"{repo.repo_path} could not be deleted whole")
+            log.info(
+                "HF cache: evicted %s, least recently used: its folder %s (%s, %s)",
+                repo_id, repo.repo_path, _revisions(repo), _gb(repo.size_on_disk),
+            )  # fmt: skip
             return repo.size_on_disk
     return 0
+
+
+def _revisions(repo: CachedRepoInfo) -> str:
+    """`revision 1a2b3c4d5e6f (main)`, `revisions 1a2b3c4d5e6f (main), 9f8e7d6c5b4a`."""
+    named = [
+        r.commit_hash[:12] + (f" ({', '.join(sorted(r.refs))})" if r.refs else "")
+        for r in sorted(repo.revisions, key=lambda r: r.commit_hash)
+    ]
+    return f"revision{'s' if len(named) != 1 else ''} {', '.join(named) or 'none'}"
 
 
 def evict(cache: Path, budget: int, room: int = 0, *, warn: bool = True) -> list[str]:
@@ -162,7 +190,6 @@ def _evict(cache: Path, budget: int, room: int, warn: bool) -> list[str]:
         if freed:
             total -= freed
             evicted.append(repo.repo_id)
-            log.info("HF cache: evicted %s (%s), least recently used", repo.repo_id, _gb(freed))
     if warn and total + room > budget:
         log.warning(
             "HF cache %s holds %s (%s more to come), over its budget of %s: what is left is in "

@@ -7,11 +7,21 @@ connection, 1,003 of them for 1,000 half-open sockets, and cut the loop's submit
   trickles costs a file descriptor, never a thread, and is closed when READ_TIMEOUT_S has passed
   since it was accepted: an overall deadline, not one per read.
 - At most MAX_CONNECTIONS are open at once (waiting for their head, queued or being answered).
-  While they are, the acceptor stops watching the listening socket: further connections wait in
-  the kernel's listen backlog (LISTEN_BACKLOG; past it the kernel drops them) and cost the
-  validator nothing. Turning each away in Python (accept, then reset) woke a thread of the
-  validator's interpreter hundreds of times a second under a flood, and every wake took the GIL
-  from the loop: on a machine with one core left, submits fell to 70% of the quiet rate.
+  While they are all queued or being answered, the acceptor stops watching the listening socket:
+  further connections wait in the kernel's listen backlog (LISTEN_BACKLOG; past it the kernel
+  drops them) and cost the validator nothing. Turning each away in Python (accept, then reset)
+  woke a thread of the validator's interpreter hundreds of times a second under a flood, and
+  every wake took the GIL from the loop: on a machine with one core left, submits fell to 70% of
+  the quiet rate.
+- While some of them are still waiting for their head, a new connection takes the place of the
+  one waiting longest, which is closed (issue 32: 200 half-open connections, a partial head each,
+  held the 64 places for 5 s a round, 12-13 s for all 200, and `/healthz` waited behind them,
+  past the 10 s timeout of a Kubernetes probe: a healthy validator would have been restarted).
+  A shorter head timeout only divides that delay, and a cap per client address cannot tell the
+  kubelet from a flood on the same node; evicting the oldest head-less connection costs a
+  slow client nothing while the server is quiet and bounds a probe's wait by how fast the
+  acceptor goes through the backlog. A head that has already arrived when the connection is
+  accepted is taken at once: a probe whose request is there is never evicted by those behind.
 - A fixed pool of WORKERS threads answers the complete requests. A worker's CPU time has a
   budget (CPU_SHARE of one core, over time): past it the worker sleeps, which releases the GIL,
   so that the loop, which shares the interpreter, keeps its pace under any load here.
@@ -26,6 +36,7 @@ import errno
 import io
 import logging
 import queue
+import select
 import selectors
 import socket
 import struct
@@ -53,6 +64,7 @@ class ServerStats:
 
     accepted: int = 0
     paused: int = 0  # times the listener was set aside at MAX_CONNECTIONS
+    evicted: int = 0  # waiting for its head, closed to make room for a new connection
     timed_out: int = 0  # no complete head within READ_TIMEOUT_S
     gone: int = 0  # the client went away before or during the answer
     answered: int = 0
@@ -69,7 +81,7 @@ class _Connection:
     def __init__(self, sock: socket.socket, address: tuple, deadline: float) -> None:
         self.sock = sock
         self.address = address
-        self.deadline = deadline
+        self.deadline = deadline  # also its order: the first accepted has the soonest
         self.head = bytearray()
 
 
@@ -132,8 +144,9 @@ class BoundedHTTPServer:
         waiting: dict[socket.socket, _Connection] = {}
         try:
             while not self._stopping.is_set():
-                # The listener is watched only while a connection can be held (see above).
-                if self._full() == listening:
+                # The listener is watched only while a connection can be held, or can take the
+                # place of one waiting for its head (see above).
+                if (self._full() and not waiting) == listening:
                     if listening:
                         selector.unregister(self.listener)
                         self.stats.add("paused")
@@ -164,9 +177,9 @@ class BoundedHTTPServer:
             self._wake_r.close()
 
     def _accept(self, selector: selectors.BaseSelector, waiting: dict) -> None:
-        # What the backlog holds, as long as a connection can be held: the rest stay queued in
-        # the kernel until one closes.
-        while self._hold():
+        # What the backlog holds, as long as a connection can be held or take the place of one
+        # waiting for its head: the rest stay queued in the kernel until one closes.
+        while self._hold() or self._evict_oldest(selector, waiting):
             try:
                 sock, address = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -181,6 +194,20 @@ class BoundedHTTPServer:
             conn = _Connection(sock, address, time.monotonic() + self.read_timeout)
             waiting[sock] = conn
             selector.register(sock, selectors.EVENT_READ)
+            # A head already there is taken now: the connection is no longer one that the next
+            # accept may evict (a probe behind a backlog of half-open connections).
+            self._read(selector, waiting, conn)
+
+    def _evict_oldest(self, selector: selectors.BaseSelector, waiting: dict) -> bool:
+        """Closes the connection waiting longest for its head, when the backlog holds another,
+        and holds its place for that one; False when none waits or the backlog is empty."""
+        if not waiting or not _readable(self.listener):
+            return False
+        oldest = min(waiting.values(), key=lambda c: c.deadline)
+        self.stats.add("evicted")
+        log.debug("status page: %s:%s closed to make room (no request yet)", *oldest.address[:2])
+        self._drop(selector, waiting, oldest, wake=False)  # this thread is the one to wake
+        return self._hold()  # only this thread holds places: the one just released is free
 
     def _read(self, selector: selectors.BaseSelector, waiting: dict, conn: _Connection) -> None:
         try:
@@ -205,11 +232,13 @@ class BoundedHTTPServer:
             log.info("status page: %s:%s sent a head over %d bytes", host, port, MAX_HEAD_BYTES)
             self._drop(selector, waiting, conn)
 
-    def _drop(self, selector: selectors.BaseSelector, waiting: dict, conn: _Connection) -> None:
+    def _drop(
+        self, selector: selectors.BaseSelector, waiting: dict, conn: _Connection, wake: bool = True
+    ) -> None:
         selector.unregister(conn.sock)
         del waiting[conn.sock]
         _reset(conn.sock)
-        self._release()
+        self._release(wake)
 
     # -- the workers: complete requests only
 
@@ -251,11 +280,11 @@ class BoundedHTTPServer:
             self._open += 1
             return True
 
-    def _release(self) -> None:
+    def _release(self, wake: bool = True) -> None:
         with self._open_lock:
             was_full = self._open >= self.max_connections
             self._open -= 1
-        if was_full:  # the acceptor may be waiting with the listener set aside
+        if was_full and wake:  # the acceptor may be waiting with the listener set aside
             self._wake()
 
     def _full(self) -> bool:
@@ -342,6 +371,13 @@ def _listen(host: str, port: int) -> socket.socket:
             why = f"cannot listen there ({describe(exc)})"
         raise ConfigError(f"--http-port {port} on {host}: {why}") from exc
     return listener
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether a read (an accept, for a listener) would not wait."""
+    probe = select.poll()
+    probe.register(sock, select.POLLIN)
+    return bool(probe.poll(0))
 
 
 def _drain(sock: socket.socket) -> None:
