@@ -23,6 +23,7 @@ from validator.errors import (
 )
 from validator.ledger.client import DEFAULT_API_URL, FedLedgerClient
 from validator.observe import telemetry
+from validator.observe.drift import start_drift_watch
 from validator.observe.logs import setup_logging
 from validator.observe.observer import Observer
 from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
@@ -266,6 +267,8 @@ def main(
             journal = Journal(state_dir, min_free_mb, lock_timeout_from_env())
             observer = Observer(state_dir, module, records_keep, lookups)
             telemetry.start_series(looked_up)
+            # In the background: never fatal, never on the scoring thread (docs/operating.md).
+            start_drift_watch(spec, state_dir, stop)
             server = None
             if http_port is not None:
                 server = StatusServer(
