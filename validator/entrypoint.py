@@ -24,7 +24,7 @@ from validator.errors import (
 from validator.ledger.client import DEFAULT_API_URL, FedLedgerClient
 from validator.observe import telemetry
 from validator.observe.drift import start_drift_watch
-from validator.observe.logs import setup_logging
+from validator.observe.logs import adopt_library_loggers, setup_logging
 from validator.observe.observer import Observer
 from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
 from validator.options import (
@@ -247,6 +247,7 @@ def main(
         if hf_cache_max_gb is not None:
             os.environ[HF_CACHE_BUDGET_ENV] = repr(hf_cache_max_gb)
         pool = ModulePool(load_module_class(module), module, config_dir)
+        adopt_library_loggers()  # the module's imports (transformers) print through ours
         if check_input is not None:
             code = run_check(pool, check_input)
         else:
