@@ -207,18 +207,19 @@ def main(module: str | None, **options) -> None:
 def doctor(
     module: str | None,
     *,
-    flock_api_key,
-    hf_token,
-    api_url,
-    task_ids,
-    config_dir,
-    base_image,
-    env_installer,
-    pip_options,
-    min_free_gb,
-    min_gpu_gb,
-    judge_models,
-):
+    flock_api_key: str | None,
+    hf_token: str | None,
+    api_url: str,
+    task_ids: str,
+    config_dir: Path,
+    base_image: str,
+    env_installer: str,
+    pip_options: str,
+    min_free_gb: float,
+    min_gpu_gb: float,
+    judge_models: tuple[str, ...],
+) -> tuple[list[Row], list[str | None]]:
+    """The rows: the host's, then (with a module) the services'; and the secrets to redact."""
     spec = load_spec(module_folder(module)) if module else None
     secrets = gathered_secrets(
         secret_names(spec) if spec else ["FLOCK_API_KEY", "HF_TOKEN"], flock_api_key, hf_token

@@ -5,12 +5,15 @@ the cache that spares a restart the question, and the switch that turns it off."
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import urllib.request
 
 import pytest
 
 from devkit.github_api import LocalGitHub
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import loop_args, run_validator, validator_env
 from validator.observe import drift
 from validator.observe.observer import Observer
 from validator.observe.status_server import StatusServer
@@ -128,3 +131,35 @@ def test_every_module_pins_the_network():
         pin = load_spec(REPO_ROOT / "modules" / name).protocol
         assert pin is not None and pin.repo == repo
         assert name == "lora" or pin.path == f"validator/modules/{name}"
+
+
+def pinned_module(root, github) -> dict[str, str]:
+    """A module `pinned` (the fixture module's code, a spec with a protocol pin) importable
+    beside the fixture modules; the env a validator child needs to find it and the stand-in."""
+    folder = root / "modules" / "pinned"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("from modules.fixture import MODULE  # noqa: F401\n")
+    (folder / "module.yaml").write_text(
+        f"name: pinned\nprotocol:\n  repo: {REPO}\n  path: {FOLDER}\n  commit: '{PIN}'\n"
+    )
+    env = validator_env(root)
+    env["PYTHONPATH"] = f"{root}{os.pathsep}{env['PYTHONPATH']}"
+    env[drift.API_ENV] = github.endpoint
+    del env[drift.WATCH_ENV]
+    return env
+
+
+def test_the_validator_starts_the_watch_and_the_flag_turns_it_off(github, tmp_path):
+    github.add_commit(REPO, "5" * 40, "feat: scoring changed", [FOLDER + "/x.py"])
+    env = pinned_module(tmp_path, github)
+    with Simulator({"tasks": [task(1, ["ok/a", "ok/b"])]}, tmp_path) as sim:
+        args = loop_args("pinned", sim.api_url, "1", "--max-assignments", "1")
+        first = run_validator(args, env)
+        asked = len(github.requests)
+        (tmp_path / "state" / "protocol-drift-pinned.json").unlink()
+        off = run_validator([*args, "--no-protocol-watch"], env)
+    assert first.returncode == 0 and off.returncode == 0, first.stderr + off.stderr
+    warned = [line for line in first.stderr.splitlines() if "WARNING" in line]
+    assert len(warned) == 1 and "5555555 feat: scoring changed" in warned[0], first.stderr
+    assert asked == 2 and len(github.requests) == asked  # off: GitHub never asked
+    assert "protocol drift" not in off.stderr

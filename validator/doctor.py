@@ -59,16 +59,16 @@ def default_hf_cache() -> Path:
 @click.option("--judge-model", "judge_models", multiple=True, help="A judge model to expect.")
 def main(
     module: str,
-    flock_api_key,
-    hf_token,
-    api_url,
-    task_ids,
-    state_dir,
-    config_dir,
-    hf_cache_dir,
-    min_free_mb,
-    hf_min_free_gb,
-    judge_models,
+    flock_api_key: str | None,
+    hf_token: str | None,
+    api_url: str,
+    task_ids: str,
+    state_dir: Path,
+    config_dir: Path,
+    hf_cache_dir: Path | None,
+    min_free_mb: int,
+    hf_min_free_gb: float,
+    judge_models: tuple[str, ...],
 ) -> None:
     """Check what MODULE's validator needs, from here: one line per check."""
     try:

@@ -179,6 +179,14 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
     "(0-based); work already in the journal is finished whatever its task.",
 )
 @click.option(
+    "--protocol-watch/--no-protocol-watch",
+    envvar="VALIDATOR_PROTOCOL_WATCH",
+    default=True,
+    show_default=True,
+    help="Warn when the network's code of the module's rules has commits after the one it "
+    "follows (asks GitHub at start-up and every 6 h; docs/operating.md).",
+)
+@click.option(
     "--api-retries",
     envvar="VALIDATOR_API_RETRIES",
     type=click.IntRange(min=0),
@@ -212,6 +220,7 @@ def main(
     records_keep: int,
     hf_cache_max_gb: float | None,
     shard_text: str | None,
+    protocol_watch: bool,
     api_retries: int,
     api_backoff: float,
 ) -> None:
@@ -269,7 +278,7 @@ def main(
             observer = Observer(state_dir, module, records_keep, lookups)
             telemetry.start_series(looked_up)
             # In the background: never fatal, never on the scoring thread (docs/operating.md).
-            start_drift_watch(spec, state_dir, stop)
+            start_drift_watch(spec, state_dir, stop, protocol_watch)
             server = None
             if http_port is not None:
                 server = StatusServer(

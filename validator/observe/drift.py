@@ -8,8 +8,8 @@ metric flock_validator_protocol_commits_behind{module}, a line on the status pag
 "unknown", said once. The answer is cached in the state dir, so a restart within the interval
 asks nothing. Nothing here is fatal or runs on the scoring thread.
 
-VALIDATOR_PROTOCOL_WATCH=off turns it off; VALIDATOR_GITHUB_API points at another API (a test's
-stand-in, a mirror).
+--no-protocol-watch (VALIDATOR_PROTOCOL_WATCH=off) turns it off; VALIDATOR_GITHUB_API points at
+another API (a test's stand-in, a mirror).
 """
 
 from __future__ import annotations
@@ -209,9 +209,12 @@ class DriftWatch:
             log.info("protocol drift: %s", text)
 
 
-def start_drift_watch(spec: ModuleSpec, state_dir: Path, stop: threading.Event):
-    """The module's watch, started; None when its spec pins nothing or it is turned off."""
-    if spec.protocol is None or not enabled():
+def start_drift_watch(
+    spec: ModuleSpec, state_dir: Path, stop: threading.Event, watch: bool | None = None
+) -> DriftWatch | None:
+    """The module's watch, started; None when its spec pins nothing or it is turned off
+    (`watch`: --no-protocol-watch; None: VALIDATOR_PROTOCOL_WATCH decides)."""
+    if spec.protocol is None or not (enabled() if watch is None else watch):
         return None
     return DriftWatch(spec, state_dir, stop, api_base()).start()
 
