@@ -119,9 +119,12 @@ def gpu_memory_row(nvidia_smi: str, min_gpu_gb: float) -> Row:
     """nvidia-smi's CSV (index, name, free MiB) against the module's need per GPU."""
     gpus = []
     for line in nvidia_smi.strip().splitlines():
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) == 3 and parts[2].isdigit():
-            gpus.append((parts[0], parts[1], int(parts[2]) / 1024))
+        try:
+            index, gpu, free_mib = (part.strip() for part in line.split(","))
+        except ValueError:  # not the query's three columns
+            continue
+        if free_mib.isdigit():
+            gpus.append((index, gpu, int(free_mib) / 1024))
     if not gpus:
         return Row.failed("GPU", "no GPU listed from inside the image", "check `nvidia-smi`")
     short = [f"GPU {index} ({free:.0f} GiB free)" for index, _, free in gpus if free < min_gpu_gb]
