@@ -4,10 +4,13 @@ row of each fix; the key never shows; only the read-only task list is asked for.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import docker
 import pytest
@@ -19,7 +22,12 @@ from devkit.simulator.process import Simulator, task
 from launcher import doctor as host_doctor
 from validator.doctor import main as inner_doctor
 from validator.observe.doctor import CHECK_FAILED
-from validator.observe.doctor_checks import clock_row
+from validator.observe.doctor_checks import (
+    Settings,
+    clock_row,
+    judge_texts_row,
+    judge_texts_source,
+)
 from validator.spec import REPO_ROOT, load_spec
 
 KEY = "flock-SECRET-key-0123456789"
@@ -166,7 +174,7 @@ def test_disk_under_the_floor(ledger, hub, config_dir, tmp_path):
     assert result == "failed" and "under the 1000000000 MiB floor" in text
 
 
-def test_judge_models_listed_or_missing_and_texts_cached(ledger, hub, config_dir, tmp_path):
+def test_judge_models_listed_or_missing(ledger, hub, config_dir, tmp_path):
     with LocalJudge(models=["judge-a"]) as judge:
         env = {
             **lora_env(ledger, hub),
@@ -175,18 +183,55 @@ def test_judge_models_listed_or_missing_and_texts_cached(ledger, hub, config_dir
         }
         args = ["--config-dir", str(config_dir), "--state-dir", str(tmp_path)]
         code, output = run_inner("llm_judge", [*args, "--judge-model", "judge-a"], env)
-        rows = rows_of(output)
-        assert rows["judge endpoint"][0] == "ok", output
-        assert rows["judge texts"][0] == "warning"  # nothing cached yet
-        (tmp_path / "judge-texts-0123.json").write_text("{}")
+        assert rows_of(output)["judge endpoint"][0] == "ok", output
         code, output = run_inner("llm_judge", [*args, "--judge-model", "judge-zz"], env)
         rows = rows_of(output)
         assert code == CHECK_FAILED
         assert rows["judge endpoint"][0] == "failed" and "judge-zz" in rows["judge endpoint"][1]
-        assert rows["judge texts"][0] == "ok"
         assert judge.api_key not in output
         code, output = run_inner("llm_judge", args, {**env, "OPENAI_API_KEY": "sk-wrong-000000"})
         assert rows_of(output)["judge endpoint"] == ("failed", "HTTP 401 -> check OPENAI_API_KEY")
+        assert "sk-wrong-000000" not in output
+
+
+class _Texts(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        found = self.path == "/texts/prompt.py"
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_judge_texts_fetched_cached_or_neither(config_dir, tmp_path):
+    """A prompt_source on 127.0.0.1 (the module takes plain http there): it answers; it does
+    not but the module's cache file (keyed by the folder) stands in; neither: failed."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Texts)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    folder = f"http://127.0.0.1:{server.server_address[1]}/texts/"
+    config = json.loads((config_dir / "llm_judge.json").read_text())
+    (config_dir / "llm_judge.json").write_text(json.dumps({**config, "prompt_source": folder}))
+    spec = load_spec(REPO_ROOT / "modules" / "llm_judge")
+    settings = Settings(spec, KEY, None, config_dir=config_dir, state_dir=tmp_path)
+    try:
+        row = judge_texts_row(settings)
+        assert row.result == "ok" and folder in row.detail
+    finally:
+        server.shutdown()
+        server.server_close()
+    row = judge_texts_row(settings)
+    assert row.result == "failed" and "prompt_source: builtin" in row.fix
+    key = hashlib.sha256(folder.encode()).hexdigest()[:32]
+    (tmp_path / f"judge-texts-{key}.json").write_text("{}")
+    assert judge_texts_row(settings).result == "warning"
+    # By default the texts come from the pinned commit of the network's folder.
+    default = Settings(spec, KEY, None, config_dir=REPO_ROOT / "configs", state_dir=tmp_path)
+    pin = spec.protocol
+    assert judge_texts_source(default) == (
+        f"https://raw.githubusercontent.com/{pin.repo}/{pin.commit}/{pin.path}/"
+    )
 
 
 def test_clock_skew_is_a_warning():

@@ -4,8 +4,10 @@ timeout and follows no redirect, so a key never travels to another host."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +29,10 @@ SKEW_OK_SECONDS = 10.0
 HUB_PARALLEL = 8
 # A 7B base in bf16 is about 15 GB; two of them while the cache turns over.
 DEFAULT_HF_MIN_FREE_GB = 40.0
-JUDGE_TEXTS_GLOB = "judge-texts-*.json"  # modules/llm_judge/judge_texts.py's cache files
+# modules/llm_judge/judge_texts.py's source and cache (read here without importing the module).
+RAW_GITHUB = "https://raw.githubusercontent.com"
+JUDGE_PROMPT_FILE = "prompt.py"
+COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 MIB = 1024 * 1024
 
 
@@ -164,15 +169,20 @@ def disk_row(name: str, path: Path, floor_mb: int) -> Row:
 # -- the Hub --------------------------------------------------------------------------------
 
 
-def supported_bases(config_dir: Path | None, module: str) -> list[str]:
-    """configs/<module>.json's supported_base_models, the bases assignments may name."""
+def _module_config(config_dir: Path | None, module: str) -> dict:
+    """configs/<module>.json as JSON, or {} (the validator itself reports a broken one)."""
     if config_dir is None:
-        return []
+        return {}
     try:
         config = json.loads((config_dir / f"{module}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []
-    bases = config.get("supported_base_models") if isinstance(config, dict) else None
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def supported_bases(config_dir: Path | None, module: str) -> list[str]:
+    """configs/<module>.json's supported_base_models, the bases assignments may name."""
+    bases = _module_config(config_dir, module).get("supported_base_models")
     return [base for base in bases if isinstance(base, str)] if isinstance(bases, list) else []
 
 
@@ -256,10 +266,7 @@ def _bases_row(results: dict[str, str], endpoint: str) -> Row:
 
 
 def judge_rows(settings: Settings) -> list[Row]:
-    rows = [_judge_endpoint_row(settings)]
-    if settings.state_dir is not None:
-        rows.append(_judge_texts_row(settings.state_dir))
-    return rows
+    return [_judge_endpoint_row(settings), judge_texts_row(settings)]
 
 
 def _judge_endpoint_row(settings: Settings) -> Row:
@@ -301,12 +308,53 @@ def _judge_endpoint_row(settings: Settings) -> Row:
     return Row.ok(name, f"{url} lists {len(listed)} models")
 
 
-def _judge_texts_row(state_dir: Path) -> Row:
-    cached = sorted(state_dir.glob(JUDGE_TEXTS_GLOB)) if state_dir.is_dir() else []
+def judge_texts_source(settings: Settings) -> str:
+    """The folder the judge texts come from, as modules/llm_judge/judge_texts.py reads
+    `prompt_source`: `builtin`, a URL folder (a 40-hex commit: that commit of the pinned
+    repository's folder; none given: the pinned commit), or a local path."""
+    config = _module_config(settings.config_dir, settings.spec.name)
+    value = str(config.get("prompt_source") or "").strip()
+    pin = settings.spec.protocol
+    if value == "builtin" or value.startswith(("http://", "https://")):
+        return value if value == "builtin" or value.endswith("/") else value + "/"
+    if (not value or COMMIT.fullmatch(value)) and pin is not None:
+        commit = value.lower() or pin.commit
+        return f"{RAW_GITHUB}/{pin.repo}/{commit}/{pin.path}/"
+    return value
+
+
+def judge_texts_row(settings: Settings) -> Row:
+    """Fetched (the first file answers) or cached in the state dir under the key the module
+    uses; neither is exit 3 at start-up."""
+    name = "judge texts"
+    source = judge_texts_source(settings)
+    if source == "builtin":
+        return Row.ok(name, "this project's built-in texts (scores may differ from the network's)")
+    if not source.startswith(("http://", "https://")):
+        found = Path(source, JUDGE_PROMPT_FILE).is_file()
+        if found:
+            return Row.ok(name, f"read from {source}")
+        return Row.failed(name, f"{source}{JUDGE_PROMPT_FILE} missing", "fix prompt_source")
+    key = hashlib.sha256(source.encode("utf-8")).hexdigest()[:32]
+    cache = settings.state_dir / f"judge-texts-{key}.json" if settings.state_dir else None
+    cached = cache is not None and cache.is_file()
+    try:
+        response = requests.get(
+            source + JUDGE_PROMPT_FILE, timeout=TIMEOUT, allow_redirects=False, stream=True
+        )
+        response.close()
+        fetched, why = response.status_code == 200, f"HTTP {response.status_code}"
+    except requests.RequestException as exc:
+        fetched, why = False, type(exc).__name__
+    if fetched:
+        return Row.ok(name, f"{source} answers" + (", and a copy is cached" if cached else ""))
     if cached:
-        return Row.ok("judge texts", f"cached in {state_dir} ({len(cached)} source)")
-    return Row.warning(
-        "judge texts",
-        f"not cached in {state_dir} yet: fetched from GitHub at the first start",
-        "let the first start reach raw.githubusercontent.com (then the cache stands in)",
+        return Row.warning(
+            name, f"{source}: {why}; the copy cached in the state dir stands in", "none needed"
+        )
+    where = "" if cache is None else " and none is cached"
+    return Row.failed(
+        name,
+        f"{source}: {why}{where}: the validator stops at start (exit 3)",
+        "let it reach that host, or set prompt_source: builtin in configs/llm_judge.json",
     )
