@@ -300,3 +300,14 @@ def test_run_py_doctor_in_a_child(ledger, engine, tmp_path):
         timeout=60,
     )
     assert unknown.returncode == 2 and "unknown module" in unknown.stderr
+
+
+def test_judge_texts_on_the_host_leave_the_cache_to_the_container(config_dir):
+    """run.py doctor cannot see the state volume: an unreachable source is a warning there."""
+    config = json.loads((config_dir / "llm_judge.json").read_text())
+    (config_dir / "llm_judge.json").write_text(
+        json.dumps({**config, "prompt_source": "http://127.0.0.1:9/texts/"})
+    )
+    spec = load_spec(REPO_ROOT / "modules" / "llm_judge")
+    row = judge_texts_row(Settings(spec, KEY, None, config_dir=config_dir))
+    assert row.result == "warning" and "in the container" in row.detail

@@ -352,9 +352,14 @@ def judge_texts_row(settings: Settings) -> Row:
         return Row.warning(
             name, f"{source}: {why}; the copy cached in the state dir stands in", "none needed"
         )
-    where = "" if cache is None else " and none is cached"
+    fix = "let it reach that host, or set prompt_source: builtin in configs/llm_judge.json"
+    if cache is None:  # the host: the cache is in the state volume, not looked at here
+        return Row.warning(
+            name,
+            f"{source}: {why}; only a copy cached in the state volume would stand in "
+            "(`python -m validator doctor` in the container looks)",
+            fix,
+        )
     return Row.failed(
-        name,
-        f"{source}: {why}{where}: the validator stops at start (exit 3)",
-        "let it reach that host, or set prompt_source: builtin in configs/llm_judge.json",
+        name, f"{source}: {why} and none is cached: the validator stops at start (exit 3)", fix
     )
