@@ -6,7 +6,13 @@ line, `supervisor.py` the restart loop and signals, `docker_errors.py` Docker's 
 line); `python run.py --help` lists the options.
 """
 
+import sys
+
 from launcher.cli import main
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["doctor"]:  # not a module: module names are identifiers, checked here
+        from launcher.doctor import main as doctor
+
+        doctor(sys.argv[2:], prog_name="run.py doctor")
     main()

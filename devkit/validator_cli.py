@@ -28,6 +28,8 @@ def env_with_test_secrets(**settings: str) -> dict[str, str]:
         "FLOCK_API_KEY": API_KEY,
         "HF_TOKEN": HF_TOKEN,
         "PYTHONUNBUFFERED": "1",
+        # Tests never ask GitHub (the protocol drift watch); its own tests turn it on.
+        "VALIDATOR_PROTOCOL_WATCH": "off",
         **settings,
     }
 

@@ -183,7 +183,8 @@ def module_spec(repo_root: Path, module: str) -> ModuleSpec:
 @click.pass_context
 def main(ctx: click.Context, **options) -> None:
     """Run the validator for MODULE in its container. Other options go to the validator:
-    --time-sleep, --assignment-lookup-interval, --debug, --api-url, --max-assignments."""
+    --time-sleep, --assignment-lookup-interval, --debug, --api-url, --max-assignments.
+    `python run.py doctor [MODULE]` checks the host first (docs/operating.md)."""
     try:
         code = launch(LaunchOptions(passthrough=ctx.args, **options))
     except LaunchError as exc:

@@ -24,6 +24,10 @@ def main() -> None:
         from validator.report.cli import main as report
 
         sys.exit(report(sys.argv[2:]))
+    if sys.argv[1:2] == ["doctor"]:  # what this container can reach and use (README, doctor)
+        from validator.doctor import main as doctor
+
+        doctor(sys.argv[2:], prog_name="python -m validator doctor")
     from validator.entrypoint import main as validate
 
     validate()

@@ -23,7 +23,8 @@ from validator.errors import (
 )
 from validator.ledger.client import DEFAULT_API_URL, FedLedgerClient
 from validator.observe import telemetry
-from validator.observe.logs import setup_logging
+from validator.observe.drift import start_drift_watch
+from validator.observe.logs import adopt_library_loggers, setup_logging
 from validator.observe.observer import Observer
 from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
 from validator.options import (
@@ -178,6 +179,14 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
     "(0-based); work already in the journal is finished whatever its task.",
 )
 @click.option(
+    "--protocol-watch/--no-protocol-watch",
+    envvar="VALIDATOR_PROTOCOL_WATCH",
+    default=True,
+    show_default=True,
+    help="Warn when the network's code of the module's rules has commits after the one it "
+    "follows (asks GitHub at start-up and every 6 h; docs/operating.md).",
+)
+@click.option(
     "--api-retries",
     envvar="VALIDATOR_API_RETRIES",
     type=click.IntRange(min=0),
@@ -211,6 +220,7 @@ def main(
     records_keep: int,
     hf_cache_max_gb: float | None,
     shard_text: str | None,
+    protocol_watch: bool,
     api_retries: int,
     api_backoff: float,
 ) -> None:
@@ -246,6 +256,7 @@ def main(
         if hf_cache_max_gb is not None:
             os.environ[HF_CACHE_BUDGET_ENV] = repr(hf_cache_max_gb)
         pool = ModulePool(load_module_class(module), module, config_dir)
+        adopt_library_loggers()  # the module's imports (transformers) print through ours
         if check_input is not None:
             code = run_check(pool, check_input)
         else:
@@ -266,6 +277,8 @@ def main(
             journal = Journal(state_dir, min_free_mb, lock_timeout_from_env())
             observer = Observer(state_dir, module, records_keep, lookups)
             telemetry.start_series(looked_up)
+            # In the background: never fatal, never on the scoring thread (docs/operating.md).
+            start_drift_watch(spec, state_dir, stop, protocol_watch)
             server = None
             if http_port is not None:
                 server = StatusServer(

@@ -98,6 +98,18 @@ def memory_bytes(size: str) -> int:
 DEFAULT_MEMORY = MemorySpec(request="2Gi", limit="8Gi")
 
 
+class ProtocolPin(BaseModel):
+    """The network's code a module's rules follow: a repository, the folder of this module's
+    rules in it, and the commit we compared with (validator/observe/drift.py watches for
+    commits after it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    path: str = Field(default="", pattern=r"^[A-Za-z0-9_./-]*$")
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+
+
 class ModuleSpec(BaseModel):
     """What `modules/<name>/module.yaml` may say; every key but `name` is optional."""
 
@@ -145,6 +157,10 @@ class ModuleSpec(BaseModel):
         description="where the module's host tests (tests/<name>/) run: `shared`, the dev venv "
         "(.venv, which installs requirements-<name>.txt); `own`, a venv of its own "
         "(.venv-<name>), for a stack that conflicts with the dev venv's",
+    )
+
+    protocol: ProtocolPin | None = Field(
+        default=None, description="the network's repository, folder and commit the rules follow"
     )
 
     @field_validator("name")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
+import threading
 from collections.abc import Iterable
 
 from validator.text import MAX_LOG_MESSAGE, MAX_TRACEBACK, one_line
@@ -18,6 +20,20 @@ MIN_SECRET_LENGTH = 4
 FRAGMENT_LENGTH = 8
 # Text redacted past the point where a long message is cut: longer than any key.
 REDACT_MARGIN = 256
+# Libraries that log a line per HTTP request (httpx: `HTTP Request: POST ... "HTTP/1.1 200 OK"`
+# for every judge call) or per file: WARNING and above only, unless --debug.
+CHATTY_LOGGERS = ("httpx", "httpcore", "openai", "urllib3", "huggingface_hub", "filelock")
+# Libraries that print through a handler of their own (transformers: its own format, and past
+# the redactor): their records go through ours instead.
+OWN_HANDLER_LOGGERS = ("transformers",)
+# Known-harmless library warnings, said once per process in our words, as INFO.
+KNOWN_NOISE = (
+    (
+        re.compile(r"^The fast path is not available because one of the required librar"),
+        "linear attention runs transformers' torch implementation (the fla / causal-conv1d "
+        "kernels are not installed here): the same scores, slower; expected on a CPU host",
+    ),
+)
 
 
 def fragment_length(secret: str) -> int:
@@ -94,15 +110,55 @@ class RedactSecrets(logging.Filter):
         return f"{kept[:limit]}... [cut at {limit} of {len(text)} characters]"
 
 
+class KnownNoise(logging.Filter):
+    """Rewrites a known-harmless library warning (KNOWN_NOISE) into our words, as INFO, the
+    first time; drops it after that."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said: set[int] = set()
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        message = record.getMessage()
+        for index, (pattern, words) in enumerate(KNOWN_NOISE):
+            if pattern.search(message):
+                with self._lock:
+                    if index in self._said:
+                        return False
+                    self._said.add(index)
+                record.msg, record.args = words, None
+                record.levelno, record.levelname = logging.INFO, "INFO"
+                return True
+        return True
+
+
+def adopt_library_loggers() -> None:
+    """Sends the records of libraries with a handler of their own (OWN_HANDLER_LOGGERS)
+    through the root's handler (format, redaction, KnownNoise). Run at start-up and again
+    once the module is imported: transformers installs its handler when first imported."""
+    for name in OWN_HANDLER_LOGGERS:
+        if name not in sys.modules:
+            continue
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+
+
 def setup_logging(debug: bool, secrets: Iterable[str | None]) -> RedactSecrets:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(FORMAT))
     redactor = RedactSecrets(secrets)
+    handler.addFilter(KnownNoise())  # before the redactor: it may replace the message
     handler.addFilter(redactor)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
-    if not debug:
-        logging.getLogger("urllib3").setLevel(logging.WARNING)
+    for name in CHATTY_LOGGERS:
+        # NOTSET under --debug: the root's DEBUG then applies (a library may have set its own).
+        logging.getLogger(name).setLevel(logging.NOTSET if debug else logging.WARNING)
+    adopt_library_loggers()
     logging.captureWarnings(True)
     return redactor

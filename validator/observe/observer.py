@@ -5,6 +5,7 @@ Prometheus metrics (validator/observe/telemetry.py) and the state the status pag
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from validator.state.records import (
     outcome_label,
 )
 
+log = logging.getLogger("validator")
 RECENT = 10
 
 
@@ -108,6 +110,9 @@ class Observer:
         extras.commit = commit or extras.commit
         for phase, seconds in phases.items():
             telemetry.PHASE_SECONDS.labels(phase).observe(seconds)
+        if phases:  # one line a person reads: where the assignment's time went
+            took = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in phases.items())
+            log.info("assignment %s took %s", entry.id, took)
 
     def submit_took(self, assignment_id: str, seconds: float) -> None:
         self._extra(assignment_id).phases["submit"] = round(seconds, 3)

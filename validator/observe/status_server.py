@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from validator.observe import telemetry
 from validator.observe.bounded_http import BoundedHTTPServer, RequestHead
+from validator.observe.drift import status_line as protocol_line
 from validator.observe.observer import Observer
 from validator.spec import REPO_ROOT
 
@@ -129,6 +130,7 @@ class StatusServer:
             f"<p>Looks up <span id='lookups'>{_e(observer.lookups or 'no tasks')}</span>.</p>"
             f"<p>Backlog: <b id='undecided'>{observer.backlog['undecided']}</b> to score, "
             f"<b id='unsubmitted'>{observer.backlog['unsubmitted']}</b> to submit.</p>"
+            f"<p id='protocol'>Protocol: {_e(protocol_line() or 'not watched')}</p>"
             "<h2>Last results</h2><table id='recent'><thead><tr><th>time (UTC)</th>"
             "<th>assignment</th><th>task</th><th>outcome</th><th>score</th><th>reason</th>"
             f"</tr></thead><tbody>{rows}</tbody></table>"

@@ -1,0 +1,165 @@
+"""The protocol drift watch (issue 34 part 2) against a GitHub stand-in on 127.0.0.1: current,
+behind (a WARNING naming the commits, the metric, the status page's line), unknown (said once),
+the cache that spares a restart the question, and the switch that turns it off."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import urllib.request
+
+import pytest
+
+from devkit.github_api import LocalGitHub
+from devkit.simulator.process import Simulator, task
+from devkit.validator_cli import loop_args, run_validator, validator_env
+from validator.observe import drift
+from validator.observe.observer import Observer
+from validator.observe.status_server import StatusServer
+from validator.observe.telemetry import REGISTRY
+from validator.spec import REPO_ROOT, ModuleSpec, ProtocolPin, load_spec
+
+REPO = "FLock-io/FLock-validator"
+FOLDER = "validator/modules/rl"
+PIN = "a" * 40
+
+
+def spec_pinned(name: str = "rl") -> ModuleSpec:
+    return ModuleSpec(name=name, protocol=ProtocolPin(repo=REPO, path=FOLDER, commit=PIN))
+
+
+def behind_of(module: str) -> float | None:
+    return REGISTRY.get_sample_value("flock_validator_protocol_commits_behind", {"module": module})
+
+
+@pytest.fixture
+def github():
+    with LocalGitHub() as served:
+        served.add_commit(REPO, "0" * 40, "older work", [FOLDER + "/old.py"])
+        served.add_commit(REPO, PIN, "the commit we compared with", [FOLDER + "/rules.py"])
+        served.add_commit(REPO, "1" * 40, "docs only", ["README.md"])  # not the module's folder
+        yield served
+
+
+def watch(spec, tmp_path, api):
+    return drift.DriftWatch(spec, tmp_path, threading.Event(), api)
+
+
+def test_current_then_behind_names_the_commits(github, tmp_path, caplog):
+    spec = spec_pinned("drift_a")
+    watcher = watch(spec, tmp_path, github.endpoint)
+    caplog.set_level(logging.INFO, logger=drift.__name__)
+    watcher.report(drift.check(spec.name, spec.protocol, tmp_path, github.endpoint))
+    assert behind_of("drift_a") == 0
+    assert "its newest change there" in drift.status_line()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # The network moves: two commits touch the folder after the pin.
+    github.add_commit(REPO, "2" * 40, "feat: new reward\n\nlong body", [FOLDER + "/reward.py"])
+    github.add_commit(REPO, "3" * 40, "fix: clip", [FOLDER + "/reward.py"])
+    (tmp_path / "protocol-drift-drift_a.json").unlink()  # the interval has passed
+    watcher.report(drift.check(spec.name, spec.protocol, tmp_path, github.endpoint))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "2 commit(s) after aaaaaaa" in warnings[0]
+    assert "3333333 fix: clip; 2222222 feat: new reward" in warnings[0]
+    assert "long body" not in warnings[0] and "docs only" not in warnings[0]
+    assert behind_of("drift_a") == 2
+    assert "3333333 fix: clip" in drift.status_line()
+
+
+def test_a_restart_within_the_interval_asks_nothing(github, tmp_path):
+    spec = spec_pinned("drift_b")
+    first = drift.check(spec.name, spec.protocol, tmp_path, github.endpoint)
+    asked = len(github.requests)
+    assert asked == 2 and first.state == "current"
+    again = drift.check(spec.name, spec.protocol, tmp_path, github.endpoint)
+    assert len(github.requests) == asked and again == first
+    # Another pin (the module was brought up to date) is asked about again.
+    other = ProtocolPin(repo=REPO, path=FOLDER, commit="0" * 40)
+    moved = drift.check(spec.name, other, tmp_path, github.endpoint)
+    assert len(github.requests) == asked + 2
+    assert [sha[:1] for sha, _ in moved.commits] == ["a"]  # the old pin is behind by one
+
+
+def test_offline_is_unknown_said_once(tmp_path, caplog):
+    spec = spec_pinned("drift_c")
+    watcher = watch(spec, tmp_path, "http://127.0.0.1:9")
+    caplog.set_level(logging.INFO, logger=drift.__name__)
+    for _ in range(3):
+        (tmp_path / "protocol-drift-drift_c.json").unlink(missing_ok=True)
+        watcher.report(drift.check(spec.name, spec.protocol, tmp_path, "http://127.0.0.1:9"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "unknown (GitHub unreachable" in lines[0]
+    assert behind_of("drift_c") == -1
+
+
+def test_the_thread_and_the_status_page(github, tmp_path, monkeypatch):
+    monkeypatch.setenv(drift.API_ENV, github.endpoint)
+    monkeypatch.setenv(drift.WATCH_ENV, "off")
+    stop = threading.Event()
+    assert drift.start_drift_watch(spec_pinned("drift_d"), tmp_path, stop) is None
+    monkeypatch.delenv(drift.WATCH_ENV)
+    github.add_commit(REPO, "4" * 40, "feat: moved", [FOLDER + "/x.py"])
+    watcher = drift.start_drift_watch(spec_pinned("drift_d"), tmp_path, stop)
+    try:
+        for _ in range(200):
+            if behind_of("drift_d") == 1:
+                break
+            stop.wait(0.05)
+        assert behind_of("drift_d") == 1
+        server = StatusServer("127.0.0.1", 0, Observer(tmp_path, "fixture", 10), tmp_path)
+        server.start()
+        try:
+            with urllib.request.urlopen(f"{server.address}/", timeout=10) as response:
+                page = response.read().decode()
+        finally:
+            server.stop()
+        assert "<p id='protocol'>" in page and "4444444 feat: moved" in page
+    finally:
+        stop.set()
+        watcher.thread.join(10)
+    assert not watcher.thread.is_alive()
+
+
+def test_every_module_pins_the_network():
+    for name, repo in (
+        ("lora", "FLock-io/llm-loss-validator"),
+        ("rl", REPO),
+        ("llm_judge", REPO),
+    ):
+        pin = load_spec(REPO_ROOT / "modules" / name).protocol
+        assert pin is not None and pin.repo == repo
+        assert name == "lora" or pin.path == f"validator/modules/{name}"
+
+
+def pinned_module(root, github) -> dict[str, str]:
+    """A module `pinned` (the fixture module's code, a spec with a protocol pin) importable
+    beside the fixture modules; the env a validator child needs to find it and the stand-in."""
+    folder = root / "modules" / "pinned"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("from modules.fixture import MODULE  # noqa: F401\n")
+    (folder / "module.yaml").write_text(
+        f"name: pinned\nprotocol:\n  repo: {REPO}\n  path: {FOLDER}\n  commit: '{PIN}'\n"
+    )
+    env = validator_env(root)
+    env["PYTHONPATH"] = f"{root}{os.pathsep}{env['PYTHONPATH']}"
+    env[drift.API_ENV] = github.endpoint
+    del env[drift.WATCH_ENV]
+    return env
+
+
+def test_the_validator_starts_the_watch_and_the_flag_turns_it_off(github, tmp_path):
+    github.add_commit(REPO, "5" * 40, "feat: scoring changed", [FOLDER + "/x.py"])
+    env = pinned_module(tmp_path, github)
+    with Simulator({"tasks": [task(1, ["ok/a", "ok/b"])]}, tmp_path) as sim:
+        args = loop_args("pinned", sim.api_url, "1", "--max-assignments", "1")
+        first = run_validator(args, env)
+        asked = len(github.requests)
+        (tmp_path / "state" / "protocol-drift-pinned.json").unlink()
+        off = run_validator([*args, "--no-protocol-watch"], env)
+    assert first.returncode == 0 and off.returncode == 0, first.stderr + off.stderr
+    warned = [line for line in first.stderr.splitlines() if "WARNING" in line]
+    assert len(warned) == 1 and "5555555 feat: scoring changed" in warned[0], first.stderr
+    assert asked == 2 and len(github.requests) == asked  # off: GitHub never asked
+    assert "protocol drift" not in off.stderr
