@@ -109,7 +109,7 @@ def test_a_served_child_meets_each_limit(tmp_path, body, limits, outcome):
         assert (run / "big").stat().st_size <= 1024**2
 
 
-def test_a_child_runs_isolated_as_main_with_its_arguments(tmp_path):
+def test_a_child_runs_isolated_as_main_with_its_arguments_and_exit_handlers(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "planted.py").write_text("")  # in its folder: not importable under -I
@@ -125,12 +125,15 @@ def test_a_child_runs_isolated_as_main_with_its_arguments(tmp_path):
         "        pass\n"
         "json.dump({'found': found, 'argv': sys.argv, 'isolated': sys.flags.isolated,\n"
         "           'name': __name__}, open('out.json', 'w'))\n"
+        "import atexit\n"  # the script's own exit handlers run (the server's do not)
+        "atexit.register(lambda: open('exited', 'w').write('yes'))\n"
     )
     child = script(tmp_path, body)
     result = run_child(child, ["a", "b"], cwd=run, limits=ChildLimits(60), preload=("json",))
     assert result.outcome is ChildOutcome.OK, result
     out = json.loads((run / "out.json").read_text())
     assert out == {"found": [], "argv": [str(child), "a", "b"], "isolated": 1, "name": "__main__"}
+    assert (run / "exited").read_text() == "yes"
 
 
 def test_threads_share_a_server_and_each_gets_its_own_end(tmp_path):

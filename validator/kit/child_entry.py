@@ -34,6 +34,7 @@ import socket
 import sys
 import threading
 import traceback
+import weakref
 
 # Exit codes of the set-up: the script ran out of memory, or the parent was already gone.
 EXIT_MEMORY = 86
@@ -173,6 +174,15 @@ def _run_script(script: str) -> int:
     return code
 
 
+def _drop_server_exit_handlers() -> None:
+    """The exit handlers the preloads registered tear down what the server built (torch
+    unregisters thousands of operators: 0.1 s); the child's memory goes with it at os._exit.
+    Only the script's own run at its end."""
+    atexit._clear()
+    for finalizer in list(getattr(weakref.finalize, "_registry", {})):
+        finalizer.atexit = False
+
+
 def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -> None:
     """The forked child: never returns."""
     code = 1
@@ -200,6 +210,7 @@ def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -
         os.environ.update(request["env"])
         os.write(ready, b"1")
         os.close(ready)
+        _drop_server_exit_handlers()
         arm_limits(request)
         sys.argv = [request["script"], *request["args"]]
         code = _run_script(request["script"])
