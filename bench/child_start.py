@@ -47,9 +47,8 @@ def main() -> None:
         print("\n1. one child that does nothing (seconds; median of", args.repeats, "runs)")
         print(f"{'preload':<24}{'fresh':>9}{'served':>9}{'ratio':>8}{'server start':>14}")
         for preload in PRELOADS:
-            one = lambda: _ok(run_child(nothing, [], cwd=work / "run", limits=LIMITS,  # noqa: E731
-                                        preload=preload))  # fmt: skip
-            fresh = _median(lambda: _fresh(one), args.repeats)
+            one = _nothing(nothing, work / "run", preload)
+            fresh = _median(lambda one=one: _fresh(one), args.repeats)
             start = _time(one)  # the server's start and its first child
             served = _median(one, args.repeats)
             print(f"{'+'.join(preload):<24}{fresh:9.3f}{served:9.3f}{fresh / served:8.1f}"
@@ -65,6 +64,10 @@ def main() -> None:
         f, s = statistics.median(fresh), statistics.median(served)
         print(f"fresh {f:.2f}  served {s:.2f}  ratio {f / s:.1f}  (medians of {args.assignments})")
     child_server.shutdown()
+
+
+def _nothing(script: Path, cwd: Path, preload: tuple[str, ...]) -> Callable[[], None]:
+    return lambda: _ok(run_child(script, [], cwd=cwd, limits=LIMITS, preload=preload))
 
 
 def _assignment(work: Path) -> Callable[[], None]:
