@@ -220,3 +220,27 @@ def test_a_killed_validator_takes_the_server_and_its_child_along(tmp_path):
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     assert wait_until(lambda: not alive(server) and not alive(record["pid"], record["token"]))
+
+
+@pytest.mark.parametrize(
+    ("body", "limits", "outcome"),
+    [
+        ("while True:\n    pass\n", ChildLimits(120, cpu_seconds=1), ChildOutcome.OVER_CPU),
+        (
+            "data = bytearray(4 * 1024**3)\n",
+            ChildLimits(120, memory_bytes=256 * 1024**2),
+            ChildOutcome.OVER_MEMORY,
+        ),
+        ("import time\ntime.sleep(600)\n", ChildLimits(wall_seconds=1), ChildOutcome.OVER_TIME),
+    ],
+    ids=["cpu", "memory", "time"],
+)
+def test_the_fresh_process_fallback_meets_each_limit(tmp_path, monkeypatch, body, limits, outcome):
+    monkeypatch.setattr(child_server, "server_for", lambda *_args, **_kwargs: None)
+    marker = "import os\nopen('parent', 'w').write(str(os.getppid()))\n"
+    run = tmp_path / "run"
+    result = run_child(
+        script(tmp_path, marker + body), [], cwd=run, limits=limits, preload=("json",)
+    )
+    assert result.outcome is outcome, result
+    assert (run / "parent").read_text() == str(os.getpid())  # the validator's own child
