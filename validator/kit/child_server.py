@@ -52,6 +52,7 @@ THREAD_ENV = {
 START_SECONDS = 180.0  # the imports, on a busy machine
 MAX_STARTS = 3
 POLL_SECONDS = 0.05
+HOME_PREFIX = "flock-child-server-"  # then the validator's pid
 
 Key = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
 
@@ -63,7 +64,8 @@ class ServerGone(Exception):
 class ChildServer:
     def __init__(self, key: Key) -> None:
         self.key = key
-        self.home = Path(tempfile.mkdtemp(prefix="flock-child-server-"))
+        _sweep_homes()
+        self.home = Path(tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{os.getpid()}-"))
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         preload, env = key
         command = [
@@ -177,6 +179,14 @@ class ChildServer:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
+def _sweep_homes() -> None:
+    """Removes the homes of servers whose validator is gone (one killed leaves its server's)."""
+    for home in Path(tempfile.gettempdir()).glob(f"{HOME_PREFIX}*-*"):
+        owner = home.name[len(HOME_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(home, ignore_errors=True)
+
+
 # --- the servers of this process ----------------------------------------------------------------
 
 _lock = threading.Lock()
@@ -191,6 +201,7 @@ def server_for(
 ) -> ChildServer | None:
     """The ready server for `preload` and `env` (started if need be), or None: the caller runs
     a fresh process (one warning line said why, when a server failed)."""
+    global _at_exit
     key: Key = (tuple(preload), tuple(sorted(env.items())))
     with _lock:
         server = _servers.get(key)
@@ -207,7 +218,6 @@ def server_for(
                 log.warning("child server for preload %s could not start: %s", preload, exc)
                 return None
             _servers[key] = server
-            global _at_exit
             if not _at_exit:
                 atexit.register(shutdown)
                 _at_exit = True
