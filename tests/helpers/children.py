@@ -53,3 +53,20 @@ def stop_again_until_it_ends(process: subprocess.Popen, tries: int = 60) -> None
         process.send_signal(signal.SIGTERM)
         if wait_until(lambda: process.poll() is not None, timeout=1):
             return
+
+
+def parent_of(pid: int) -> int:
+    """The parent pid of `pid` (from /proc), 0 when it has ended."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+def is_child_server(pid: int) -> bool:
+    """Whether `pid` is one of validator/kit/child_server.py's servers."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"serve" in cmdline and any(part.endswith(b"child_entry.py") for part in cmdline)

@@ -1,13 +1,21 @@
 """Running a submission's code-like inputs (an ONNX policy, a chat template, a tokenizer) in a
 child process that the validator can always bound and stop. For modules.
 
-`run_child(script, args, cwd=..., limits=...)` starts `python -I` on this file, which sets the
-child up and then runs `script` as `__main__` with `args`:
+`run_child(script, args, cwd=..., limits=...)` runs `script` as `__main__` with `args` in a child
+that is set up as a `python -I` interpreter would be (no user site, no PYTHON* variables, neither
+the current folder nor the script's on sys.path). The child is forked from a server that has
+already imported the `preload` modules (validator/kit/child_server.py, child_entry.py: one per
+preload tuple and environment, started with the clean environment below, so the fixed cost of
+a child is a fork, not seconds of imports); where no server can run, it is a fresh
+`python -I child_entry.py run ...` that imports them itself (one warning line says why). Either
+way:
 
-- no secrets: the child's environment is PATH, HOME (its folder) and what the caller adds;
+- no secrets: the child's environment is PATH, HOME (its folder) and what the caller adds, and
+  the process it was forked from never held more;
 - its own process group (a new session), so that one kill reaches everything it started;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
-  SIGKILL, or one that dies any other way, takes the child with it;
+  SIGKILL, or one that dies any other way, takes the child with it (through the server, which
+  has its own);
 - limits armed after the trusted `preload` imports (transformers costs seconds of CPU and
   hundreds of MB of address space before any submission file is read): CPU seconds
   (RLIMIT_CPU, on top of what the imports used), memory (RLIMIT_AS, on top of the address space
@@ -16,7 +24,8 @@ child up and then runs `script` as `__main__` with `args`:
 - a pid record in `cwd` (`.child-<token>.pid`): a run killed before it could kill its child
   leaves the record, and `kill_strays` (called by validator/kit/workdirs.py when it sweeps an
   abandoned work folder at start-up) kills the process if /proc/<pid>/cmdline still carries
-  the record's token (pids are reused).
+  the record's token (pids are reused; a forked child writes its token over a placeholder in
+  its copy of the server's command line).
 
 The parent waits by polling, so a signal handler runs at once: a second stop signal
 (`Interrupted`) or Ctrl-C ends the wait, and the child's group is killed on the way out. While it
@@ -29,7 +38,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,20 +49,20 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from validator.kit import child_server
+from validator.kit.child_entry import EXIT_MEMORY
+
 RECORD_PREFIX = ".child-"
 RECORD_SUFFIX = ".pid"
-# Exit codes of the set-up below: the script ran out of memory, or the parent was already gone.
-EXIT_MEMORY = 86
-EXIT_ORPHAN = 87
 POLL_SECONDS = 0.05
 HEARTBEAT_SECONDS = 5.0
 STDERR_TAIL = 2000
 # What a child killed by a signal (an abort) wrote last when an allocation failed at its memory
 # limit: Python, C++, glibc, and Rust's "memory allocation of N bytes failed" (tokenizers).
 MEMORY_MARKS = ("MemoryError", "bad_alloc", "Cannot allocate", "memory allocation of")
-# A child past its CPU limit gets SIGXCPU; if it survives that, SIGKILL this much later.
-CPU_HARD_MARGIN = 2
-PR_SET_PDEATHSIG = 1
+# How long the server may take to fork a child beyond its wall clock, and to kill one.
+START_GRACE = 30.0
+KILL_WAIT_SECONDS = 30.0
 
 
 class ChildOutcome(Enum):
@@ -106,16 +117,126 @@ def run_child(
     """Runs `python -I script *args` in `cwd` under `limits` (see the module's docstring) and
     returns how it ended. Raises only what interrupts the wait (a stop signal's exception),
     after killing the child."""
-    # Here: the child side below imports nothing of ours.
+    # Here: the child side imports nothing of ours.
     from validator.kit.scope import current_scope  # noqa: PLC0415
 
     heartbeat = current_scope().heartbeat
-
     cwd.mkdir(parents=True, exist_ok=True)
+    child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), **(env or {})}
+    server = child_server.server_for(preload, env or {}, heartbeat, HEARTBEAT_SECONDS)
+    if server is not None:
+        try:
+            return _run_served(server, script, args, cwd, limits, child_env, heartbeat)
+        except child_server.ServerGone as exc:
+            child_server.report_gone(server, str(exc))  # the one warning line; then afresh
+    return _run_fresh(script, args, cwd, limits, child_env, preload, heartbeat)
+
+
+def _paths(cwd: Path) -> tuple[str, Path, Path]:
     token = uuid.uuid4().hex
-    spec_path = cwd / f"{RECORD_PREFIX}{token}.json"
     record = cwd / f"{RECORD_PREFIX}{token}{RECORD_SUFFIX}"
-    stderr_path = cwd / f"{RECORD_PREFIX}{token}.stderr"
+    return token, record, cwd / f"{RECORD_PREFIX}{token}.stderr"
+
+
+def _run_served(
+    server: child_server.ChildServer,
+    script: Path,
+    args: list[str],
+    cwd: Path,
+    limits: ChildLimits,
+    child_env: dict[str, str],
+    heartbeat,
+) -> ChildResult:
+    """The child forked from `server`. ServerGone when the server could not take it or died
+    before the child's end was known (the child died with it: nothing ran to its end)."""
+    token, record, stderr_path = _paths(cwd)
+    request = {
+        "script": str(script),
+        "args": [str(a) for a in args],
+        "cwd": str(cwd),
+        "env": child_env,
+        "token": token,
+        "cpu_seconds": limits.cpu_seconds,
+        "memory_bytes": limits.memory_bytes,
+        "file_bytes": limits.file_bytes,
+    }
+    began = time.monotonic()
+    try:
+        with open(stderr_path, "wb") as stderr:
+            conn = server.start_child(request, stderr.fileno())
+        with conn:
+            started = _receive(conn, began + limits.wall_seconds + START_GRACE, heartbeat)
+            if started is None or "pid" not in started:
+                raise child_server.ServerGone(f"no child started: {started}")
+            pid = int(started["pid"])
+            record.write_text(json.dumps({"pid": pid, "token": token}), encoding="utf-8")
+            ended: dict | None = None
+            timed_out = False
+            try:
+                ended = _receive(conn, began + limits.wall_seconds, heartbeat)
+                timed_out = ended is None
+            finally:
+                if ended is None:
+                    # Over time, or a stop signal: the server kills the group and reaps.
+                    ended = _kill_served(conn, pid)
+                record.unlink(missing_ok=True)
+            if ended is None or "code" not in ended:
+                if timed_out:
+                    ended = {"code": -signal.SIGKILL, "cpu": 0.0}
+                else:
+                    raise child_server.ServerGone("it ended while the child ran")
+        tail = _tail(stderr_path)
+    finally:
+        stderr_path.unlink(missing_ok=True)
+    code, cpu = int(ended["code"]), float(ended["cpu"])
+    return ChildResult(_outcome(code, tail, timed_out, cpu, limits), code, tail, limits)
+
+
+def _receive(conn: socket.socket, deadline: float, heartbeat) -> dict | None:
+    """The server's next message; None at `deadline`. ServerGone when the server is gone."""
+    beat = time.monotonic() + HEARTBEAT_SECONDS
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        # A signal handler's exception ends the wait here.
+        readable, _, _ = select.select([conn], [], [], min(POLL_SECONDS, deadline - now))
+        if readable:
+            try:
+                message = conn.recv(1 << 16)
+            except OSError:
+                message = b""
+            if not message:
+                raise child_server.ServerGone("it ended while the child ran")
+            return json.loads(message)
+        if now >= beat:
+            heartbeat()
+            beat = now + HEARTBEAT_SECONDS
+
+
+def _kill_served(conn: socket.socket, pid: int) -> dict | None:
+    """Has the server kill the child's group; returns its end, or None if the server is gone
+    (then the group is killed from here: its leader died with the server)."""
+    try:
+        conn.send(b"kill")
+        return _receive(conn, time.monotonic() + KILL_WAIT_SECONDS, lambda: None)
+    except (OSError, child_server.ServerGone):
+        _kill_group(pid)
+        return None
+
+
+def _run_fresh(
+    script: Path,
+    args: list[str],
+    cwd: Path,
+    limits: ChildLimits,
+    child_env: dict[str, str],
+    preload: tuple[str, ...],
+    heartbeat,
+) -> ChildResult:
+    """Today's path without a server: a fresh `python -I` that imports the preloads itself."""
+    token, record, stderr_path = _paths(cwd)
+    spec_path = cwd / f"{RECORD_PREFIX}{token}.json"
     spec = {
         "script": str(script),
         "args": [str(a) for a in args],
@@ -126,8 +247,7 @@ def run_child(
         "file_bytes": limits.file_bytes,
     }
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), **(env or {})}
-    command = [sys.executable, "-I", str(Path(__file__).resolve()), str(spec_path), token]
+    command = [sys.executable, "-I", str(child_server.ENTRY), "run", str(spec_path), token]
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen(
             command,
@@ -230,63 +350,3 @@ def kill_strays(folder: Path) -> int:
                 pass
             killed += 1
     return killed
-
-
-# --- the child's side: `python -I child_process.py SPEC TOKEN` ----------------------------------
-
-
-def _set_parent_death_signal(parent: int) -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes  # noqa: PLC0415
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    # The parent may have died before prctl: then no signal will ever come.
-    if os.getppid() != parent:
-        os._exit(EXIT_ORPHAN)
-
-
-def _arm_limits(spec: dict) -> None:
-    import resource  # noqa: PLC0415
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU's default action dumps core
-    if spec.get("cpu_seconds") is not None:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        soft = int(usage.ru_utime + usage.ru_stime + float(spec["cpu_seconds"])) + 1
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + CPU_HARD_MARGIN))
-    if spec.get("memory_bytes") is not None:
-        limit = _address_space() + int(spec["memory_bytes"])
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    if spec.get("file_bytes") is not None:
-        # Past it a write fails (SIGXFSZ is ignored, so the write raises instead).
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (int(spec["file_bytes"]),) * 2)
-
-
-def _address_space() -> int:
-    with open("/proc/self/status", encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _child_main(spec_path: str) -> None:
-    with open(spec_path, encoding="utf-8") as handle:
-        spec = json.load(handle)
-    _set_parent_death_signal(int(spec["parent"]))
-    import importlib  # noqa: PLC0415
-    import runpy  # noqa: PLC0415
-
-    for name in spec["preload"]:
-        importlib.import_module(name)
-    _arm_limits(spec)
-    sys.argv = [spec["script"], *spec["args"]]
-    try:
-        runpy.run_path(spec["script"], run_name="__main__")
-    except MemoryError:
-        os._exit(EXIT_MEMORY)
-
-
-if __name__ == "__main__":
-    _child_main(sys.argv[1])

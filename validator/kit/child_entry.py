@@ -1,0 +1,381 @@
+"""The child's side of validator/kit/child_process.py, and the pre-imported server its children
+are forked from. Standalone: it runs as `python -I child_entry.py ...` and imports only the
+standard library (and the trusted preloads), never the validator's code.
+
+- `run SPEC TOKEN`: the fresh-process path. Sets the child up (parent-death signal, preloads,
+  limits) and runs the script as `__main__`, as a plain interpreter would.
+- `serve CONTROL_FD PARENT PLACEHOLDER [PRELOAD...]`: the server. Imports the preloads once,
+  checks that it runs one thread (a fork copies only the calling thread: a lock held by another
+  would deadlock the child) and that a child can show its token on its command line, says
+  `ready`, then forks one child per request. Its environment is the clean one the validator
+  started it with: it never held a secret, so no child can find one in what it inherits.
+
+A request comes on the control socket (SOCK_SEQPACKET) as one JSON message with two file
+descriptors: the caller's own connection for this child, and the child's stderr file. On that
+connection the server answers `{"pid": N}` once the child is in its own session, then
+`{"code": C, "cpu": S}` when it has ended (its group killed, the leader reaped). `kill` on the
+connection, or the connection closing, kills the child's group. The control socket closing, or
+the validator's death, ends the server and every child it runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import gc
+import importlib
+import json
+import os
+import resource
+import runpy
+import select
+import signal
+import socket
+import sys
+import threading
+import traceback
+import weakref
+
+# Exit codes of the set-up: the script ran out of memory, or the parent was already gone.
+EXIT_MEMORY = 86
+EXIT_ORPHAN = 87
+# A child past its CPU limit gets SIGXCPU; if it survives that, SIGKILL this much later.
+CPU_HARD_MARGIN = 2
+PR_SET_PDEATHSIG = 1
+# The server's argument that a forked child overwrites with its token, in its own copy of the
+# memory, so that /proc/<pid>/cmdline names it as a fresh child's does (kill_strays reads it).
+PLACEHOLDER = "-" * 32
+# How long a forked child may take to set itself up before the server gives up on it.
+SETUP_SECONDS = 30.0
+# Lazy attributes of a preload that its children read first: importing `transformers` imports
+# almost nothing until AutoTokenizer is read, which costs seconds a child would pay each time.
+WARM = {
+    "transformers": (
+        "AutoConfig",
+        "AutoTokenizer",
+        "AutoModelForCausalLM",
+        "PreTrainedTokenizerFast",
+    ),
+}
+
+
+def set_parent_death_signal(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The parent may have died before prctl: then no signal will ever come.
+    if os.getppid() != parent:
+        os._exit(EXIT_ORPHAN)
+
+
+def arm_limits(spec: dict) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU's default action dumps core
+    if spec.get("cpu_seconds") is not None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(usage.ru_utime + usage.ru_stime + float(spec["cpu_seconds"])) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + CPU_HARD_MARGIN))
+    if spec.get("memory_bytes") is not None:
+        limit = address_space() + int(spec["memory_bytes"])
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if spec.get("file_bytes") is not None:
+        # Past it a write fails (SIGXFSZ is ignored, so the write raises instead).
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(spec["file_bytes"]),) * 2)
+
+
+def address_space() -> int:
+    with open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def preload(names: list[str]) -> None:
+    for name in names:
+        module = importlib.import_module(name)
+        for attribute in WARM.get(name, ()):
+            getattr(module, attribute, None)
+
+
+# --- the fresh-process path ---------------------------------------------------------------------
+
+
+def run_fresh(spec_path: str) -> None:
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    set_parent_death_signal(int(spec["parent"]))
+    for name in spec["preload"]:
+        importlib.import_module(name)
+    arm_limits(spec)
+    sys.argv = [spec["script"], *spec["args"]]
+    try:
+        runpy.run_path(spec["script"], run_name="__main__")
+    except MemoryError:
+        os._exit(EXIT_MEMORY)
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+
+def _show_token(token: str) -> bool:
+    """Writes `token` over PLACEHOLDER in this process's argument area (what /proc/self/cmdline
+    reads); False where the kernel does not say where that area is."""
+    with open("/proc/self/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    with open("/proc/self/cmdline", "rb") as handle:
+        cmdline = handle.read()
+    at = cmdline.find(b"\0" + PLACEHOLDER.encode() + b"\0")
+    if not start or at < 0 or len(cmdline) != end - start or len(token) != len(PLACEHOLDER):
+        return False
+    ctypes.memmove(start + at + 1, token.encode("ascii"), len(token))
+    with open("/proc/self/cmdline", "rb") as handle:
+        return token.encode() in handle.read().split(b"\0")
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _run_script(script: str) -> int:
+    """Runs `script` as `__main__` and returns the exit code an interpreter would, after what an
+    interpreter does on its way out (non-daemon threads joined, atexit, buffers flushed)."""
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except MemoryError:
+        return EXIT_MEMORY
+    except BaseException as exc:  # noqa: BLE001 - what an interpreter reports, then exit 1
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        if isinstance(exc, KeyboardInterrupt):
+            code = 128 + signal.SIGINT
+        else:
+            code = 1
+    try:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()
+        gc.collect()  # the script's objects in cycles (open files among them) are finalized
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    except MemoryError:
+        return EXIT_MEMORY
+    except BaseException:  # noqa: BLE001 - a failing atexit handler: reported, as Python does
+        traceback.print_exc()
+    return code
+
+
+def _drop_server_exit_handlers() -> None:
+    """The exit handlers the preloads registered tear down what the server built (torch
+    unregisters thousands of operators: 0.1 s); the child's memory goes with it at os._exit.
+    Only the script's own run at its end."""
+    atexit._clear()
+    for finalizer in list(getattr(weakref.finalize, "_registry", {})):
+        finalizer.atexit = False
+
+
+def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -> None:
+    """The forked child: never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for sock in held:
+            sock.detach()  # the server's sockets: closed below by number, never by an object
+        os.setsid()
+        set_parent_death_signal(server)
+        _show_token(request["token"])
+        os.chdir(request["cwd"])
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(fds[1], 2)
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd > 2 and fd != ready:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass  # the listing's own descriptor
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.write(ready, b"1")
+        os.close(ready)
+        _drop_server_exit_handlers()
+        arm_limits(request)
+        sys.argv = [request["script"], *request["args"]]
+        code = _run_script(request["script"])
+    except MemoryError:
+        code = EXIT_MEMORY
+    except BaseException:  # noqa: BLE001 - our own set-up failed: say so, exit 1
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+class _Server:
+    def __init__(self, control: socket.socket, parent: int) -> None:
+        self.control = control
+        self.parent = parent
+        self.poller = select.poll()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        # SIGCHLD wakes the poll at once (a child's end), through the wake-up pipe.
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        self.poller.register(control, select.POLLIN)
+        self.poller.register(self.wake_r, select.POLLIN)
+        self.children: dict[int, socket.socket] = {}  # pid -> the caller's connection
+        self.by_fd: dict[int, int] = {}  # the connection's fd -> pid
+
+    def serve(self) -> None:
+        while True:
+            for fd, _ in self.poller.poll(1000):
+                if fd == self.control.fileno():
+                    if not self._accept():
+                        return
+                elif fd == self.wake_r:
+                    os.read(self.wake_r, 4096)
+                elif fd in self.by_fd:
+                    self._order(fd)
+            self._reap()
+            if os.getppid() != self.parent:
+                return
+
+    def shutdown(self) -> None:
+        for pid in list(self.children):
+            _kill(pid)
+        for pid in list(self.children):
+            self._finish(pid)
+
+    def _accept(self) -> bool:
+        try:
+            message, fds, _, _ = socket.recv_fds(self.control, 1 << 20, 2)
+        except OSError:
+            return False
+        if not message:
+            return False  # the validator closed its end
+        conn = socket.socket(fileno=fds[0])
+        try:
+            request = json.loads(message)
+            pid = self._fork(request, fds)
+        except Exception as exc:  # noqa: BLE001 - the caller falls back to a fresh process
+            _send(conn, {"error": f"{type(exc).__name__}: {exc}"})
+            conn.close()
+            return True
+        finally:
+            os.close(fds[1])
+        self.children[pid] = conn
+        self.by_fd[conn.fileno()] = pid
+        self.poller.register(conn, select.POLLIN)
+        _send(conn, {"pid": pid})
+        return True
+
+    def _fork(self, request: dict, fds: list[int]) -> int:
+        ready_r, ready_w = os.pipe()
+        held = [self.control, *self.children.values()]
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r)
+            _child(request, fds, ready_w, os.getppid(), held)
+        os.close(ready_w)
+        # Answer only once the child is in its own session: a kill of its group reaches it.
+        ready, _, _ = select.select([ready_r], [], [], SETUP_SECONDS)
+        if not ready or not os.read(ready_r, 1):
+            _kill(pid)  # stuck, or dead in its set-up: its end is reported as any other
+        os.close(ready_r)
+        return pid
+
+    def _order(self, fd: int) -> None:
+        pid = self.by_fd[fd]
+        try:
+            order = self.children[pid].recv(64)
+        except OSError:
+            order = b""
+        if order in (b"kill", b""):  # asked, or the caller is gone
+            _kill(pid)
+            if not order:
+                self.poller.unregister(fd)
+
+    def _reap(self) -> None:
+        for pid in list(self.children):
+            try:
+                ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                ended = None
+            if ended is not None:
+                self._finish(pid)
+
+    def _finish(self, pid: int) -> None:
+        # The leader is still a zombie here, so its pid (the group's id) is not reused yet:
+        # the other members of its group, if any, are killed, then it is reaped.
+        _kill(pid)
+        _, status, usage = os.wait4(pid, 0)
+        conn = self.children.pop(pid)
+        self.by_fd.pop(conn.fileno(), None)
+        try:
+            self.poller.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        code = os.waitstatus_to_exitcode(status)
+        _send(conn, {"code": code, "cpu": usage.ru_utime + usage.ru_stime})
+        conn.close()
+
+
+def _kill(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    try:
+        conn.send(json.dumps(message).encode())
+    except OSError:
+        pass  # the caller is gone
+
+
+def serve(control_fd: int, parent: int, placeholder: str, names: list[str]) -> None:
+    set_parent_death_signal(parent)
+    control = socket.socket(fileno=control_fd)
+    try:
+        preload(names)
+    except BaseException as exc:  # noqa: BLE001 - told to the validator, which falls back
+        control.send(f"preload failed: {type(exc).__name__}: {exc}".encode()[:4000])
+        return
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        control.send(f"{threads} threads after the preloads; a fork would copy one".encode())
+        return
+    if placeholder != PLACEHOLDER or not _show_token(PLACEHOLDER):
+        control.send(b"no way to show a child's token on its command line")
+        return
+    server = _Server(control, parent)
+    # What the imports built is never collected: a child's collections skip it (and do not
+    # touch, so copy, its pages).
+    gc.freeze()
+    control.send(b"ready")
+    try:
+        server.serve()
+    finally:
+        server.shutdown()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run_fresh(sys.argv[2])
+    elif sys.argv[1] == "serve":
+        serve(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:])
