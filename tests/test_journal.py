@@ -18,7 +18,7 @@ from validator.state.journal import (
     JournalUnwritable,
     State,
 )
-from validator.state.store import SCHEMA, SCHEMA_VERSION
+from validator.state.store import SCHEMA_V1, SCHEMA_VERSION
 
 JOURNAL = "journal.sqlite3"
 
@@ -208,7 +208,7 @@ def test_a_truncated_journal_is_refused_and_kept(tmp_path, keep):
 
 def test_a_journal_missing_a_column_is_refused_and_kept(tmp_path):
     with sqlite3.connect(tmp_path / JOURNAL) as db:
-        db.executescript(SCHEMA.replace("    not_before REAL NOT NULL DEFAULT 0,\n", ""))
+        db.executescript(SCHEMA_V1.replace("    not_before REAL NOT NULL DEFAULT 0,\n", ""))
         db.execute(
             "INSERT INTO assignments (id, module, task_id, state, input, received_at, updated_at)"
             " VALUES ('1', 'lora', '12', 'scored', '{}', 0, 0)"
@@ -226,13 +226,29 @@ def test_a_journal_of_a_newer_validator_is_refused(tmp_path):
     assert "newer than this validator's" in _refused_as_broken(tmp_path)
 
 
-def test_a_journal_of_an_earlier_validator_opens_and_gets_the_schema_version(tmp_path):
+def test_a_journal_of_an_earlier_validator_is_migrated_and_keeps_its_rows(tmp_path):
     with sqlite3.connect(tmp_path / JOURNAL) as db:  # as every journal before the version
-        db.executescript(SCHEMA)
+        db.executescript(SCHEMA_V1)
+        db.execute(
+            "INSERT INTO assignments (id, module, task_id, state, input, metrics, received_at,"
+            " updated_at) VALUES ('1', 'lora', '12', 'scored', '{\"a\": 1}', '{\"loss\": 2}', 5, 6)"
+        )
+        db.execute("INSERT INTO events VALUES ('1', 5, 'received', 'task 12')")
     db.close()
-    Journal(tmp_path).close()
+    journal = Journal(tmp_path)
+    try:
+        [entry] = journal.pending("lora", UNSUBMITTED)
+        assert (entry.id, entry.input, entry.metrics) == ("1", {"a": 1}, {"loss": 2})
+        assert (entry.received_at, entry.updated_at) == (5.0, 6.0)
+        assert journal.events("1") == [("received", "task 12")]
+        assert journal.quarantined() == []
+    finally:
+        journal.close()
     with sqlite3.connect(tmp_path / JOURNAL) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        # The constraints hold from now on.
+        with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
+            db.execute("UPDATE assignments SET id = NULL")
     db.close()
 
 

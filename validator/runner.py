@@ -147,7 +147,7 @@ class Runner:
     def _remind_quarantined(self) -> None:
         """Rows quarantined by an earlier process, in one line (this one's had their own)."""
         earlier = self.journal.quarantined_now
-        ids = [i for i in self.journal.quarantined(self.module) if i not in earlier]
+        ids = [i for i in self.journal.quarantined() if i not in earlier]
         if ids:
             more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
             log.warning(
@@ -228,7 +228,13 @@ class Runner:
                 "not be journaled, it stays in validating until it expires"
             ) from exc
         log.info("task %s: received assignment %s", task_id, assignment.id)
-        if oversized and entry.state in UNDECIDED:
+        if entry is None:
+            log.warning(
+                "assignment %s was handed out again but its journal row is set aside "
+                "(quarantined); ignoring",
+                assignment.id,
+            )
+        elif oversized and entry.state in UNDECIDED:
             fields = ", ".join(oversized[:5])
             self._decide_failed(
                 entry, f"input {fields}: over {MAX_INPUT_STRING} characters, not scored"
