@@ -31,16 +31,17 @@ def journal(tmp_path):
 
 
 def test_assignment_moves_through_states_with_an_event_trail(journal):
-    journal.receive("5", "lora", "12", {"hg_repo_id": "a/b"})
-    journal.begin_scoring("5")
-    journal.scored("5", {"loss": 1.5, "bppl": float("inf")})
-    entry = journal.get("5")
+    entry = journal.receive("5", "lora", "12", {"hg_repo_id": "a/b"})
+    entry = journal.begin_scoring(entry)
+    assert entry == journal.get("5")  # what a transition returns is what the journal holds
+    entry = journal.scored(entry, {"loss": 1.5, "bppl": float("inf")})
     assert entry.state is State.SCORED
     assert entry.metrics == {"loss": 1.5, "bppl": float("inf")}
     assert entry.attempts == 1
-    journal.submitted("5")
-    entry = journal.get("5")
+    assert entry == journal.get("5")
+    entry = journal.submitted(entry)
     assert (entry.state, entry.outcome) == (State.SUBMITTED, "completed")
+    assert entry == journal.get("5")
     assert [state for state, _ in journal.events("5")] == [
         "received",
         "scoring",
@@ -50,36 +51,32 @@ def test_assignment_moves_through_states_with_an_event_trail(journal):
 
 
 def test_failed_outcome_is_recorded_on_submit(journal):
-    journal.receive("6", "lora", "12", {})
-    journal.failed("6", "ValueError: bad adapter")
-    assert journal.get("6").error == "ValueError: bad adapter"
-    journal.submitted("6")
-    assert journal.get("6").outcome == "failed"
+    entry = journal.failed(journal.receive("6", "lora", "12", {}), "ValueError: bad adapter")
+    assert entry.error == "ValueError: bad adapter" == journal.get("6").error
+    entry = journal.submitted(entry)
+    assert entry.outcome == "failed" == journal.get("6").outcome
 
 
 def test_receive_keeps_an_existing_entry(journal):
-    journal.receive("5", "lora", "12", {"x": 1})
-    journal.begin_scoring("5")
+    journal.begin_scoring(journal.receive("5", "lora", "12", {"x": 1}))
     entry = journal.receive("5", "lora", "12", {"x": 2})
     assert entry.state is State.SCORING
     assert entry.input == {"x": 1}
 
 
 def test_postpone_does_not_count_as_an_attempt(journal):
-    journal.receive("5", "lora", "12", {})
-    journal.begin_scoring("5")
-    journal.postpone("5", "disk full", 123.0)
-    entry = journal.get("5")
+    entry = journal.begin_scoring(journal.receive("5", "lora", "12", {}))
+    entry = journal.postpone(entry, "disk full", 123.0)
+    assert entry == journal.get("5")
     assert (entry.state, entry.attempts, entry.not_before) == (State.RECEIVED, 0, 123.0)
 
 
 def test_retry_later_counts_the_attempt(journal):
-    journal.receive("5", "lora", "12", {})
-    journal.begin_scoring("5")
-    journal.retry_later("5", "unexpected error in the module: TypeError: x", 123.0)
-    journal.begin_scoring("5")
-    journal.retry_later("5", "unexpected error in the module: TypeError: y", 456.0)
-    entry = journal.get("5")
+    entry = journal.begin_scoring(journal.receive("5", "lora", "12", {}))
+    entry = journal.retry_later(entry, "unexpected error in the module: TypeError: x", 123.0)
+    entry = journal.begin_scoring(entry)
+    entry = journal.retry_later(entry, "unexpected error in the module: TypeError: y", 456.0)
+    assert entry == journal.get("5")
     assert (entry.state, entry.attempts, entry.not_before) == (State.RECEIVED, 2, 456.0)
     assert entry.error == "unexpected error in the module: TypeError: y"
 
@@ -88,9 +85,7 @@ def test_pending_is_per_module_and_state_and_survives_reopen(tmp_path):
     journal = Journal(tmp_path)
     journal.receive("1", "lora", "12", {})
     journal.receive("2", "rl", "13", {})
-    journal.receive("3", "lora", "12", {})
-    journal.begin_scoring("3")
-    journal.scored("3", {"loss": 2.0})
+    journal.scored(journal.begin_scoring(journal.receive("3", "lora", "12", {})), {"loss": 2.0})
     journal.close()
     reopened = Journal(tmp_path)
     assert [e.id for e in reopened.pending("lora", UNDECIDED)] == ["1"]
@@ -174,8 +169,8 @@ def test_opening_on_a_full_disk_is_an_operator_error_and_loses_nothing(tmp_path)
 def _journal_with_rows(state: Path) -> bytes:
     journal = Journal(state)
     for assignment_id in ("1", "2", "3"):
-        journal.receive(assignment_id, "lora", "12", {"hg_repo_id": "a/b" * 20})
-        journal.scored(assignment_id, {"loss": 1.0})
+        entry = journal.receive(assignment_id, "lora", "12", {"hg_repo_id": "a/b" * 20})
+        journal.scored(entry, {"loss": 1.0})
     journal.close()
     return (state / JOURNAL).read_bytes()
 

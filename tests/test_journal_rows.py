@@ -32,9 +32,8 @@ COLUMNS += ["attempts", "not_before", "received_at", "updated_at"]
 def scored_rows(state_dir: Path) -> Journal:
     journal = Journal(state_dir)
     for assignment_id in ("1", "2"):
-        journal.receive(assignment_id, "lora", "7", {"hg_repo_id": f"u/{assignment_id}"})
-        journal.begin_scoring(assignment_id)
-        journal.scored(assignment_id, {"loss": 0.5})
+        entry = journal.receive(assignment_id, "lora", "7", {"hg_repo_id": f"u/{assignment_id}"})
+        journal.scored(journal.begin_scoring(entry), {"loss": 0.5})
     return journal
 
 
@@ -104,8 +103,8 @@ def test_a_row_damaged_past_the_checks_is_set_aside_when_read(
 def test_a_scored_row_without_metrics_is_scored_again_not_submitted(tmp_path, caplog):
     state_dir = tmp_path / "state"
     journal = scored_rows(state_dir)
-    journal.begin_scoring("1")  # a second attempt: what is scored again starts from 0
-    journal.scored("1", {"loss": 0.5})
+    entry = journal.begin_scoring(journal.get("1"))  # a second attempt: scored again from 0
+    journal.scored(entry, {"loss": 0.5})
     damage(state_dir, "metrics", None, past_checks=True)
     try:
         assert [entry.id for entry in journal.pending("lora", UNSUBMITTED)] == ["2"]

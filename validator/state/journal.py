@@ -317,49 +317,41 @@ class Journal:
         self._run(insert)
         return self.get(assignment_id)
 
-    def begin_scoring(self, assignment_id: str) -> Entry:
-        self._move(assignment_id, State.SCORING, attempts_delta=1)
-        entry = self.get(assignment_id)
-        assert entry is not None
-        return entry
+    # Each transition takes the entry its caller holds and returns the new one: the caller
+    # goes on with what it was given, and nothing reads back what it just wrote.
 
-    def scored(self, assignment_id: str, metrics: dict[str, Any]) -> None:
-        self._move(assignment_id, State.SCORED, metrics=json.dumps(metrics), error=None)
+    def begin_scoring(self, entry: Entry) -> Entry:
+        return self._move(entry, State.SCORING, attempts=entry.attempts + 1)
 
-    def failed(self, assignment_id: str, reason: str) -> None:
-        self._move(assignment_id, State.FAILED, error=reason)
+    def scored(self, entry: Entry, metrics: dict[str, Any]) -> Entry:
+        return self._move(entry, State.SCORED, metrics=metrics, error=None)
 
-    def postpone(self, assignment_id: str, reason: str, not_before: float) -> None:
+    def failed(self, entry: Entry, reason: str) -> Entry:
+        return self._move(entry, State.FAILED, error=reason)
+
+    def postpone(self, entry: Entry, reason: str, not_before: float) -> Entry:
         """Back to `received` for a later retry; this attempt does not count towards the limit."""
-        self._move(
-            assignment_id,
-            State.RECEIVED,
-            error=reason,
-            not_before=not_before,
-            attempts_delta=-1,
+        attempts = max(entry.attempts - 1, 0)
+        return self._move(
+            entry, State.RECEIVED, error=reason, not_before=not_before, attempts=attempts
         )
 
-    def retry_later(self, assignment_id: str, reason: str, not_before: float) -> None:
+    def retry_later(self, entry: Entry, reason: str, not_before: float) -> Entry:
         """Back to `received` for a later retry; this attempt counts towards the limit."""
-        self._move(assignment_id, State.RECEIVED, error=reason, not_before=not_before)
+        return self._move(entry, State.RECEIVED, error=reason, not_before=not_before)
 
-    def defer_submit(self, assignment_id: str, reason: str, not_before: float) -> None:
-        self._run(
-            lambda: self._db.execute(
-                "UPDATE assignments SET error = ?, not_before = ?, updated_at = ? WHERE id = ?",
-                (reason, not_before, time.time(), assignment_id),
-            )
-        )
+    def defer_submit(self, entry: Entry, reason: str, not_before: float) -> Entry:
+        """Kept for a later submit try; no event: the state does not change."""
+        return self._move(entry, entry.state, event=False, error=reason, not_before=not_before)
 
-    def submitted(self, assignment_id: str, note: str | None = None) -> None:
-        entry = self.get(assignment_id)
-        outcome = "completed" if entry and entry.state is State.SCORED else "failed"
+    def submitted(self, entry: Entry, note: str | None = None) -> Entry:
+        outcome = "completed" if entry.state is State.SCORED else "failed"
         # A note tells how the submission is known to have gone out, when it is not certain.
         full = f"{outcome}; {note}" if note else outcome
-        self._move(assignment_id, State.SUBMITTED, outcome=outcome, note=full)
+        return self._move(entry, State.SUBMITTED, outcome=outcome, note=full)
 
-    def dropped(self, assignment_id: str, reason: str) -> None:
-        self._move(assignment_id, State.DROPPED, error=reason)
+    def dropped(self, entry: Entry, reason: str) -> Entry:
+        return self._move(entry, State.DROPPED, error=reason)
 
     def pending(self, module: str, states: tuple[State, ...]) -> list[Entry]:
         """Entries of `module` in `states`, oldest first, whether due or not. Every row not
@@ -382,35 +374,42 @@ class Journal:
 
     def _move(
         self,
-        assignment_id: str,
+        entry: Entry,
         state: State,
         *,
         note: str | None = None,
-        attempts_delta: int = 0,
-        **columns: Any,
-    ) -> None:
+        event: bool = True,
+        **changes: Any,
+    ) -> Entry:
         now = time.time()
-        sets = ["state = ?", "updated_at = ?", "attempts = MAX(attempts + ?, 0)"]
-        params: list[Any] = [state.value, now, attempts_delta]
-        for column, value in columns.items():
-            sets.append(f"{column} = ?")
-            params.append(value)
+        changes = {"state": state, "updated_at": now, **changes}
         if state in (State.SCORING, State.SCORED, State.FAILED, State.SUBMITTED):
-            sets.append("not_before = 0")
+            changes.setdefault("not_before", 0.0)
+        # Validated as any entry is: a transition cannot make one the journal would not read.
+        new = Entry.model_validate({**entry.model_dump(), **changes})
+        sets = ", ".join(f"{column} = ?" for column in changes)
+        params = [_column_value(new, column) for column in changes]
 
         def update() -> None:
-            self._db.execute(
-                f"UPDATE assignments SET {', '.join(sets)} WHERE id = ?", (*params, assignment_id)
-            )
-            self._event(assignment_id, state, note or columns.get("error"), now)
+            self._db.execute(f"UPDATE assignments SET {sets} WHERE id = ?", (*params, entry.id))
+            if event:
+                self._event(entry.id, state, note or changes.get("error"), now)
 
         self._run(update)
+        return new
 
     def _event(self, assignment_id: str, state: State, note: str | None, now: float) -> None:
         self._db.execute(
             "INSERT INTO events (assignment_id, time, state, note) VALUES (?, ?, ?, ?)",
             (assignment_id, now, state.value, note),
         )
+
+
+def _column_value(entry: Entry, column: str) -> Any:
+    value = getattr(entry, column)
+    if column == "metrics" and value is not None:
+        return json.dumps(value)
+    return value.value if isinstance(value, State) else value
 
 
 def _write_file(path: Path, size: int, *, keep: bool) -> None:
