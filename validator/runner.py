@@ -91,15 +91,18 @@ class Runner:
             # whatever wait the last process set on them.
             self._submit_pending(self.journal.pending(self.module, UNSUBMITTED))
             while not self.stop.is_set():
-                self._observe_backlog()
+                # One read of the journal per pass: a pass that does any work ends after it,
+                # so what was read still holds for every step up to that work.
+                pending = self.journal.pending(self.module, UNDECIDED + UNSUBMITTED)
+                self._observe_backlog(pending)
                 if self._limit_reached():
                     log.info("finished %d assignments; exiting", self.finished)
                     return ExitCode.OK
-                if self._submit_due() or self._score_due():
+                if self._submit_due(pending) or self._score_due(pending):
                     continue
                 task_id = self._due_task()
                 if task_id is None:
-                    self._wait_until(self._next_wake())
+                    self._wait_until(self._next_wake(pending))
                 else:
                     self._lookup(task_id)
             log.info("stopped by signal")
@@ -123,10 +126,9 @@ class Runner:
                 log.info("assignment %s: %s; this attempt is not counted", entry.id, reason)
         self.marks.clear()
 
-    def _observe_backlog(self) -> None:
-        undecided = self.journal.pending(self.module, UNDECIDED)
-        unsubmitted = self.journal.pending(self.module, UNSUBMITTED)
-        self.observer.set_backlog(len(undecided), len(unsubmitted))
+    def _observe_backlog(self, pending: list[Entry]) -> None:
+        undecided = sum(entry.state in UNDECIDED for entry in pending)
+        self.observer.set_backlog(undecided, len(pending) - undecided)
         self.observer.progress()
 
     def _limit_reached(self) -> bool:
@@ -170,8 +172,7 @@ class Runner:
                 return task_id
         return None
 
-    def _next_wake(self) -> float:
-        pending = self.journal.pending(self.module, UNDECIDED + UNSUBMITTED)
+    def _next_wake(self, pending: list[Entry]) -> float:
         return min([*self.next_lookup.values(), *(e.not_before for e in pending)])
 
     def _wait_until(self, when: float) -> None:
@@ -253,12 +254,13 @@ class Runner:
 
     # --- scoring -----------------------------------------------------------------------
 
-    def _due(self, states: tuple[State, ...]) -> list[Entry]:
+    @staticmethod
+    def _due(pending: list[Entry], states: tuple[State, ...]) -> list[Entry]:
         now = time.time()
-        return [e for e in self.journal.pending(self.module, states) if e.not_before <= now]
+        return [e for e in pending if e.state in states and e.not_before <= now]
 
-    def _score_due(self) -> bool:
-        due = self._due(UNDECIDED)
+    def _score_due(self, pending: list[Entry]) -> bool:
+        due = self._due(pending, UNDECIDED)
         for entry in due:
             if self.stop.is_set():
                 break
@@ -376,8 +378,8 @@ class Runner:
 
     # --- submission --------------------------------------------------------------------
 
-    def _submit_due(self) -> bool:
-        return self._submit_pending(self._due(UNSUBMITTED))
+    def _submit_due(self, pending: list[Entry]) -> bool:
+        return self._submit_pending(self._due(pending, UNSUBMITTED))
 
     def _submit_pending(self, entries: list[Entry]) -> bool:
         for entry in entries:
