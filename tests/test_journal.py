@@ -229,11 +229,19 @@ def test_a_journal_of_an_earlier_validator_is_migrated_and_keeps_its_rows(tmp_pa
             " updated_at) VALUES ('1', 'lora', '12', 'scored', '{\"a\": 1}', '{\"loss\": 2}', 5, 6)"
         )
         db.execute("INSERT INTO events VALUES ('1', 5, 'received', 'task 12')")
+        # Version 1 kept what a submit try may have had taken in the error's text.
+        db.execute(
+            "INSERT INTO assignments (id, module, task_id, state, input, error, received_at,"
+            " updated_at) VALUES ('2', 'lora', '12', 'failed', '{}', ?, 7, 8)",
+            ("submit, maybe taken by the API: HTTP 502: bad gateway; then: HTTP 503: busy",),
+        )
     db.close()
     journal = Journal(tmp_path)
     try:
-        [entry] = journal.pending("lora", UNSUBMITTED)
+        entry, kept = journal.pending("lora", UNSUBMITTED)
         assert (entry.id, entry.input, entry.metrics) == ("1", {"a": 1}, {"loss": 2})
+        assert entry.maybe_taken is None
+        assert (kept.id, kept.maybe_taken) == ("2", "HTTP 502: bad gateway")
         assert (entry.received_at, entry.updated_at) == (5.0, 6.0)
         assert journal.events("1") == [("received", "task 12")]
         assert journal.quarantined() == []

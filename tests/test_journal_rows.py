@@ -26,7 +26,7 @@ DAMAGE = [
     ("id", "", "id: String should have at least 1 character"),
 ]
 COLUMNS = ["id", "module", "task_id", "state", "input", "metrics", "outcome", "error"]
-COLUMNS += ["attempts", "not_before", "received_at", "updated_at"]
+COLUMNS += ["attempts", "not_before", "received_at", "updated_at", "maybe_taken"]
 
 
 def scored_rows(state_dir: Path) -> Journal:

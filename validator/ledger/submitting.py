@@ -14,7 +14,8 @@ log = logging.getLogger("validator.runner")
 
 # A submit answered with a 4xx the client does not know is sent again after this long.
 REJECTED_RETRY_SECONDS = 3600.0
-# How the journal's error of a kept result starts when a try of it may have reached the API.
+# How the journal's error of a kept result starts when a try of it may have reached the API,
+# for the operator; what that try met is in the entry's maybe_taken, which decides.
 MAYBE_TAKEN = "submit, maybe taken by the API: "
 LATER = "; then: "
 
@@ -30,20 +31,19 @@ def submit_result(
     journal.ensure_writable(floor=False)
     status = "completed" if entry.state is State.SCORED else "failed"
     # An earlier pass or process kept it after a try the API may have taken: what it met.
-    kept_after = None
-    if entry.error and entry.error.startswith(MAYBE_TAKEN):
-        kept_after = entry.error[len(MAYBE_TAKEN) :].split(LATER)[0]
+    kept_after = entry.maybe_taken
     try:
         result = client.submit(entry.id, status, entry.metrics)
     except ApiUnavailable as exc:
         wait = max(time_sleep, exc.retry_after or 0.0)
+        taken = str(exc) if exc.maybe_processed else kept_after
         if exc.maybe_processed:
             reason = f"{MAYBE_TAKEN}{exc}"
         elif kept_after:
             reason = f"{MAYBE_TAKEN}{kept_after}{LATER}{exc}"
         else:
             reason = f"submit: {exc}"
-        kept = journal.defer_submit(entry, reason, time.time() + wait)
+        kept = journal.defer_submit(entry, reason, time.time() + wait, taken)
         log.warning(
             "assignment %s: submit failed (%s); kept in the journal, retrying in %gs",
             entry.id,
@@ -80,7 +80,7 @@ def submit_result(
     reason = f"the API rejected the submit: HTTP {result.status}: {result.detail}"
     if earlier:
         reason = f"{MAYBE_TAKEN}{earlier}{LATER}{reason}"
-    kept = journal.defer_submit(entry, reason, time.time() + wait)
+    kept = journal.defer_submit(entry, reason, time.time() + wait, earlier)
     log.error(
         "assignment %s: the API rejected the %s result (HTTP %s: %s); operator action may be "
         "needed (--api-url?); it stays in the journal, sent again in %gs",

@@ -49,7 +49,10 @@ COLUMNS = (
     "not_before",
     "received_at",
     "updated_at",
+    "maybe_taken",
 )
+# Version 1's: no maybe_taken (validator/state/migrate.py reads it out of the error).
+V1_COLUMNS = COLUMNS[:-1]
 
 
 class DamagedRow(ValueError):
@@ -82,6 +85,9 @@ class Entry(BaseModel):
     not_before: float
     received_at: float
     updated_at: float
+    # What an earlier submit try met that the API may have taken (its answer lost), so that a
+    # repeat refused as "not validating" is known to be that try's (ledger/submitting.py).
+    maybe_taken: str | None = None
 
     @model_validator(mode="after")
     def _scored_has_metrics(self) -> Entry:
@@ -93,7 +99,7 @@ class Entry(BaseModel):
     def from_row(cls, row: sqlite3.Row) -> Entry:
         """The row's entry; NoMetrics for a scored row without metrics (the rest sound),
         DamagedRow for any other row that is not one this validator writes."""
-        values = {key: row[key] for key in COLUMNS}
+        values = {key: row[key] for key in COLUMNS if key in row.keys()}
         values["input"] = _json_column(row, "input")
         if values["metrics"] is not None:
             values["metrics"] = _json_column(row, "metrics")

@@ -340,9 +340,19 @@ class Journal:
         """Back to `received` for a later retry; this attempt counts towards the limit."""
         return self._move(entry, State.RECEIVED, error=reason, not_before=not_before)
 
-    def defer_submit(self, entry: Entry, reason: str, not_before: float) -> Entry:
-        """Kept for a later submit try; no event: the state does not change."""
-        return self._move(entry, entry.state, event=False, error=reason, not_before=not_before)
+    def defer_submit(
+        self, entry: Entry, reason: str, not_before: float, maybe_taken: str | None
+    ) -> Entry:
+        """Kept for a later submit try, with what a try met that the API may have taken (None:
+        none did); no event: the state does not change."""
+        return self._move(
+            entry,
+            entry.state,
+            event=False,
+            error=reason,
+            not_before=not_before,
+            maybe_taken=maybe_taken,
+        )
 
     def submitted(self, entry: Entry, note: str | None = None) -> Entry:
         outcome = "completed" if entry.state is State.SCORED else "failed"

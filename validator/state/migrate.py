@@ -5,17 +5,23 @@ Every row is read whole as an entry (validator/state/entry.py) and copied; a row
 one, or that a constraint refuses, is set aside (validator/state/quarantine.py) rather than
 lost; a scored row without metrics goes back to be scored. Version 1 marked a damaged row
 `quarantined` in place: such a row is set aside with the reason it holds. The events are kept.
+Version 1 wrote what an earlier submit try may have had taken into the error's text; it is read
+out once, here, into the `maybe_taken` column.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-from validator.state.entry import COLUMNS
+from validator.state.entry import V1_COLUMNS
 from validator.state.quarantine import ROW_KEY, SetAside, set_aside, sift
 
 OLD = "assignments_v1"
-_COLUMNS = ", ".join(COLUMNS)
+_COLUMNS = ", ".join(V1_COLUMNS)
+# How version 1's error of a kept result started when a submit try may have reached the API,
+# and what it appended for each later try.
+V1_MAYBE_TAKEN = "submit, maybe taken by the API: "
+V1_LATER = "; then: "
 
 
 def to_v2(db: sqlite3.Connection, schema: str) -> list[SetAside]:
@@ -50,5 +56,11 @@ def to_v2(db: sqlite3.Connection, schema: str) -> list[SetAside]:
             db.execute("ROLLBACK TO copy")
             notes.append(set_aside(db, OLD, row, f"a damaged journal row: {exc}"))
         db.execute("RELEASE copy")
+    for assignment_id, error in db.execute(
+        "SELECT id, error FROM assignments WHERE substr(error, 1, ?) = ?",
+        (len(V1_MAYBE_TAKEN), V1_MAYBE_TAKEN),
+    ).fetchall():
+        taken = error[len(V1_MAYBE_TAKEN) :].split(V1_LATER)[0]
+        db.execute("UPDATE assignments SET maybe_taken = ? WHERE id = ?", (taken, assignment_id))
     db.execute(f"DROP TABLE {OLD}")
     return notes

@@ -18,7 +18,6 @@ from validator.state.entry import COLUMNS, DamagedRow, Entry, NoMetrics, State
 from validator.text import bounded, one_line
 
 ROW_KEY = "row_key"  # each SELECT of rows names SQLite's rowid so: an id may be NULL
-_COLUMNS = ", ".join(COLUMNS)
 SCORE_AGAIN = "scored without metrics in the journal: scored again"
 
 
@@ -49,9 +48,10 @@ def set_aside(
 ) -> SetAside:
     now = time.time()
     was = _text(row["state"], 40)
+    columns = ", ".join(c for c in COLUMNS if c in row.keys())  # version 1's has fewer
     db.execute(
-        f"INSERT INTO quarantine ({_COLUMNS}, reason, set_aside_at)"
-        f" SELECT {_COLUMNS}, ?, ? FROM {table} WHERE rowid = ?",
+        f"INSERT INTO quarantine ({columns}, reason, set_aside_at)"
+        f" SELECT {columns}, ?, ? FROM {table} WHERE rowid = ?",
         (reason, now, row[ROW_KEY]),
     )
     db.execute(f"DELETE FROM {table} WHERE rowid = ?", (row[ROW_KEY],))

@@ -50,6 +50,8 @@ CREATE TABLE IF NOT EXISTS assignments (
     not_before REAL NOT NULL DEFAULT 0 CHECK (typeof(not_before) = 'real'),
     received_at REAL NOT NULL CHECK (typeof(received_at) = 'real'),
     updated_at REAL NOT NULL CHECK (typeof(updated_at) = 'real'),
+    -- what an earlier submit try met that the API may have taken, its answer lost
+    maybe_taken TEXT CHECK (maybe_taken IS NULL OR typeof(maybe_taken) = 'text'),
     CHECK (state <> 'scored' OR metrics IS NOT NULL)
 );
 CREATE TABLE IF NOT EXISTS events (
@@ -60,7 +62,7 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE TABLE IF NOT EXISTS quarantine (
     id, module, task_id, state, input, metrics, outcome, error, attempts, not_before,
-    received_at, updated_at,
+    received_at, updated_at, maybe_taken,
     reason TEXT NOT NULL,
     set_aside_at REAL NOT NULL
 );
