@@ -267,10 +267,8 @@ class Journal:
                 entries.append(item)
                 continue
             self._tell(item)
-            if item.scored_again:
-                entry = self.get(item.id)
-                if entry is not None:
-                    entries.append(entry)
+            if item.entry is not None:  # scored again: kept, as `received`
+                entries.append(item.entry)
         return entries
 
     def _tell(self, note: SetAside) -> None:

@@ -30,6 +30,7 @@ class SetAside:
     reason: str
     scored_again: bool = False
     told_before: bool = False  # set aside by an earlier validator (version 1's mark)
+    entry: Entry | None = None  # the entry of a row sent back to be scored, as it now is
 
 
 def sift(db: sqlite3.Connection, table: str, row: sqlite3.Row) -> Entry | SetAside:
@@ -37,8 +38,8 @@ def sift(db: sqlite3.Connection, table: str, row: sqlite3.Row) -> Entry | SetAsi
     sent back to be scored, in `db`'s open transaction)."""
     try:
         return Entry.from_row(row)
-    except NoMetrics:
-        return score_again(db, table, row)
+    except NoMetrics as exc:
+        return score_again(db, table, row, exc.entry)
     except DamagedRow as exc:
         return set_aside(db, table, row, f"a damaged journal row: {exc}")
 
@@ -61,8 +62,9 @@ def set_aside(
     return SetAside(_text(row["id"], 100), was, reason, told_before=told)
 
 
-def score_again(db: sqlite3.Connection, table: str, row: sqlite3.Row) -> SetAside:
-    """Back to `received`, its attempts from 0: what was scored is lost, not the assignment."""
+def score_again(db: sqlite3.Connection, table: str, row: sqlite3.Row, entry: Entry) -> SetAside:
+    """Back to `received`, its attempts from 0: what was scored is lost, not the assignment.
+    `entry` is the rest of the row, read as `received`."""
     now = time.time()
     db.execute(
         f"UPDATE {table} SET state = ?, metrics = NULL, attempts = 0, not_before = 0,"
@@ -70,7 +72,9 @@ def score_again(db: sqlite3.Connection, table: str, row: sqlite3.Row) -> SetAsid
         (State.RECEIVED.value, SCORE_AGAIN, now, row[ROW_KEY]),
     )
     _event(db, row["id"], State.RECEIVED.value, SCORE_AGAIN, now)
-    return SetAside(_text(row["id"], 100), State.SCORED.value, SCORE_AGAIN, scored_again=True)
+    changes = {"attempts": 0, "not_before": 0.0, "error": SCORE_AGAIN, "updated_at": now}
+    again = entry.model_copy(update=changes)
+    return SetAside(entry.id, State.SCORED.value, SCORE_AGAIN, scored_again=True, entry=again)
 
 
 def _event(db: sqlite3.Connection, assignment_id: str, state: str, note: str, now: float) -> None:
