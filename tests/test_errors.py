@@ -275,7 +275,20 @@ def test_the_reason_at_the_attempt_limit_names_the_last_error():
     from validator.state.journal import Entry, State
 
     def entry(error: str | None) -> Entry:
-        return Entry("1", "m", "1", State.SCORING, {}, None, None, error, 3, 0.0, 0.0)
+        return Entry(
+            id="1",
+            module="m",
+            task_id="1",
+            state=State.SCORING,
+            input={},
+            metrics=None,
+            outcome=None,
+            error=error,
+            attempts=3,
+            not_before=0.0,
+            received_at=0.0,
+            updated_at=0.0,
+        )
 
     assert _attempts_used_up(entry(None)) == (
         "scoring ended the process 3 times (crash or device fault)"

@@ -18,7 +18,7 @@ from validator.state.journal import (
     JournalUnwritable,
     State,
 )
-from validator.state.store import SCHEMA, SCHEMA_VERSION
+from validator.state.store import SCHEMA_V1, SCHEMA_VERSION
 
 JOURNAL = "journal.sqlite3"
 
@@ -31,16 +31,17 @@ def journal(tmp_path):
 
 
 def test_assignment_moves_through_states_with_an_event_trail(journal):
-    journal.receive("5", "lora", "12", {"hg_repo_id": "a/b"})
-    journal.begin_scoring("5")
-    journal.scored("5", {"loss": 1.5, "bppl": float("inf")})
-    entry = journal.get("5")
+    entry = journal.receive("5", "lora", "12", {"hg_repo_id": "a/b"})
+    entry = journal.begin_scoring(entry)
+    assert entry == journal.get("5")  # what a transition returns is what the journal holds
+    entry = journal.scored(entry, {"loss": 1.5, "bppl": float("inf")})
     assert entry.state is State.SCORED
     assert entry.metrics == {"loss": 1.5, "bppl": float("inf")}
     assert entry.attempts == 1
-    journal.submitted("5")
-    entry = journal.get("5")
+    assert entry == journal.get("5")
+    entry = journal.submitted(entry)
     assert (entry.state, entry.outcome) == (State.SUBMITTED, "completed")
+    assert entry == journal.get("5")
     assert [state for state, _ in journal.events("5")] == [
         "received",
         "scoring",
@@ -50,36 +51,32 @@ def test_assignment_moves_through_states_with_an_event_trail(journal):
 
 
 def test_failed_outcome_is_recorded_on_submit(journal):
-    journal.receive("6", "lora", "12", {})
-    journal.failed("6", "ValueError: bad adapter")
-    assert journal.get("6").error == "ValueError: bad adapter"
-    journal.submitted("6")
-    assert journal.get("6").outcome == "failed"
+    entry = journal.failed(journal.receive("6", "lora", "12", {}), "ValueError: bad adapter")
+    assert entry.error == "ValueError: bad adapter" == journal.get("6").error
+    entry = journal.submitted(entry)
+    assert entry.outcome == "failed" == journal.get("6").outcome
 
 
 def test_receive_keeps_an_existing_entry(journal):
-    journal.receive("5", "lora", "12", {"x": 1})
-    journal.begin_scoring("5")
+    journal.begin_scoring(journal.receive("5", "lora", "12", {"x": 1}))
     entry = journal.receive("5", "lora", "12", {"x": 2})
     assert entry.state is State.SCORING
     assert entry.input == {"x": 1}
 
 
 def test_postpone_does_not_count_as_an_attempt(journal):
-    journal.receive("5", "lora", "12", {})
-    journal.begin_scoring("5")
-    journal.postpone("5", "disk full", 123.0)
-    entry = journal.get("5")
+    entry = journal.begin_scoring(journal.receive("5", "lora", "12", {}))
+    entry = journal.postpone(entry, "disk full", 123.0)
+    assert entry == journal.get("5")
     assert (entry.state, entry.attempts, entry.not_before) == (State.RECEIVED, 0, 123.0)
 
 
 def test_retry_later_counts_the_attempt(journal):
-    journal.receive("5", "lora", "12", {})
-    journal.begin_scoring("5")
-    journal.retry_later("5", "unexpected error in the module: TypeError: x", 123.0)
-    journal.begin_scoring("5")
-    journal.retry_later("5", "unexpected error in the module: TypeError: y", 456.0)
-    entry = journal.get("5")
+    entry = journal.begin_scoring(journal.receive("5", "lora", "12", {}))
+    entry = journal.retry_later(entry, "unexpected error in the module: TypeError: x", 123.0)
+    entry = journal.begin_scoring(entry)
+    entry = journal.retry_later(entry, "unexpected error in the module: TypeError: y", 456.0)
+    assert entry == journal.get("5")
     assert (entry.state, entry.attempts, entry.not_before) == (State.RECEIVED, 2, 456.0)
     assert entry.error == "unexpected error in the module: TypeError: y"
 
@@ -88,9 +85,7 @@ def test_pending_is_per_module_and_state_and_survives_reopen(tmp_path):
     journal = Journal(tmp_path)
     journal.receive("1", "lora", "12", {})
     journal.receive("2", "rl", "13", {})
-    journal.receive("3", "lora", "12", {})
-    journal.begin_scoring("3")
-    journal.scored("3", {"loss": 2.0})
+    journal.scored(journal.begin_scoring(journal.receive("3", "lora", "12", {})), {"loss": 2.0})
     journal.close()
     reopened = Journal(tmp_path)
     assert [e.id for e in reopened.pending("lora", UNDECIDED)] == ["1"]
@@ -174,8 +169,8 @@ def test_opening_on_a_full_disk_is_an_operator_error_and_loses_nothing(tmp_path)
 def _journal_with_rows(state: Path) -> bytes:
     journal = Journal(state)
     for assignment_id in ("1", "2", "3"):
-        journal.receive(assignment_id, "lora", "12", {"hg_repo_id": "a/b" * 20})
-        journal.scored(assignment_id, {"loss": 1.0})
+        entry = journal.receive(assignment_id, "lora", "12", {"hg_repo_id": "a/b" * 20})
+        journal.scored(entry, {"loss": 1.0})
     journal.close()
     return (state / JOURNAL).read_bytes()
 
@@ -208,7 +203,7 @@ def test_a_truncated_journal_is_refused_and_kept(tmp_path, keep):
 
 def test_a_journal_missing_a_column_is_refused_and_kept(tmp_path):
     with sqlite3.connect(tmp_path / JOURNAL) as db:
-        db.executescript(SCHEMA.replace("    not_before REAL NOT NULL DEFAULT 0,\n", ""))
+        db.executescript(SCHEMA_V1.replace("    not_before REAL NOT NULL DEFAULT 0,\n", ""))
         db.execute(
             "INSERT INTO assignments (id, module, task_id, state, input, received_at, updated_at)"
             " VALUES ('1', 'lora', '12', 'scored', '{}', 0, 0)"
@@ -226,13 +221,37 @@ def test_a_journal_of_a_newer_validator_is_refused(tmp_path):
     assert "newer than this validator's" in _refused_as_broken(tmp_path)
 
 
-def test_a_journal_of_an_earlier_validator_opens_and_gets_the_schema_version(tmp_path):
+def test_a_journal_of_an_earlier_validator_is_migrated_and_keeps_its_rows(tmp_path):
     with sqlite3.connect(tmp_path / JOURNAL) as db:  # as every journal before the version
-        db.executescript(SCHEMA)
+        db.executescript(SCHEMA_V1)
+        db.execute(
+            "INSERT INTO assignments (id, module, task_id, state, input, metrics, received_at,"
+            " updated_at) VALUES ('1', 'lora', '12', 'scored', '{\"a\": 1}', '{\"loss\": 2}', 5, 6)"
+        )
+        db.execute("INSERT INTO events VALUES ('1', 5, 'received', 'task 12')")
+        # Version 1 kept what a submit try may have had taken in the error's text.
+        db.execute(
+            "INSERT INTO assignments (id, module, task_id, state, input, error, received_at,"
+            " updated_at) VALUES ('2', 'lora', '12', 'failed', '{}', ?, 7, 8)",
+            ("submit, maybe taken by the API: HTTP 502: bad gateway; then: HTTP 503: busy",),
+        )
     db.close()
-    Journal(tmp_path).close()
+    journal = Journal(tmp_path)
+    try:
+        entry, kept = journal.pending("lora", UNSUBMITTED)
+        assert (entry.id, entry.input, entry.metrics) == ("1", {"a": 1}, {"loss": 2})
+        assert entry.maybe_taken is None
+        assert (kept.id, kept.maybe_taken) == ("2", "HTTP 502: bad gateway")
+        assert (entry.received_at, entry.updated_at) == (5.0, 6.0)
+        assert journal.events("1") == [("received", "task 12")]
+        assert journal.quarantined() == []
+    finally:
+        journal.close()
     with sqlite3.connect(tmp_path / JOURNAL) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        # The constraints hold from now on.
+        with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
+            db.execute("UPDATE assignments SET id = NULL")
     db.close()
 
 

@@ -33,13 +33,15 @@ DONE = [
 def state(tmp_path) -> Path:
     journal = Journal(tmp_path)
     for assignment_id, task_id, outcome, _, loss in DONE:
-        journal.receive(assignment_id, "lora", task_id, {"hg_repo_id": f"u/{assignment_id}"})
-        journal.begin_scoring(assignment_id)
+        entry = journal.receive(
+            assignment_id, "lora", task_id, {"hg_repo_id": f"u/{assignment_id}"}
+        )
+        entry = journal.begin_scoring(entry)
         if outcome == "completed":
-            journal.scored(assignment_id, {"loss": loss, "bpc": loss})
+            entry = journal.scored(entry, {"loss": loss, "bpc": loss})
         else:
-            journal.failed(assignment_id, "adapter_config.json has no base_model_name_or_path")
-        journal.submitted(assignment_id)
+            entry = journal.failed(entry, "adapter_config.json has no base_model_name_or_path")
+        journal.submitted(entry)
     journal.receive("6", "lora", "8", {"hg_repo_id": "u/6"})  # still to score
     journal.close()
     # Finish times: 1-3 in the first hour, 4-5 in the second.

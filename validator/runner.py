@@ -30,6 +30,7 @@ from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient
 from validator.ledger.submitting import submit_result
 from validator.observe.observer import Observer
 from validator.scoring import ModulePool, score
+from validator.state.entry import FINAL
 from validator.state.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
 from validator.state.phases import PhaseTimes, ScoringMarks
 from validator.text import MAX_INPUT_STRING, cut_strings, one_line, oversized_strings
@@ -90,15 +91,18 @@ class Runner:
             # whatever wait the last process set on them.
             self._submit_pending(self.journal.pending(self.module, UNSUBMITTED))
             while not self.stop.is_set():
-                self._observe_backlog()
+                # One read of the journal per pass: a pass that does any work ends after it,
+                # so what was read still holds for every step up to that work.
+                pending = self.journal.pending(self.module, UNDECIDED + UNSUBMITTED)
+                self._observe_backlog(pending)
                 if self._limit_reached():
                     log.info("finished %d assignments; exiting", self.finished)
                     return ExitCode.OK
-                if self._submit_due() or self._score_due():
+                if self._submit_due(pending) or self._score_due(pending):
                     continue
                 task_id = self._due_task()
                 if task_id is None:
-                    self._wait_until(self._next_wake())
+                    self._wait_until(self._next_wake(pending))
                 else:
                     self._lookup(task_id)
             log.info("stopped by signal")
@@ -118,14 +122,13 @@ class Runner:
         for entry in self.journal.pending(self.module, (State.SCORING,)):
             reason = self.marks.not_counted(entry.id)
             if reason is not None:
-                self.journal.postpone(entry.id, f"{reason}; attempt not counted", 0)
+                self.journal.postpone(entry, f"{reason}; attempt not counted", 0)
                 log.info("assignment %s: %s; this attempt is not counted", entry.id, reason)
         self.marks.clear()
 
-    def _observe_backlog(self) -> None:
-        undecided = self.journal.pending(self.module, UNDECIDED)
-        unsubmitted = self.journal.pending(self.module, UNSUBMITTED)
-        self.observer.set_backlog(len(undecided), len(unsubmitted))
+    def _observe_backlog(self, pending: list[Entry]) -> None:
+        undecided = sum(entry.state in UNDECIDED for entry in pending)
+        self.observer.set_backlog(undecided, len(pending) - undecided)
         self.observer.progress()
 
     def _limit_reached(self) -> bool:
@@ -147,7 +150,7 @@ class Runner:
     def _remind_quarantined(self) -> None:
         """Rows quarantined by an earlier process, in one line (this one's had their own)."""
         earlier = self.journal.quarantined_now
-        ids = [i for i in self.journal.quarantined(self.module) if i not in earlier]
+        ids = [i for i in self.journal.quarantined() if i not in earlier]
         if ids:
             more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
             log.warning(
@@ -169,8 +172,7 @@ class Runner:
                 return task_id
         return None
 
-    def _next_wake(self) -> float:
-        pending = self.journal.pending(self.module, UNDECIDED + UNSUBMITTED)
+    def _next_wake(self, pending: list[Entry]) -> float:
         return min([*self.next_lookup.values(), *(e.not_before for e in pending)])
 
     def _wait_until(self, when: float) -> None:
@@ -228,7 +230,13 @@ class Runner:
                 "not be journaled, it stays in validating until it expires"
             ) from exc
         log.info("task %s: received assignment %s", task_id, assignment.id)
-        if oversized and entry.state in UNDECIDED:
+        if entry is None:
+            log.warning(
+                "assignment %s was handed out again but its journal row is set aside "
+                "(quarantined); ignoring",
+                assignment.id,
+            )
+        elif oversized and entry.state in UNDECIDED:
             fields = ", ".join(oversized[:5])
             self._decide_failed(
                 entry, f"input {fields}: over {MAX_INPUT_STRING} characters, not scored"
@@ -246,12 +254,13 @@ class Runner:
 
     # --- scoring -----------------------------------------------------------------------
 
-    def _due(self, states: tuple[State, ...]) -> list[Entry]:
+    @staticmethod
+    def _due(pending: list[Entry], states: tuple[State, ...]) -> list[Entry]:
         now = time.time()
-        return [e for e in self.journal.pending(self.module, states) if e.not_before <= now]
+        return [e for e in pending if e.state in states and e.not_before <= now]
 
-    def _score_due(self) -> bool:
-        due = self._due(UNDECIDED)
+    def _score_due(self, pending: list[Entry]) -> bool:
+        due = self._due(pending, UNDECIDED)
         for entry in due:
             if self.stop.is_set():
                 break
@@ -264,14 +273,15 @@ class Runner:
             return
         # Scoring with no room to record its result would spend a scoring attempt for nothing.
         self.journal.ensure_writable()
-        entry = self.journal.begin_scoring(entry.id)
+        entry = self.journal.begin_scoring(entry)
         config = self.pool.config_for(entry.task_id).model_dump()
         with self.observer.scoring(entry, config):
             log.info("assignment %s: scoring (attempt %d)", entry.id, entry.attempts)
-            self._score_once(entry)
-        self.observer.save(self._reload(entry))
+            entry = self._score_once(entry)
+        self.observer.save(entry)
 
-    def _score_once(self, entry: Entry) -> None:
+    def _score_once(self, entry: Entry) -> Entry:
+        """Scores `entry` and records what came of it; returns the entry as it then is."""
         times = None
         try:
             module = self.pool.module_for(entry.task_id)  # starting a module is host work
@@ -279,22 +289,20 @@ class Runner:
             with self.marks.scoring(entry.id, **watch) as times:
                 metrics = score(module, entry.input)
         except Interrupted:
-            self.journal.postpone(entry.id, "interrupted by a signal", 0)
+            self.journal.postpone(entry, "interrupted by a signal", 0)
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified below
             self._observe_scoring(entry, times)
-            self._on_error(entry, exc)
-            return
+            return self._on_error(entry, exc)
         self._observe_scoring(entry, times)
         log.info("assignment %s: scored %s", entry.id, json.dumps(metrics))
-        self.journal.scored(entry.id, metrics)
-        self._submit(self._reload(entry))
+        return self._submit(self.journal.scored(entry, metrics))
 
     def _observe_scoring(self, entry: Entry, times: PhaseTimes | None) -> None:
         if times is not None:
             self.observer.scored(entry, times.finish(), times.facts.get("commit"))
 
-    def _on_error(self, entry: Entry, exc: Exception) -> None:
+    def _on_error(self, entry: Entry, exc: Exception) -> Entry:
         """Does what validator.errors.OUTCOMES says for the error's verdict."""
         outcome = outcome_of(exc)
         if outcome.journal is JournalAction.FAIL:
@@ -305,13 +313,12 @@ class Runner:
                 describe(exc),
                 exc_info=outcome.traceback or log.isEnabledFor(logging.DEBUG),
             )
-            self._decide_failed(entry, describe(exc))
-        elif outcome.exit_code is not None:
+            return self._decide_failed(entry, describe(exc))
+        if outcome.exit_code is not None:
             self._stop(entry, exc, outcome)
-        elif outcome.journal is JournalAction.KEEP:
-            self._postpone_transient(entry, exc)
-        else:
-            self._retry_or_fail(entry, exc, outcome)
+        if outcome.journal is JournalAction.KEEP:
+            return self._postpone_transient(entry, exc)
+        return self._retry_or_fail(entry, exc, outcome)
 
     def _stop(self, entry: Entry, exc: Exception, outcome: Outcome) -> NoReturn:
         assert outcome.exit_code is not None
@@ -321,12 +328,12 @@ class Runner:
         else:
             message = f"assignment {entry.id} kept for a retry after you fix this: {exc}"
             try:
-                self.journal.postpone(entry.id, str(exc), 0)
+                self.journal.postpone(entry, str(exc), 0)
             except JournalUnwritable as full:
                 message += f" (and {full})"
         raise Stop(outcome.exit_code, message) from exc
 
-    def _retry_or_fail(self, entry: Entry, exc: Exception, outcome: Outcome) -> None:
+    def _retry_or_fail(self, entry: Entry, exc: Exception, outcome: Outcome) -> Entry:
         """An unexpected error: scored again after --time-sleep, while the loop goes on with
         other work, and failed once MAX_SCORING_ATTEMPTS attempts have been spent."""
         last = entry.attempts >= MAX_SCORING_ATTEMPTS
@@ -343,42 +350,36 @@ class Runner:
         )
         if last:
             reason = f"{outcome.headline} after {entry.attempts} attempts: {describe(exc)}"
-            self._decide_failed(entry, reason)
-            return
+            return self._decide_failed(entry, reason)
         retry_at = time.time() + self.settings.time_sleep
-        self.journal.retry_later(entry.id, f"{outcome.headline}: {describe(exc)}", retry_at)
+        return self.journal.retry_later(entry, f"{outcome.headline}: {describe(exc)}", retry_at)
 
-    def _postpone_transient(self, entry: Entry, exc: Exception) -> None:
+    def _postpone_transient(self, entry: Entry, exc: Exception) -> Entry:
         age = time.time() - entry.received_at
         if age > PENDING_TTL_SECONDS:
-            self.journal.dropped(entry.id, f"transient faults for {age / 3600:.0f} h: {exc}")
+            entry = self.journal.dropped(entry, f"transient faults for {age / 3600:.0f} h: {exc}")
             self.finished += 1
             log.error(
                 "assignment %s: dropped after %.0f h of transient faults", entry.id, age / 3600
             )
-            return
+            return entry
         retry_at = time.time() + self.settings.time_sleep
-        self.journal.postpone(entry.id, f"transient: {exc}", retry_at)
+        entry = self.journal.postpone(entry, f"transient: {exc}", retry_at)
         log.warning(
             "assignment %s: transient fault (%s); retrying in %gs",
             entry.id,
             exc,
             self.settings.time_sleep,
         )
+        return entry
 
-    def _decide_failed(self, entry: Entry, reason: str) -> None:
-        self.journal.failed(entry.id, reason)
-        self._submit(self._reload(entry))
-
-    def _reload(self, entry: Entry) -> Entry:
-        fresh = self.journal.get(entry.id)
-        assert fresh is not None
-        return fresh
+    def _decide_failed(self, entry: Entry, reason: str) -> Entry:
+        return self._submit(self.journal.failed(entry, reason))
 
     # --- submission --------------------------------------------------------------------
 
-    def _submit_due(self) -> bool:
-        return self._submit_pending(self._due(UNSUBMITTED))
+    def _submit_due(self, pending: list[Entry]) -> bool:
+        return self._submit_pending(self._due(pending, UNSUBMITTED))
 
     def _submit_pending(self, entries: list[Entry]) -> bool:
         for entry in entries:
@@ -387,17 +388,19 @@ class Runner:
             self._submit(entry)
         return bool(entries)
 
-    def _submit(self, entry: Entry) -> None:
+    def _submit(self, entry: Entry) -> Entry:
         started = time.monotonic()
         try:
-            sleep = self.settings.time_sleep
-            self.finished += submit_result(self.client, self.journal, entry, sleep)
+            entry = submit_result(self.client, self.journal, entry, self.settings.time_sleep)
         except JournalUnwritable:
             raise
         except RecoverableException as exc:  # the API refused the key
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
+        if entry.state in FINAL:  # submitted, or dropped as too late
+            self.finished += 1
         self.observer.submit_took(entry.id, time.monotonic() - started)
-        self.observer.save(self._reload(entry))
+        self.observer.save(entry)
+        return entry
 
 
 def _attempts_used_up(entry: Entry) -> str:

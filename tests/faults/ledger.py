@@ -34,6 +34,14 @@ def journal_rows(state_dir: Path) -> dict[str, dict[str, Any]]:
         return {row["id"]: dict(row) for row in db.execute("SELECT * FROM assignments")}
 
 
+def quarantine_rows(state_dir: Path) -> list[dict[str, Any]]:
+    """The rows the journal set aside, as they were, with the reason; oldest first."""
+    path = state_dir / "journal.sqlite3"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        db.row_factory = sqlite3.Row
+        return [dict(row) for row in db.execute("SELECT * FROM quarantine ORDER BY rowid")]
+
+
 def journal_notes(state_dir: Path, assignment_id: str) -> list[str]:
     """Every note the journal's history holds for an assignment, oldest first."""
     path = state_dir / "journal.sqlite3"

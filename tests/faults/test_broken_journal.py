@@ -25,7 +25,7 @@ from devkit.validator_cli import (
 )
 from tests.faults.figures import record
 from tests.faults.ledger import assert_each_submitted_once, journal_notes, journal_rows
-from validator.state.store import SCHEMA
+from validator.state.store import SCHEMA_V1
 
 LOCK_BOUND_S = "1.5"
 HOLD_S = 6.5
@@ -94,14 +94,15 @@ def test_a_journal_missing_a_column_stops_with_exit_3_and_is_kept(tmp_path):
     with Simulator({"tasks": [task(1, ["ok/a", "ok/b"])]}, tmp_path) as sim:
         real_journal(tmp_path, sim)
         # As an older or foreign validator might have left it: the table without not_before.
-        old_schema = SCHEMA.replace("    not_before REAL NOT NULL DEFAULT 0,\n", "")
+        old_schema = SCHEMA_V1.replace("    not_before REAL NOT NULL DEFAULT 0,\n", "")
         kept = "id, module, task_id, state, input, metrics, outcome, error, attempts, "
         kept += "received_at, updated_at"
         with sqlite3.connect(journal_of(tmp_path)) as db:
             db.execute("ALTER TABLE assignments RENAME TO newer")
-            db.executescript(old_schema)
+            db.executescript(old_schema.split("CREATE TABLE events")[0])
             db.execute(f"INSERT INTO assignments SELECT {kept} FROM newer")
             db.execute("DROP TABLE newer")
+            db.execute("PRAGMA user_version = 1")
             assert db.execute("SELECT count(*) FROM assignments").fetchone() == (1,)
         db.close()
         assert_refused_as_broken(

@@ -2,8 +2,9 @@
 the real CLI against the Fed Ledger simulator (issue 23, item 9).
 
 A row whose `metrics` or `input` is no longer valid JSON (edited by hand, a bad restore) is
-quarantined: kept in the journal byte for byte, marked `quarantined`, named with its id in one
-log line and in `python -m validator report`, and the rest of the work goes on. A directory
+quarantined: set aside byte for byte in the journal's `quarantine` table, named with its id in
+one log line and in `python -m validator report`, and the rest of the work goes on (each kind
+of damaged row, on a store of the earlier schema: test_untrusted_rows.py). A directory
 where the journal file should be, or a file where the state dir should be, stops the validator
 with exit 3 and one line, no traceback, before any API call. (A journal the whole of which is
 broken or locked: test_broken_journal.py.)
@@ -30,7 +31,7 @@ from devkit.validator_cli import (
     wait_for,
 )
 from tests.faults.figures import record
-from tests.faults.ledger import journal_notes, journal_rows
+from tests.faults.ledger import journal_notes, journal_rows, quarantine_rows
 
 NOT_JSON = '{"loss": 0.25, "accuracy"'
 # Submits fail (not processed by the API) until cleared: results stay `scored` in the journal.
@@ -88,14 +89,14 @@ def test_a_damaged_row_is_quarantined_and_the_rest_is_scored_and_submitted(tmp_p
         # The others: ok/b's kept result submitted, ok/c looked up, scored and submitted.
         assert sorted(results) == ["ok/b", "ok/c"], results
         assert {r["status"] for r in results.values()} == {"completed"}
-        # The damaged row: still there, its damaged column as it was, marked and explained.
-        row = journal_rows(state)[damaged]
-        assert row["state"] == "quarantined", row
-        assert row[column] == before[column] == NOT_JSON
-        assert (row["input"], row["metrics"]) == (before["input"], before["metrics"])
-        assert f"{column} is not valid JSON" in row["error"], row
+        # The damaged row: set aside, every column as it was, explained.
+        assert damaged not in journal_rows(state)
+        [row] = quarantine_rows(state)
+        assert {key: row[key] for key in before} == before
+        assert row[column] == NOT_JSON
+        assert f"{column} is not valid JSON" in row["reason"], row
         assert "it was scored" in journal_notes(state, damaged)[-1]
-        told = [line for line in result.stderr.splitlines() if "quarantined" in line]
+        told = [line for line in result.stderr.splitlines() if "set aside" in line]
         assert len(told) == 1 and f"assignment {damaged}" in told[0], result.stderr
         assert "\n" not in told[0]
 
@@ -108,7 +109,8 @@ def test_a_damaged_row_is_quarantined_and_the_rest_is_scored_and_submitted(tmp_p
         assert sorted(sim.results_by_repo()) == ["ok/b", "ok/c", "ok/d"]
         reminder = [line for line in again.stderr.splitlines() if "quarantined" in line]
         assert len(reminder) == 1 and damaged in reminder[0], again.stderr
-        assert journal_rows(state)[damaged][column] == NOT_JSON
+        assert quarantine_rows(state)[0][column] == NOT_JSON
+        assert len(sim.submissions()) == 3  # the damaged row's result never went out
 
     report = subprocess.run(
         [sys.executable, "-m", "validator", "report", "--state-dir", str(state)],

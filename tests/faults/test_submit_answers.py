@@ -10,6 +10,7 @@ error the operator sees, for a later try.
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
 from email.utils import formatdate
 from pathlib import Path
@@ -225,6 +226,12 @@ def test_a_lost_answer_is_remembered_across_processes(tmp_path):
             assert process.wait(30) == 0
         row = journal_rows(tmp_path / "state")["1"]
         assert row["state"] == "scored" and row["error"].startswith(MAYBE_TAKEN), row
+        assert row["maybe_taken"] and row["maybe_taken"] in row["error"], row
+        # The column decides, not the error's text (issue 33): an operator's note over it
+        # changes nothing.
+        with sqlite3.connect(tmp_path / "state" / "journal.sqlite3") as db:
+            db.execute("UPDATE assignments SET error = 'looked at by the operator' WHERE id = '1'")
+        db.close()
         sim.clear_faults()
         result = run_one(sim, tmp_path)
         assert result.returncode == 0, result.stderr

@@ -87,15 +87,31 @@ def summarize(state_dir: Path) -> tuple[Summary, list[AssignmentRecord]]:
     return summary, records
 
 
+# A row the journal set aside, as one in state `quarantined`: its columns may hold anything
+# (a NULL id, text for a time), so each is made what the report reads.
+QUARANTINED = """
+SELECT coalesce(CAST(id AS TEXT), 'None') AS id, coalesce(CAST(task_id AS TEXT), '?') AS task_id,
+    'quarantined' AS state, NULL AS outcome, 'quarantined, ' || reason AS error,
+    set_aside_at AS updated_at,
+    set_aside_at AS received_at
+FROM quarantine ORDER BY set_aside_at
+"""
+
+
 def journal_rows(state_dir: Path) -> list[dict[str, Any]]:
-    """Every assignment row, read-only (the validator may be running and writing)."""
+    """Every assignment row, and every row set aside as `quarantined`, read-only (the
+    validator may be running and writing)."""
     path = state_dir / JOURNAL_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no journal at {path}: is {state_dir} a validator's state dir?")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
         db.row_factory = sqlite3.Row
-        return [dict(row) for row in db.execute("SELECT * FROM assignments ORDER BY received_at")]
+        rows = [dict(row) for row in db.execute("SELECT * FROM assignments ORDER BY received_at")]
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        if "quarantine" in tables:  # a journal of version 1 has none (the validator migrates it)
+            rows += [dict(row) for row in db.execute(QUARANTINED)]
+        return rows
     finally:
         db.close()
 

@@ -1,20 +1,22 @@
-"""A journal row as the validator reads it (validator/state/journal.py), checked at that boundary.
+"""A journal row as the validator reads it (validator/state/journal.py), checked whole at that
+boundary: one pydantic model of an entry.
 
-The journal is a file an operator can edit, restore or damage: a row whose `input` or `metrics`
-is not valid JSON, or whose columns hold what this validator never writes, raises DamagedRow,
-and the journal quarantines it (kept as it is, marked `quarantined`) instead of letting one row
-stop every start.
+The journal is a file an operator can edit, restore or damage. A row that does not fit the
+model (a NULL or empty id, a state this validator never writes, `input` or `metrics` not a JSON
+object, a column of the wrong type) raises DamagedRow, and the journal sets it aside (kept as it
+was, in its `quarantine` table) instead of letting one row stop every start or reach the API.
+A `scored` row without metrics raises NoMetrics instead: it is scored again, never submitted as
+`{}`.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from validator.text import bounded, one_line
 
@@ -28,94 +30,110 @@ class State(str, Enum):
     FAILED = "failed"
     SUBMITTED = "submitted"
     DROPPED = "dropped"
-    # A damaged row, kept for the operator: never scored or submitted by the validator.
-    QUARANTINED = "quarantined"
 
 
 UNDECIDED = (State.RECEIVED, State.SCORING)
 UNSUBMITTED = (State.SCORED, State.FAILED)
+FINAL = (State.SUBMITTED, State.DROPPED)
+# The assignments table's columns, in its order (validator/state/store.py).
+COLUMNS = (
+    "id",
+    "module",
+    "task_id",
+    "state",
+    "input",
+    "metrics",
+    "outcome",
+    "error",
+    "attempts",
+    "not_before",
+    "received_at",
+    "updated_at",
+    "maybe_taken",
+)
+# Version 1's: no maybe_taken (validator/state/migrate.py reads it out of the error).
+V1_COLUMNS = COLUMNS[:-1]
 
 
 class DamagedRow(ValueError):
     """A row this validator did not write as it is; the message is one bounded line."""
 
 
-class _Columns(BaseModel):
-    """The columns besides the JSON ones, as SQLite's flexible types may hand them back."""
+class NoMetrics(DamagedRow):
+    """A `scored` row without metrics; `entry` is the rest of it, read as `received`."""
 
-    id: str
+    def __init__(self, entry: Entry) -> None:
+        super().__init__("scored without metrics")
+        self.entry = entry
+
+
+class Entry(BaseModel):
+    """One assignment as the journal holds it. Strict: SQLite's flexible types hand back what
+    any program wrote, and only what this validator writes is an entry."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+    id: str = Field(min_length=1)
     module: str
     task_id: str
-    state: State
-    outcome: str | None
-    error: str | None
-    attempts: int
-    not_before: float
-    received_at: float
-
-
-@dataclass(frozen=True)
-class Entry:
-    id: str
-    module: str
-    task_id: str
-    state: State
+    state: State = Field(strict=False)  # the column holds the enum's value; lax takes it
     input: dict[str, Any]
     metrics: dict[str, Any] | None
-    outcome: str | None
+    outcome: Literal["completed", "failed"] | None
     error: str | None
-    attempts: int
+    attempts: int = Field(ge=0)
     not_before: float
     received_at: float
+    updated_at: float
+    # What an earlier submit try met that the API may have taken (its answer lost), so that a
+    # repeat refused as "not validating" is known to be that try's (ledger/submitting.py).
+    maybe_taken: str | None = None
+
+    @model_validator(mode="after")
+    def _scored_has_metrics(self) -> Entry:
+        if self.state is State.SCORED and self.metrics is None:
+            raise ValueError("a scored entry without metrics")
+        return self
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Entry:
-        """The row's entry; DamagedRow if a column holds what the validator never writes."""
+        """The row's entry; NoMetrics for a scored row without metrics (the rest sound),
+        DamagedRow for any other row that is not one this validator writes."""
+        values = {key: row[key] for key in COLUMNS if key in row.keys()}
+        values["input"] = _json_column(row, "input")
+        if values["metrics"] is not None:
+            values["metrics"] = _json_column(row, "metrics")
+        lacks_metrics = values["state"] == State.SCORED.value and values["metrics"] is None
+        if lacks_metrics:
+            values["state"] = State.RECEIVED.value
         try:
-            columns = _Columns.model_validate({key: row[key] for key in _Columns.model_fields})
+            entry = cls.model_validate(values)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            raise DamagedRow(_problem(f"{where}: {first['msg']}")) from exc
-        input_data = _json_column(row, "input")
-        if not isinstance(input_data, dict):
-            raise DamagedRow(f"input is {type(input_data).__name__}, not a JSON object")
-        metrics = None if row["metrics"] is None else _json_column(row, "metrics")
-        if metrics is not None and not isinstance(metrics, dict):
-            raise DamagedRow(f"metrics is {type(metrics).__name__}, not a JSON object")
-        return cls(input=input_data, metrics=metrics, **columns.model_dump())
-
-    @classmethod
-    def quarantined(cls, row: sqlite3.Row, reason: str) -> Entry:
-        """What is known of a damaged row: enough for the loop to leave it alone."""
-
-        def text(key: str) -> str:
-            value = row[key]
-            return value if isinstance(value, str) else str(value)
-
-        return cls(
-            id=text("id"),
-            module=text("module"),
-            task_id=text("task_id"),
-            state=State.QUARANTINED,
-            input={},
-            metrics=None,
-            outcome=None,
-            error=reason,
-            attempts=0,
-            not_before=0.0,
-            received_at=row["received_at"] if isinstance(row["received_at"], float) else 0.0,
-        )
+            if where == "input" or where.startswith("input."):
+                raise DamagedRow(_problem(_not_object("input", row))) from exc
+            if where == "metrics" or where.startswith("metrics."):
+                raise DamagedRow(_problem(_not_object("metrics", row))) from exc
+            raise DamagedRow(_problem(f"{where or 'row'}: {first['msg']}")) from exc
+        if lacks_metrics:
+            raise NoMetrics(entry)
+        return entry
 
 
 def _json_column(row: sqlite3.Row, column: str) -> Any:
     value = row[column]
-    if not isinstance(value, str | bytes):
+    if not isinstance(value, str):  # a blob is not what the validator writes
         raise DamagedRow(f"{column} is {type(value).__name__}, not JSON text")
     try:
         return json.loads(value)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise DamagedRow(_problem(f"{column} is not valid JSON: {exc}")) from exc
+
+
+def _not_object(column: str, row: sqlite3.Row) -> str:
+    found = json.loads(row[column])
+    return f"{column} is {type(found).__name__}, not a JSON object"
 
 
 def _problem(text: str) -> str:

@@ -12,10 +12,13 @@ that the step in progress is still recorded before the process stops with exit c
 
 Opening checks the file first, and a broken or locked journal, or a state path that is not
 what it should be (a directory in place of the journal), stops the process with exit code 3
-before any lookup: journal_store.py. One damaged row does not: a row that cannot be read
-(`input` or `metrics` not valid JSON, validator/state/entry.py) is quarantined, marked
-`quarantined` with the reason and kept as it is, named in one log line and in the report, and
-the rest of the work goes on.
+before any lookup: store.py. One damaged row does not: every row is read whole as an entry
+(validator/state/entry.py), and a row that is not one (a NULL id, an unknown state, `input` or
+`metrics` not a JSON object, a wrong type) is set aside, kept as it was in the `quarantine`
+table with the reason (validator/state/quarantine.py), named in one log line and in the report,
+never scored or submitted, and the rest of the work goes on. A scored row without metrics is
+scored again. A store of an earlier version is migrated to the constraints when opened
+(validator/state/migrate.py), its damaged rows set aside the same way.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from typing import Any, TypeVar
 
 from validator.errors import ConfigError, disk_full
 from validator.state import store
-from validator.state.entry import UNDECIDED, UNSUBMITTED, DamagedRow, Entry, State
+from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, DamagedRow, Entry, State
+from validator.state.quarantine import ROW_KEY, SetAside, sift
 from validator.state.store import (
     DEFAULT_LOCK_TIMEOUT_S,
     JournalBroken,
@@ -79,7 +83,7 @@ class Journal:
         self.state_dir = state_dir
         self.min_free_bytes = min_free_mb * MIB
         self.lock_timeout = lock_timeout
-        self.quarantined_now: list[str] = []  # ids this process quarantined
+        self.quarantined_now: list[str] = []  # ids this process set aside
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
             self._lock = open(state_dir / "validator.lock", "w")  # noqa: SIM115 - held for life
@@ -105,11 +109,15 @@ class Journal:
         try:
             with self._full_disk_stops("cannot open the journal"):
                 self._claim = store.claim(self.path, state_dir)
-                create = store.check(self.path, lock_timeout)
-                self._db = store.connect(self.path, lock_timeout, create=create)
+                plan = store.check(self.path, lock_timeout)
+                self._db, notes = store.connect(self.path, lock_timeout, plan)
         except BaseException:
             self._release()
             raise
+        if plan == "migrate":
+            log.info("journal %s: migrated to schema version %d", self.path, store.SCHEMA_VERSION)
+        for note in notes:
+            self._tell(note)
 
     def close(self) -> None:
         try:
@@ -224,66 +232,78 @@ class Journal:
     # --- assignments -------------------------------------------------------------------
 
     def get(self, assignment_id: str) -> Entry | None:
-        row = self._run(
-            lambda: self._db.execute(
-                "SELECT * FROM assignments WHERE id = ?", (assignment_id,)
-            ).fetchone()
-        )
-        return self._entry(row) if row else None
+        """The assignment's entry; None if there is none, or if its row is not one (set aside
+        now or by an earlier process)."""
+        rows = self._select("id = ?", (assignment_id,))
+        return rows[0] if rows else None
 
-    def quarantined(self, module: str) -> list[str]:
-        """Ids of `module`'s quarantined rows, oldest first."""
+    def quarantined(self) -> list[str]:
+        """Ids of the rows set aside, oldest first ("None" for a NULL id)."""
         rows = self._run(
             lambda: self._db.execute(
-                "SELECT id FROM assignments WHERE module = ? AND state = ?"
-                " ORDER BY received_at, id",
-                (module, State.QUARANTINED.value),
+                "SELECT id FROM quarantine ORDER BY set_aside_at, rowid"
             ).fetchall()
         )
-        return [str(row["id"]) for row in rows]
+        return [one_line(bounded(str(row["id"]), 100)) for row in rows]
 
-    def _entry(self, row: sqlite3.Row) -> Entry:
-        """The row's entry, or, for a row that cannot be read, a quarantined one: the row is
-        marked so and kept as it is, and the loop leaves it alone."""
-        try:
-            return Entry.from_row(row)
-        except DamagedRow as exc:
-            reason = f"quarantined, a damaged journal row: {exc}"
-            if row["state"] != State.QUARANTINED.value:
-                self._quarantine(row, reason)
-            return Entry.quarantined(row, reason)
+    def _select(self, where: str, params: tuple[Any, ...]) -> list[Entry]:
+        """The entries of the rows that match, each read whole; a row that is not an entry is
+        set aside, or sent back to be scored, in the same transaction, and told in one line."""
+        found: list[Entry | SetAside] = []
 
-    def _quarantine(self, row: sqlite3.Row, reason: str) -> None:
-        # Only the state, the error and the time change: the columns as they were, for the
-        # operator to repair; the state and error they replace are in the event's note.
-        was = one_line(bounded(str(row["state"]), 40))
-        note = one_line(bounded(f"{reason}; it was {was}, error {row['error']!r}", 1000))
-        now = time.time()
+        def read() -> None:
+            found.clear()
+            rows = self._db.execute(
+                f"SELECT rowid AS {ROW_KEY}, * FROM assignments WHERE {where}"
+                " ORDER BY received_at, id",
+                params,
+            ).fetchall()
+            found.extend(sift(self._db, "assignments", row) for row in rows)
 
-        def mark() -> None:
-            self._db.execute(
-                "UPDATE assignments SET state = ?, error = ?, updated_at = ? WHERE id = ?",
-                (State.QUARANTINED.value, reason, now, row["id"]),
+        self._run(read)
+        entries = []
+        for item in found:
+            if isinstance(item, Entry):
+                entries.append(item)
+                continue
+            self._tell(item)
+            if item.entry is not None:  # scored again: kept, as `received`
+                entries.append(item.entry)
+        return entries
+
+    def _tell(self, note: SetAside) -> None:
+        if note.scored_again:
+            log.warning(
+                "journal %s: assignment %s was scored but its metrics are missing; it is "
+                "scored again (never submitted without them)",
+                self.path,
+                note.id,
             )
-            self._event(row["id"], State.QUARANTINED, note, now)
-
-        self._run(mark)
-        self.quarantined_now.append(str(row["id"]))
+            return
+        if note.told_before:
+            return  # an earlier validator's mark: the start's reminder names it
+        self.quarantined_now.append(note.id)
         log.error(
-            "journal %s: assignment %s (%s) %s; kept there, neither scored nor submitted: "
-            "repair the row with sqlite3 and set its state back to %r to have it picked up",
+            "journal %s: assignment %s (%s) set aside, %s; kept as it was in the table "
+            "quarantine, neither scored nor submitted: repair it there with sqlite3 and insert "
+            "it back into assignments to have it picked up",
             self.path,
-            one_line(bounded(str(row["id"]), 100)),
-            was,
-            reason,
-            was,
+            note.id,
+            note.was,
+            note.reason,
         )
 
-    def receive(self, assignment_id: str, module: str, task_id: str, data: dict) -> Entry:
-        """Record a new assignment; an id seen before keeps its recorded state."""
+    def receive(self, assignment_id: str, module: str, task_id: str, data: dict) -> Entry | None:
+        """Record a new assignment; an id seen before keeps its recorded state. None for an id
+        whose row is set aside: handed out again, it is left to the operator as well."""
         now = time.time()
 
         def insert() -> None:
+            aside = self._db.execute(
+                "SELECT 1 FROM quarantine WHERE id = ?", (assignment_id,)
+            ).fetchone()
+            if aside:
+                return
             inserted = self._db.execute(
                 "INSERT OR IGNORE INTO assignments (id, module, task_id, state, input,"
                 " received_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -293,66 +313,63 @@ class Journal:
                 self._event(assignment_id, State.RECEIVED, f"task {task_id}", now)
 
         self._run(insert)
-        entry = self.get(assignment_id)
-        assert entry is not None
-        return entry
+        return self.get(assignment_id)
 
-    def begin_scoring(self, assignment_id: str) -> Entry:
-        self._move(assignment_id, State.SCORING, attempts_delta=1)
-        entry = self.get(assignment_id)
-        assert entry is not None
-        return entry
+    # Each transition takes the entry its caller holds and returns the new one: the caller
+    # goes on with what it was given, and nothing reads back what it just wrote.
 
-    def scored(self, assignment_id: str, metrics: dict[str, Any]) -> None:
-        self._move(assignment_id, State.SCORED, metrics=json.dumps(metrics), error=None)
+    def begin_scoring(self, entry: Entry) -> Entry:
+        return self._move(entry, State.SCORING, attempts=entry.attempts + 1)
 
-    def failed(self, assignment_id: str, reason: str) -> None:
-        self._move(assignment_id, State.FAILED, error=reason)
+    def scored(self, entry: Entry, metrics: dict[str, Any]) -> Entry:
+        return self._move(entry, State.SCORED, metrics=metrics, error=None)
 
-    def postpone(self, assignment_id: str, reason: str, not_before: float) -> None:
+    def failed(self, entry: Entry, reason: str) -> Entry:
+        return self._move(entry, State.FAILED, error=reason)
+
+    def postpone(self, entry: Entry, reason: str, not_before: float) -> Entry:
         """Back to `received` for a later retry; this attempt does not count towards the limit."""
-        self._move(
-            assignment_id,
-            State.RECEIVED,
+        attempts = max(entry.attempts - 1, 0)
+        return self._move(
+            entry, State.RECEIVED, error=reason, not_before=not_before, attempts=attempts
+        )
+
+    def retry_later(self, entry: Entry, reason: str, not_before: float) -> Entry:
+        """Back to `received` for a later retry; this attempt counts towards the limit."""
+        return self._move(entry, State.RECEIVED, error=reason, not_before=not_before)
+
+    def defer_submit(
+        self, entry: Entry, reason: str, not_before: float, maybe_taken: str | None
+    ) -> Entry:
+        """Kept for a later submit try, with what a try met that the API may have taken (None:
+        none did); no event: the state does not change."""
+        return self._move(
+            entry,
+            entry.state,
+            event=False,
             error=reason,
             not_before=not_before,
-            attempts_delta=-1,
+            maybe_taken=maybe_taken,
         )
 
-    def retry_later(self, assignment_id: str, reason: str, not_before: float) -> None:
-        """Back to `received` for a later retry; this attempt counts towards the limit."""
-        self._move(assignment_id, State.RECEIVED, error=reason, not_before=not_before)
-
-    def defer_submit(self, assignment_id: str, reason: str, not_before: float) -> None:
-        self._run(
-            lambda: self._db.execute(
-                "UPDATE assignments SET error = ?, not_before = ?, updated_at = ? WHERE id = ?",
-                (reason, not_before, time.time(), assignment_id),
-            )
-        )
-
-    def submitted(self, assignment_id: str, note: str | None = None) -> None:
-        entry = self.get(assignment_id)
-        outcome = "completed" if entry and entry.state is State.SCORED else "failed"
+    def submitted(self, entry: Entry, note: str | None = None) -> Entry:
+        outcome = "completed" if entry.state is State.SCORED else "failed"
         # A note tells how the submission is known to have gone out, when it is not certain.
         full = f"{outcome}; {note}" if note else outcome
-        self._move(assignment_id, State.SUBMITTED, outcome=outcome, note=full)
+        return self._move(entry, State.SUBMITTED, outcome=outcome, note=full)
 
-    def dropped(self, assignment_id: str, reason: str) -> None:
-        self._move(assignment_id, State.DROPPED, error=reason)
+    def dropped(self, entry: Entry, reason: str) -> Entry:
+        return self._move(entry, State.DROPPED, error=reason)
 
     def pending(self, module: str, states: tuple[State, ...]) -> list[Entry]:
-        """Entries of `module` in `states`, oldest first, whether due or not."""
-        marks = ",".join("?" * len(states))
-        rows = self._run(
-            lambda: self._db.execute(
-                f"SELECT * FROM assignments WHERE module = ? AND state IN ({marks})"
-                " ORDER BY received_at, id",
-                (module, *(s.value for s in states)),
-            ).fetchall()
+        """Entries of `module` in `states`, oldest first, whether due or not. Every row not
+        final is read, so that one in a state this validator never writes is set aside and
+        told, not passed over without a word."""
+        marks = ",".join("?" * len(FINAL))
+        entries = self._select(
+            f"module = ? AND state NOT IN ({marks})", (module, *(s.value for s in FINAL))
         )
-        entries = [self._entry(row) for row in rows]
-        return [entry for entry in entries if entry.state is not State.QUARANTINED]
+        return [entry for entry in entries if entry.state in states]
 
     def events(self, assignment_id: str) -> list[tuple[str, str | None]]:
         rows = self._run(
@@ -365,35 +382,42 @@ class Journal:
 
     def _move(
         self,
-        assignment_id: str,
+        entry: Entry,
         state: State,
         *,
         note: str | None = None,
-        attempts_delta: int = 0,
-        **columns: Any,
-    ) -> None:
+        event: bool = True,
+        **changes: Any,
+    ) -> Entry:
         now = time.time()
-        sets = ["state = ?", "updated_at = ?", "attempts = MAX(attempts + ?, 0)"]
-        params: list[Any] = [state.value, now, attempts_delta]
-        for column, value in columns.items():
-            sets.append(f"{column} = ?")
-            params.append(value)
+        changes = {"state": state, "updated_at": now, **changes}
         if state in (State.SCORING, State.SCORED, State.FAILED, State.SUBMITTED):
-            sets.append("not_before = 0")
+            changes.setdefault("not_before", 0.0)
+        # Validated as any entry is: a transition cannot make one the journal would not read.
+        new = Entry.model_validate({**entry.model_dump(), **changes})
+        sets = ", ".join(f"{column} = ?" for column in changes)
+        params = [_column_value(new, column) for column in changes]
 
         def update() -> None:
-            self._db.execute(
-                f"UPDATE assignments SET {', '.join(sets)} WHERE id = ?", (*params, assignment_id)
-            )
-            self._event(assignment_id, state, note or columns.get("error"), now)
+            self._db.execute(f"UPDATE assignments SET {sets} WHERE id = ?", (*params, entry.id))
+            if event:
+                self._event(entry.id, state, note or changes.get("error"), now)
 
         self._run(update)
+        return new
 
     def _event(self, assignment_id: str, state: State, note: str | None, now: float) -> None:
         self._db.execute(
             "INSERT INTO events (assignment_id, time, state, note) VALUES (?, ?, ?, ?)",
             (assignment_id, now, state.value, note),
         )
+
+
+def _column_value(entry: Entry, column: str) -> Any:
+    value = getattr(entry, column)
+    if column == "metrics" and value is not None:
+        return json.dumps(value)
+    return value.value if isinstance(value, State) else value
 
 
 def _write_file(path: Path, size: int, *, keep: bool) -> None:

@@ -22,14 +22,55 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from validator.errors import ConfigError, JournalBroken, JournalLocked, JournalUnwritable
+from validator.state import migrate
+from validator.state.migrate import SetAside
 
 T = TypeVar("T")
 
+# Version 2: a row that does not hold what this validator writes is refused by SQLite itself
+# (NOT NULL, CHECK); the JSON columns' contents are checked when read (validator/state/entry.py:
+# metrics may hold NaN and Infinity, as the network submits them, which SQLite's JSON is not).
+# A row damaged past these anyway (an operator's PRAGMA ignore_check_constraints) is still set
+# aside when read. `quarantine` keeps set-aside rows as they were, without types or constraints.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS assignments (
+    id TEXT PRIMARY KEY NOT NULL CHECK (typeof(id) = 'text' AND id <> ''),
+    module TEXT NOT NULL CHECK (typeof(module) = 'text'),
+    task_id TEXT NOT NULL CHECK (typeof(task_id) = 'text'),
+    state TEXT NOT NULL
+        CHECK (state IN ('received', 'scoring', 'scored', 'failed', 'submitted', 'dropped')),
+    input TEXT NOT NULL CHECK (typeof(input) = 'text'),
+    metrics TEXT CHECK (metrics IS NULL OR typeof(metrics) = 'text'),
+    outcome TEXT CHECK (outcome IS NULL OR outcome IN ('completed', 'failed')),
+    error TEXT CHECK (error IS NULL OR typeof(error) = 'text'),
+    attempts INTEGER NOT NULL DEFAULT 0 CHECK (typeof(attempts) = 'integer' AND attempts >= 0),
+    not_before REAL NOT NULL DEFAULT 0 CHECK (typeof(not_before) = 'real'),
+    received_at REAL NOT NULL CHECK (typeof(received_at) = 'real'),
+    updated_at REAL NOT NULL CHECK (typeof(updated_at) = 'real'),
+    -- what an earlier submit try met that the API may have taken, its answer lost
+    maybe_taken TEXT CHECK (maybe_taken IS NULL OR typeof(maybe_taken) = 'text'),
+    CHECK (state <> 'scored' OR metrics IS NOT NULL)
+);
+CREATE TABLE IF NOT EXISTS events (
+    assignment_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    state TEXT NOT NULL,
+    note TEXT
+);
+CREATE TABLE IF NOT EXISTS quarantine (
+    id, module, task_id, state, input, metrics, outcome, error, attempts, not_before,
+    received_at, updated_at, maybe_taken,
+    reason TEXT NOT NULL,
+    set_aside_at REAL NOT NULL
+);
+"""
+# Every journal before version 2 (user_version 1, or 0 before it was stored): no constraints;
+# a damaged row was marked `quarantined` in place. Migrated on open (validator/state/migrate.py).
+SCHEMA_V1 = """
+CREATE TABLE assignments (
     id TEXT PRIMARY KEY,
     module TEXT NOT NULL,
     task_id TEXT NOT NULL,
@@ -43,7 +84,7 @@ CREATE TABLE IF NOT EXISTS assignments (
     received_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS events (
+CREATE TABLE events (
     assignment_id TEXT NOT NULL,
     time REAL NOT NULL,
     state TEXT NOT NULL,
@@ -51,8 +92,8 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 # Stored in the file's user_version, so that a later validator can tell this schema apart and
-# migrate it; journals written before it was stored have 0.
-SCHEMA_VERSION = 1
+# migrate it.
+SCHEMA_VERSION = 2
 
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_ENV = "VALIDATOR_JOURNAL_LOCK_TIMEOUT"
@@ -100,11 +141,13 @@ def claim(path: Path, state_dir: Path) -> int:
     return fd
 
 
-def check(path: Path, lock_timeout: float) -> bool:
-    """Raise JournalBroken unless `path` is a sound journal of this schema, or an empty
-    database; return whether the schema is still to be created. A read-only connection: a
-    broken file is never written to, not even by the checkpoint that closing a connection
-    runs."""
+Plan = Literal["create", "migrate", "ready"]
+
+
+def check(path: Path, lock_timeout: float) -> Plan:
+    """Raise JournalBroken unless `path` is a sound journal of this schema or of version 1, or
+    an empty database; return what opening it has to do. A read-only connection: a broken
+    file is never written to, not even by the checkpoint that closing a connection runs."""
     db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=lock_timeout)
     try:
         found = _until_unlocked(path, lock_timeout, lambda: _inspect(db))
@@ -115,24 +158,27 @@ def check(path: Path, lock_timeout: float) -> bool:
     finally:
         db.close()
     if found is None:
-        return True
+        return "create"
     problem = _schema_problem(*found)
     if problem is not None:
         raise damaged(path, problem)
-    return False
+    return "ready" if found[2] == SCHEMA_VERSION else "migrate"
 
 
-def connect(path: Path, lock_timeout: float, *, create: bool) -> sqlite3.Connection:
+def connect(
+    path: Path, lock_timeout: float, plan: Plan
+) -> tuple[sqlite3.Connection, list[SetAside]]:
     """The journal's connection, after a real write in a transaction: a lock that outlasts
-    the bound raises JournalLocked here, before anything is looked up."""
+    the bound raises JournalLocked here, before anything is looked up. With it, what a
+    migration set aside or sent back to be scored, for the caller to tell."""
     db = sqlite3.connect(path, timeout=lock_timeout)
     try:
         db.row_factory = sqlite3.Row
-        _until_unlocked(path, lock_timeout, lambda: _prepare(db, create))
+        notes = _until_unlocked(path, lock_timeout, lambda: _prepare(db, plan))
     except BaseException:
         db.close()
         raise
-    return db
+    return db, notes
 
 
 def probe_lock(db: sqlite3.Connection, path: Path, lock_timeout: float) -> None:
@@ -146,18 +192,31 @@ def probe_lock(db: sqlite3.Connection, path: Path, lock_timeout: float) -> None:
     _until_unlocked(path, lock_timeout, take)
 
 
-def _prepare(db: sqlite3.Connection, create: bool) -> None:
+def _prepare(db: sqlite3.Connection, plan: Plan) -> list[SetAside]:
     if db.in_transaction:  # a retry after a busy COMMIT
         db.execute("ROLLBACK")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute("BEGIN IMMEDIATE")
-    if create:
-        for statement in SCHEMA.split(";"):
-            if statement.strip():
-                db.execute(statement)
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    db.execute("COMMIT")
+    notes: list[SetAside] = []
+    try:
+        if plan == "migrate":
+            notes = migrate.to_v2(db, SCHEMA)
+        else:
+            _create(db, SCHEMA)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return notes
+
+
+def _create(db: sqlite3.Connection, schema: str) -> None:
+    for statement in schema.split(";"):
+        if statement.strip():
+            db.execute(statement)
 
 
 def _inspect(db: sqlite3.Connection) -> tuple[list[str], dict[str, list[tuple]], int] | None:
@@ -181,10 +240,11 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _expected_columns() -> dict[str, list[tuple]]:
+def _expected_columns(schema: str) -> dict[str, list[tuple]]:
     with closing(sqlite3.connect(":memory:")) as db:
-        db.executescript(SCHEMA)
-        return {table: _columns(db, table) for table in ("assignments", "events")}
+        db.executescript(schema)
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {table: _columns(db, table) for table in tables}
 
 
 def _schema_problem(report: list[str], columns: dict[str, list[tuple]], version: int) -> str | None:
@@ -192,7 +252,9 @@ def _schema_problem(report: list[str], columns: dict[str, list[tuple]], version:
         return "SQLite's quick_check finds it damaged: " + "; ".join(report)
     if version > SCHEMA_VERSION:
         return f"its schema version {version} is newer than this validator's {SCHEMA_VERSION}"
-    for table, wanted in _expected_columns().items():
+    # Version 1 (or 0, before the version was stored) is migrated: it must be that schema.
+    expected = _expected_columns(SCHEMA if version == SCHEMA_VERSION else SCHEMA_V1)
+    for table, wanted in expected.items():
         if table not in columns:
             return f"it has no table {table!r}: not a journal of this validator"
         theirs = {column[0]: column for column in columns[table]}
