@@ -76,7 +76,7 @@ def model(request: dict) -> dict:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    _check_reread(peak, request, "config.json, generation_config.json and the index")
+    _check_reread(peak, request, " (with generation_config.json and the index)")
     count = _guarded(lambda: _meta_count(config), "it does not build a model")
     return {"parameter_count": count, "shards": shards, **generation}
 
@@ -89,7 +89,7 @@ def adapter(request: dict) -> dict:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    _check_reread(peak, request, "adapter_config.json")
+    _check_reread(peak, request, "")
     base = config.get("base_model_name_or_path")
     pattern = config.get("rank_pattern")
     return {
@@ -273,12 +273,12 @@ def _guarded(call, what: str):
         raise Refused(f"{what}: {_short(exc)}") from exc
 
 
-def _check_reread(peak: int, request: dict, what: str) -> None:
+def _check_reread(peak: int, request: dict, besides: str) -> None:
     limit = request["max_reread_bytes"]
     if peak > limit:
         raise Refused(
-            f"{what} take {peak} bytes to read, over {limit}: the validator reads them again "
-            "when it loads the weights"
+            f"reading it{besides} took {peak} bytes, over {limit} (max_reread_bytes): the "
+            "validator reads it again when it loads the weights"
         )
 
 

@@ -9,6 +9,7 @@ import resource
 
 import pytest
 import transformers
+from safetensors import safe_open
 
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
@@ -61,6 +62,27 @@ def test_a_full_model_is_pinned_and_counted_from_its_headers(world):
     loaded = load(submission)
     assert submission.parameter_count == loaded.parameter_count
     assert all(f"/resolve/{commit}/" in p for m, p, s in hub.requests if "/bob/full/resolve/" in p)
+
+
+def sharded(base) -> dict:
+    """The base's files as a sharded model: one shard and its index."""
+    shard = "model-00001-of-00001.safetensors"
+    with safe_open(base / "model.safetensors", "pt") as weights:
+        index = {"metadata": {}, "weight_map": dict.fromkeys(weights.keys(), shard)}
+    files = files_of(base)
+    files[shard] = files.pop("model.safetensors")
+    return {**files, "model.safetensors.index.json": json.dumps(index).encode()}
+
+
+def test_a_sharded_full_model_loads_the_shards_its_index_names(world):
+    hub, base, _, _ = world
+    hub.add_repo("bob/sharded", {**sharded(base), "model-00002-of-00002.safetensors": b"x"})
+    before = len(hub.file_requests())
+    submission = fetch(world, "bob/sharded")
+    fetched = hub.file_requests()[before:]
+    assert "model-00001-of-00001.safetensors" in fetched
+    assert "model-00002-of-00002.safetensors" not in fetched  # not in the index
+    assert load(submission).parameter_count == submission.parameter_count
 
 
 def test_a_full_model_over_max_params_is_never_downloaded(world):
