@@ -331,12 +331,18 @@ def test_a_safetensors_index_is_read_in_the_child_and_nothing_outlives_the_assig
     huge = json.dumps({"weight_map": {**weight_map, **padding}}).encode()
     hub.add_repo("mallory/index", {**files, "model.safetensors.index.json": huge})
     work = tmp_path / "work"
+    # The test's HF cache, and the library's default (which it read when imported): the files
+    # of these repos there, before and after (the latter is shared with other runs).
+    caches = {Path(os.environ["HF_HUB_CACHE"]), Path(constants.HF_HUB_CACHE)}
+
+    def cached() -> set[Path]:
+        folders = ("models--bob--sharded", "models--mallory--index")
+        return {p for c in caches for f in folders for p in (c / f).rglob("*") if p.is_file()}
+
+    before = cached()
     since = len(judge.requests)
     assert scored(world, "bob/sharded", max_params=1, work_dir=str(work)) == {"score": -999.0}
     assert scored(world, "mallory/index", work_dir=str(work)) == {"score": -999.0}
     assert len(judge.requests) == since
-    caches = {Path(os.environ["HF_HUB_CACHE"]), Path(constants.HF_HUB_CACHE)}
-    left = [p for cache in caches for p in cache.glob("models--*") if "bob" in p.name]
-    left += [p for cache in caches for p in cache.glob("models--mallory--index*")]
-    assert left == []
+    assert cached() == before
     assert [p for p in work.rglob("*") if p.is_file()] == []
