@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import platform
 import statistics
 import tempfile
@@ -265,7 +266,9 @@ def _parameters(base: Path) -> int:
 
 
 def _submission(adapter: Path) -> Submission:
-    return Submission(path=adapter, commit="0" * 40, base_model=BASE, parameter_count=None)
+    # The bench's own adapter: its config read here, where fetch_submission's child reads it.
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    return Submission(adapter, "0" * 40, BASE, None, adapter_ranks=config)
 
 
 def _suppress_end(loaded) -> None:

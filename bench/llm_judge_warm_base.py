@@ -132,7 +132,9 @@ def _equal(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> bool:
 
 
 def _submission(adapter: Path) -> Submission:
-    return Submission(path=adapter, commit="0" * 40, base_model=BASE, parameter_count=None)
+    # The bench's own adapter: its config read here, where fetch_submission's child reads it.
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    return Submission(adapter, "0" * 40, BASE, None, adapter_ranks=config)
 
 
 def _base(tmp: Path, shape: str) -> Path:

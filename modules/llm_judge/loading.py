@@ -4,7 +4,6 @@ is ever loaded with remote code or from pickle weights."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -137,9 +136,9 @@ def load(
             model = read_model(source, dtype)
         if submission.base_model is not None:
             # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
-            config = json.loads((submission.path / "adapter_config.json").read_text())
+            # The ranks are the child's reading of adapter_config.json (inspection.py).
             check_lora_against_base(
-                ranks_of(config),
+                ranks_of(submission.adapter_ranks or {}),
                 model,
                 submission.base_model,
                 submission.path / "adapter_model.safetensors",

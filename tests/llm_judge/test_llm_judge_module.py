@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +24,7 @@ from modules.llm_judge import LlmJudgeConfig, LlmJudgeModule
 from modules.llm_judge.loading import read_model
 from modules.llm_judge.schemas import EvalArgs, LlmJudgeInput
 from tests.helpers.served_hub import served_hub
+from tests.llm_judge.test_submission import sharded
 from validator.errors import RecoverableException, SubmissionRejected
 from validator.scoring import score
 
@@ -305,3 +308,41 @@ def test_the_input_takes_what_the_network_takes():
     })  # fmt: skip
     assert (data.context_length, data.max_params, data.revision) == (0, -1, "main")
     assert data.eval_args == EvalArgs()
+
+
+def test_a_safetensors_index_is_read_in_the_child_and_nothing_outlives_the_assignment(
+    world, tmp_path
+):
+    """Issue 32: huggingface_hub's metadata reader fetched the safetensors index into the
+    shared HF cache and parsed it in the validator's process (a 300 MB index: 1.7 GB there,
+    314 MB left in the cache). Now it is downloaded into the assignment's folder and read in
+    the child: an index that takes more than the re-read bound to read is -999 (an honest one
+    is read and counted: over max_params here, so as not to generate), and neither leaves a
+    file in the HF cache or in the work folder."""
+    from huggingface_hub import constants
+
+    hub, judge, base, tmp = world
+    files = sharded(base)
+    weight_map = json.loads(files["model.safetensors.index.json"])["weight_map"]
+    hub.add_repo("bob/sharded", files)
+    # About 16 MB of names (about 75 MB to read): each one a dict entry to build.
+    shard = next(iter(weight_map.values()))
+    padding = {f"model.padding.{n:07d}.weight": shard for n in range(250_000)}
+    huge = json.dumps({"weight_map": {**weight_map, **padding}}).encode()
+    hub.add_repo("mallory/index", {**files, "model.safetensors.index.json": huge})
+    work = tmp_path / "work"
+    # The test's HF cache, and the library's default (which it read when imported): the files
+    # of these repos there, before and after (the latter is shared with other runs).
+    caches = {Path(os.environ["HF_HUB_CACHE"]), Path(constants.HF_HUB_CACHE)}
+
+    def cached() -> set[Path]:
+        folders = ("models--bob--sharded", "models--mallory--index")
+        return {p for c in caches for f in folders for p in (c / f).rglob("*") if p.is_file()}
+
+    before = cached()
+    since = len(judge.requests)
+    assert scored(world, "bob/sharded", max_params=1, work_dir=str(work)) == {"score": -999.0}
+    assert scored(world, "mallory/index", work_dir=str(work)) == {"score": -999.0}
+    assert len(judge.requests) == since
+    assert cached() == before
+    assert [p for p in work.rglob("*") if p.is_file()] == []

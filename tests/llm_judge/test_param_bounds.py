@@ -16,6 +16,7 @@ import pytest
 from devkit.tiny_chat_models import build_chat_base
 from devkit.tiny_repos import files_of
 from devkit.validator_cli import REPO_ROOT
+from modules.llm_judge.inspection import inspect_model
 from modules.llm_judge.submission import fetch_submission
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected
@@ -99,30 +100,35 @@ def test_a_config_far_beyond_its_weights_scores_minus_999_without_being_built(ba
     assert "the weights are missing" in done.stderr and "over 1000000000" in done.stderr
 
 
-def test_a_config_of_a_million_layers_meets_the_counters_limits(base, tmp_path, monkeypatch):
-    from modules.llm_judge import param_count
+def test_a_config_of_a_million_layers_meets_the_childs_limits(base, tmp_path, monkeypatch):
+    from modules.llm_judge import inspection
+    from validator.kit import boundary
     from validator.kit.child_process import ChildLimits
 
-    # Shrunk limits: the module objects of 10**6 layers alone would take tens of GB.
-    monkeypatch.setattr(
-        param_count, "LIMITS", ChildLimits(wall_seconds=300.0, memory_bytes=256 * 1024**2)
-    )
+    # Shrunk limits: the module objects of 10**6 layers alone would take tens of GB. (Its
+    # list of layer types alone is over the re-read bound, which the build is checked past.)
+    monkeypatch.setattr(inspection, "MAX_REREAD_BYTES", 1024**3)
+    limits = ChildLimits(wall_seconds=300.0, memory_bytes=256 * 1024**2)
+    monkeypatch.setattr(boundary.inspect_in_child, "__kwdefaults__", {
+        **boundary.inspect_in_child.__kwdefaults__, "limits": limits
+    })  # fmt: skip
     config = {**json.loads((base / "config.json").read_text()), "num_hidden_layers": 10**6}
     config["layer_types"] = ["full_attention"] * 10**6
     folder = tmp_path / "config"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(SubmissionRejected, match="building its model exceeded its memory limit"):
-        param_count.config_parameter_count(folder, tmp_path / "work")
+    with pytest.raises(SubmissionRejected, match="reading it exceeded its memory limit"):
+        inspect_model(folder, tmp_path / "work")
 
 
 def test_a_safetensors_header_over_25_mb_is_a_clean_rejection(base, tmp_path):
-    # The header's length says 30 MB: huggingface_hub's metadata reader refuses it (its limit
-    # is 25 MB), which took the module-bug path (3 attempts, tracebacks) before.
+    # The header's length says 30 MB: huggingface_hub's metadata reader refused it (its limit
+    # is 25 MB), which took the module-bug path (3 attempts, tracebacks) before; the child
+    # reading the downloaded file's first bytes finds it longer than the file.
     weights = (30_000_000).to_bytes(8, "little") + b"{" + b" " * 200_000
     with served_hub(tmp_path) as hub:
         hub.add_repo("mallory/header", {**files_of(base), "model.safetensors": weights})
-        with pytest.raises(SubmissionRejected, match="the safetensors header cannot be read"):
+        with pytest.raises(SubmissionRejected, match="a header of 30000000 bytes in a file of"):
             fetch_submission(
                 "mallory/header", "main", tmp_path / "dest", [BASE], 10**9, 10**10, 10**9
             )

@@ -1,0 +1,51 @@
+"""Issue 32: a full model's config is read only in the bounded child (inspect_child.py), never
+by transformers in the validator's process. A 147-byte gpt_neo config whose `attention_types`
+expands into a list of N layers took the validator's own process to 5.2 GB (N = 5*10^7)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import transformers
+
+from devkit.tiny_chat_models import build_chat_base
+from devkit.tiny_repos import files_of
+from modules.llm_judge import inspection
+from modules.llm_judge.submission import fetch_submission
+from tests.helpers.served_hub import served_hub
+from validator.errors import SubmissionRejected
+
+BASE = "Qwen/Qwen3.5-0.8B"
+LAYERS = 300_000  # about 30 MB of Python objects to build: over the bound set below
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("metadata-child")
+    base = build_chat_base(tmp / "base")
+    with served_hub(tmp) as hub:
+        yield hub, base, tmp
+
+
+def test_a_config_that_expands_is_built_only_in_the_child(world, monkeypatch):
+    hub, base, tmp = world
+    calls = []
+
+    def refused(*args, **kwargs):  # transformers reading a config in this process
+        calls.append(args)
+        raise AssertionError("AutoConfig was called in the validator's process")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", refused)
+    monkeypatch.setattr(inspection, "MAX_REREAD_BYTES", 16 * 1024**2)
+    neo = {"model_type": "gpt_neo", "num_layers": LAYERS, "attention_types": [[["global"], LAYERS]]}
+    hub.add_repo("mallory/neo", {**files_of(base), "config.json": json.dumps(neo).encode()})
+    hub.add_repo("bob/full", files_of(base))
+
+    def fetch(repo: str):
+        return fetch_submission(repo, "main", tmp / repo, [BASE], 10**9, 10**10, 10**12)
+
+    with pytest.raises(SubmissionRejected, match=r"config\.json: reading it .* over 16777216"):
+        fetch("mallory/neo")
+    assert fetch("bob/full").parameter_count > 0  # an honest config: counted in the child too
+    assert calls == []
