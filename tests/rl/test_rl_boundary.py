@@ -18,6 +18,7 @@ import pytest
 from devkit.tiny_policies import linear_policy, npz_bytes, to_bytes, validation_arrays
 from devkit.validator_cli import REPO_ROOT
 from modules.rl import RlConfig, RlModule
+from modules.rl.schemas import RlInput
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected, Verdict, classify
 from validator.kit import SUBMISSION_LIMITS
@@ -29,6 +30,7 @@ MIB = 1024**2
 SCORE_AND_LIST_PARSERS = """
 import json, sys
 from modules.rl import RlConfig, RlModule
+from modules.rl.schemas import RlInput
 from validator.scoring import score
 rl = RlModule(RlConfig(inference_threads=1))
 metrics = score(rl, json.loads(sys.argv[1]))
@@ -111,8 +113,8 @@ def test_a_policy_that_costs_the_parser_its_memory_meets_the_childs_limit(
 
 def test_nothing_of_the_submission_reaches_the_hf_cache_or_outlives_the_assignment(hub, tmp_path):
     rl = RlModule(RlConfig(inference_threads=1, work_dir=str(tmp_path / "work")))
-    metrics = score(rl, request(hub, "alice/policy"))
-    assert np.isfinite(metrics["average_reward"])
+    metrics = rl.validate(RlInput.model_validate(request(hub, "alice/policy")))
+    assert np.isfinite(metrics.average_reward)
     assert list((tmp_path / "work").rglob("model.onnx"))  # downloaded into the work area
     hf_home = Path(os.environ["HF_HOME"])  # the shared cache: never the submission's files
     assert [p for p in hf_home.rglob("*") if "policy" in str(p) or p.suffix == ".onnx"] == []
