@@ -22,7 +22,8 @@ from safetensors.torch import save_file
 
 from modules.lora.adapters import AdapterRejected
 from tests.lora.test_lora_hostile import World, honest_tensors, inputs, module, world  # noqa: F401
-from validator.kit import SUBMISSION_LIMITS, inspect_in_child
+from validator.errors import SubmissionRejected
+from validator.kit import SUBMISSION_LIMITS, check_lora_against_base, inspect_in_child
 
 MIB = 1024**2
 SUBMISSION_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -170,3 +171,13 @@ def test_an_adapter_larger_than_its_base_can_use_is_refused(world, tmp_path):
 
 def honest_weights(world: World) -> Path:
     return world.honest["qwen"] / "adapter_model.safetensors"
+
+
+def test_the_former_signature_still_checks_with_a_warning(world):
+    # llm_judge passed the weights' path: still the same check, read in this process.
+    base = world.fresh_base("qwen")
+    with (
+        pytest.warns(DeprecationWarning, match="bounded child"),
+        pytest.raises(SubmissionRejected, match=r"r = 1000000: not a LoRA rank"),
+    ):
+        check_lora_against_base({"r": 10**6}, base, "qwen", honest_weights(world))
