@@ -132,7 +132,7 @@ def _tensor(name: str, info: object) -> tuple[dict, tuple[int, int]]:
     if not isinstance(info, dict):
         raise Refused(f"{where} is not an object")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise Refused(f"{where} has dtype {quoted(dtype)}")
     if not _naturals(shape) or not _naturals(offsets) or len(offsets) != 2:
         raise Refused(f"{where} has shape {quoted(shape)} and offsets {quoted(offsets)}")

@@ -45,7 +45,10 @@ def main(request_path: str) -> None:
 
 def inspect(model_path: Path, folder: Path) -> dict:
     model = _load_without_data(model_path)
-    files = check_external_data(model, folder)
+    try:
+        files = check_external_data(model, folder)
+    except (ValueError, OSError) as exc:  # a location the file system refuses (a NUL in it)
+        raise PolicyRefused(f"an external data location cannot be used: {exc}") from exc
     check_domains(model)
     return {"parameter_count": parameter_count(model), "external_files": list(files)}
 

@@ -67,6 +67,11 @@ def add_files(world: World, repo: str, config: bytes, weights: bytes | Path) -> 
     world.hub.add_repo(repo, {"adapter_config.json": config, "adapter_model.safetensors": weights})
 
 
+def header_only(header: dict) -> bytes:
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text
+
+
 def rejection(repo: str, caplog) -> tuple[str, list[str]]:
     with pytest.raises(AdapterRejected) as refused:
         module().validate(inputs(repo, "qwen"))
@@ -145,8 +150,12 @@ def test_a_safetensors_header_that_costs_the_parser_its_memory_meets_the_childs_
         ((10**9).to_bytes(8, "little") + b"{}", "a header of 1000000000 bytes"),
         (b"\x02\x00\x00\x00\x00\x00\x00\x00[]", "its header is not a JSON object"),
         (b"\x02\x00\x00\x00\x00\x00\x00\x00{}" + b"tail", "its tensors end at 0 in 4"),
+        (
+            header_only({"t": {"dtype": [1], "shape": [], "data_offsets": [0, 0]}}),
+            "has dtype \\[1\\]",
+        ),
     ],
-    ids=["short", "huge-header", "list", "trailing-bytes"],
+    ids=["short", "huge-header", "list", "trailing-bytes", "dtype-list"],
 )
 def test_a_header_safetensors_would_refuse_is_refused_by_the_child(world, weights, message):
     repo = f"mallory/header-{abs(hash(weights)) % 10**6}"

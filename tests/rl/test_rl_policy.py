@@ -154,3 +154,11 @@ def test_a_greedy_policy_fails_at_its_memory_limit(tmp_path):
     with pytest.raises(SubmissionRejected) as refused:
         run_policy(path, x, VENUES, 512, limits, tmp_path / "run")
     assert "memory" in str(refused.value) or "alloc" in str(refused.value).lower()
+
+
+def test_a_location_the_file_system_refuses_is_the_policys_failure(tmp_path):
+    # A NUL in the location: os refuses the path (ValueError); read in the child, that is the
+    # submission's failure, never the module-bug path.
+    path = saved(tmp_path, point_external_data(linear_policy(FEATURES, VENUES), "a\0b.bin"))
+    with pytest.raises(SubmissionRejected, match="external data location cannot be used"):
+        inspect(path, path.parent)
