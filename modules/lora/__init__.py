@@ -18,7 +18,7 @@ from modules.lora.base_models import (
 from modules.lora.dataset import EncodedSet, EncodedSetCache, load_tokenizer
 from modules.lora.forward import default_max_batch_size, example_losses
 from modules.lora.host_memory import keep_freed_memory
-from modules.lora.hub import ADAPTER_WEIGHTS, DownloadLimits, fetch_adapter
+from modules.lora.hub import DownloadLimits, fetch_adapter
 from modules.lora.metrics import (
     check_token_byte_ratio,
     eval_loss,
@@ -26,6 +26,7 @@ from modules.lora.metrics import (
     score_metrics,
 )
 from modules.lora.precision import pick_precision
+from modules.lora.reading import read_adapter
 from modules.lora.schemas import LoraConfig, LoraInput, LoraMetrics
 from modules.lora.templates import get_template
 from validator.kit import (
@@ -103,7 +104,12 @@ class LoraModule(BaseValidationModule):
             raise SubmissionRejected(
                 f"{data.hg_repo_id} has no adapter_config.json: a full model, and lora_only is set"
             )
-        plan = plan_adapter(submission.adapter_config, self.config.supported_base_models)
+        # The one child that parses the submission's files (docs/lora-scoring.md, "Reading the
+        # adapter"): this process gets plain values back.
+        adapter = read_adapter(
+            submission.path, work / "reading", f"submission {data.hg_repo_id}@{submission.commit}"
+        )
+        plan = plan_adapter(adapter.config, self.config.supported_base_models, adapter.dropped_keys)
         if plan.dropped_keys:
             log.info("ignored empty adapter_config keys: %s", ", ".join(plan.dropped_keys))
         with current_scope().host_work("load"):
@@ -117,7 +123,7 @@ class LoraModule(BaseValidationModule):
             )
             return LoraMetrics(**high_loss_metrics(), gpu_type=gpu_type(self.device))
         # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
-        check_against_base(plan, base.model, submission.path / ADAPTER_WEIGHTS)
+        check_against_base(plan, base.model, adapter.tensors)
         with current_scope().host_work("data"):
             encoded = self._encode(data, base, work)
         try:

@@ -61,8 +61,12 @@ class AdapterPlan:
     needs_base_reload: bool
 
 
-def plan_adapter(raw: Any, supported_bases: Collection[str]) -> AdapterPlan:
-    """Validates adapter_config.json; raises AdapterRejected with the reason."""
+def plan_adapter(
+    raw: Any, supported_bases: Collection[str], dropped_keys: Collection[str] = ()
+) -> AdapterPlan:
+    """Validates adapter_config.json's values, as the bounded child read them (plain JSON
+    values, peft's keys only: modules/lora/reading.py) with the keys it dropped; raises
+    AdapterRejected with the reason."""
     if not isinstance(raw, dict):
         raise AdapterRejected("adapter_config.json must hold a JSON object")
     base = raw.get("base_model_name_or_path")
@@ -96,7 +100,7 @@ def plan_adapter(raw: Any, supported_bases: Collection[str]) -> AdapterPlan:
         or config.layer_replication
         or getattr(config, "lora_bias", False)
     )
-    return AdapterPlan(base, config, tuple(dropped), needs_reload)
+    return AdapterPlan(base, config, (*dropped_keys, *dropped), needs_reload)
 
 
 def _known_values(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -1,8 +1,10 @@
 """Downloads for the lora module from the Hub: submitted adapters and base models.
 
 A submission is hostile (docs/lora-scoring.md, "Untrusted submissions"): we pin the revision we
-score to a commit, fetch only the allow-listed adapter files, never pickle weights or code, and
-check sizes from the Hub's listing before any byte is downloaded and again on what was written.
+score to a commit, fetch only the allow-listed adapter files into the assignment's work folder
+(never the shared HF cache), never pickle weights or code, and check sizes from the Hub's
+listing before any byte is downloaded and again on what was written. Nothing here parses a
+downloaded file: modules/lora/reading.py reads them in a bounded child.
 
 Every call goes through validator/kit/hub.py: huggingface_hub with one error translation, and
 `HF_ENDPOINT`, `HF_HUB_CACHE`/`HF_HOME` and `HF_TOKEN` read at call time.
@@ -14,17 +16,14 @@ import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from validator.kit import JsonRefused, SubmissionRejected, TransientError, hub, loads_bounded
+from validator.kit import SubmissionRejected, TransientError, hub
 
 log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS)
-# Real adapter configs are about 1 KiB; a larger one is an attack on the journal and logs.
-MAX_CONFIG_BYTES = 1024 * 1024
 PICKLE_SUFFIXES = (".bin", ".pt", ".pkl", ".pth")
 
 
@@ -40,7 +39,6 @@ class FetchedSubmission:
     path: Path
     commit: str
     is_lora: bool
-    adapter_config: dict[str, Any] | None
     ignored_files: list[str] = field(default_factory=list)
 
 
@@ -69,7 +67,7 @@ def fetch_adapter(
     what = f"submission {repo_id}@{commit}"
     sizes = hub.file_sizes(info)
     if ADAPTER_CONFIG not in sizes:
-        return FetchedSubmission(dest, commit, False, None, sorted(sizes))
+        return FetchedSubmission(dest, commit, False, sorted(sizes))
     _check_weight_format(sizes, what)
     listed = {name: sizes[name] for name in ADAPTER_FILES}
     if None in listed.values():  # the Hub always sizes files when asked for blobs
@@ -78,21 +76,18 @@ def fetch_adapter(
 
     dest.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
-    config: dict[str, Any] = {}
-    for name in ADAPTER_FILES:  # the config first: no weights are fetched for a broken one
+    for name in ADAPTER_FILES:
         # force_download: never reuse a file already in dest (hf_hub_download falls back to one
         # when the Hub is unreachable); revision=commit: what we score is what we recorded.
         paths.append(hub.download(
             repo_id, name, what, submission=True, revision=commit, local_dir=dest, token=token,
-            force_download=True,
+            force_download=True, size=listed[name],
         ))  # fmt: skip
         _check_written(paths, limits, what)
-        if name == ADAPTER_CONFIG:
-            config = _read_adapter_config(paths[0], what)
     # hf_hub_download keeps its bookkeeping in dest/.cache; only the adapter files belong there.
     shutil.rmtree(dest / ".cache", ignore_errors=True)
     ignored = sorted(set(sizes) - set(ADAPTER_FILES))
-    return FetchedSubmission(dest, commit, True, config, ignored)
+    return FetchedSubmission(dest, commit, True, ignored)
 
 
 def _check_weight_format(sizes: dict[str, int | None], what: str) -> None:
@@ -130,17 +125,3 @@ def _check_written(paths: list[Path], limits: DownloadLimits, what: str) -> None
         for path in paths:
             path.unlink(missing_ok=True)
         raise
-
-
-def _read_adapter_config(path: Path, what: str) -> dict[str, Any]:
-    try:
-        config = loads_bounded(
-            path.read_bytes(), f"{what}: {ADAPTER_CONFIG}", max_bytes=MAX_CONFIG_BYTES
-        )
-    except JsonRefused as err:
-        raise SubmissionRejected(str(err)) from err
-    if not isinstance(config, dict):
-        raise SubmissionRejected(
-            f"{what}: {ADAPTER_CONFIG} must be a JSON object, got {type(config).__name__}"
-        )
-    return config

@@ -56,7 +56,9 @@ class RlModule(BaseValidationModule):
             policy.commit,
             data.revision,
         )
-        graph = inspect_policy(policy.model, policy.folder)
+        graph = inspect_policy(
+            policy.model, policy.folder, work / "inspect", config.max_model_bytes
+        )
         if graph.parameter_count > data.max_params:
             log.warning(
                 "%s has %d parameters, over max_params %d: average_reward %g",

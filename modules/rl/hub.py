@@ -55,7 +55,7 @@ def fetch_policy(
         # scored is what was logged.
         path = hub.download(
             repo_id, name, what, submission=True, revision=commit, local_dir=dest,
-            force_download=True,
+            force_download=True, size=sizes[name],
         )  # fmt: skip
         _check_size(name, path.stat().st_size, limit, what, path)
         paths[name] = path

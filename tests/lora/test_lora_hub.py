@@ -13,6 +13,7 @@ import pytest
 
 from devkit.hf_hub import LocalHub
 from modules.lora.hub import DownloadLimits, SubmissionRejected, fetch_adapter
+from modules.lora.reading import read_adapter
 from validator.errors import RecoverableException, TransientError
 from validator.kit.downloads import fetch_validation_set
 from validator.kit.hub import fetch_base_model
@@ -56,7 +57,7 @@ def test_adapter_is_pinned_to_the_resolved_commit(hub: LocalHub, tmp_path: Path)
 
     fetched = fetch_adapter("trainer/adapter", "main", tmp_path / "a", LIMITS)
     assert fetched.commit == first and fetched.is_lora
-    assert fetched.adapter_config == CONFIG
+    assert (fetched.path / "adapter_config.json").read_bytes() == json.dumps(CONFIG).encode()
     assert (fetched.path / "adapter_model.safetensors").read_bytes() == b"old" * 10
     assert sorted(p.name for p in fetched.path.iterdir()) == sorted(adapter_files())
 
@@ -132,16 +133,30 @@ def test_malformed_adapter_config_is_rejected(hub: LocalHub, tmp_path: Path, con
     files = adapter_files()
     files["adapter_config.json"] = config
     hub.add_repo("trainer/bad", files)
-    with pytest.raises(SubmissionRejected, match="adapter_config.json"):
-        fetch_adapter("trainer/bad", "main", tmp_path / "a", LIMITS)
-    # The weights are not fetched for a config we cannot read.
-    assert "adapter_model.safetensors" not in hub.file_requests("GET")
+    # Downloading parses nothing; the bounded child that reads the files refuses it.
+    fetched = fetch_adapter("trainer/bad", "main", tmp_path / "a", LIMITS)
+    assert (fetched.path / "adapter_config.json").read_bytes() == config
+    with pytest.raises(
+        SubmissionRejected, match=r"^trainer/bad: adapter_config\.json (is not|must)"
+    ):
+        read_adapter(fetched.path, tmp_path / "reading", "trainer/bad")
+    assert list((tmp_path / "reading").iterdir()) == []  # the child's files are gone
+
+
+def test_submission_files_go_to_the_work_folder_never_the_hf_cache(
+    hub: LocalHub, tmp_path: Path
+) -> None:
+    hub.add_repo("trainer/adapter", adapter_files())
+    fetched = fetch_adapter("trainer/adapter", "main", tmp_path / "a", LIMITS)
+    assert sorted(p.name for p in fetched.path.iterdir()) == sorted(adapter_files())
+    cached = [p for p in (tmp_path / "hf_cache").rglob("*") if p.is_file()]
+    assert [p for p in cached if "trainer" in str(p) or "adapter" in p.name] == []
 
 
 def test_full_model_is_reported_without_download(hub: LocalHub, tmp_path: Path) -> None:
     hub.add_repo("trainer/full", {"config.json": b"{}", "model.safetensors": b"w"})
     fetched = fetch_adapter("trainer/full", "main", tmp_path / "a", LIMITS)
-    assert not fetched.is_lora and fetched.adapter_config is None
+    assert not fetched.is_lora
     assert fetched.ignored_files == ["config.json", "model.safetensors"]
     assert body_gets(hub) == []
 

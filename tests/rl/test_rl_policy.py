@@ -30,6 +30,11 @@ FEATURES, VENUES = 4, 3
 LIMITS = Limits(threads=1, seconds=60, memory_bytes=4 * 1024**3)
 
 
+def inspect(path, folder):
+    """The module's check, in its bounded child (work files beside the policy's)."""
+    return inspect_policy(path, folder, folder / ".inspect", 2**30)
+
+
 def saved(tmp_path, model, name="model.onnx"):
     folder = tmp_path / "policy"
     folder.mkdir(exist_ok=True)
@@ -38,15 +43,15 @@ def saved(tmp_path, model, name="model.onnx"):
 
 
 def test_the_parameter_count_is_the_initializers_dims_product(tmp_path):
-    assert inspect_policy(saved(tmp_path, linear_policy(4, 3)), tmp_path).parameter_count == 15
+    assert inspect(saved(tmp_path, linear_policy(4, 3)), tmp_path).parameter_count == 15
     padded = saved(tmp_path, padded_policy(4, 3, 1000))
-    assert inspect_policy(padded, padded.parent).parameter_count == 1015
+    assert inspect(padded, padded.parent).parameter_count == 1015
 
 
 def test_external_weights_beside_the_file_are_read(tmp_path):
     model = linear_policy(FEATURES, VENUES, seed=5)
     path = save_external(model, tmp_path / "policy")
-    graph = inspect_policy(path, path.parent)
+    graph = inspect(path, path.parent)
     assert graph.external_files == ("model.onnx.data",)
     assert graph.parameter_count == 15
     x, _ = validation_arrays(20, FEATURES, VENUES)
@@ -63,7 +68,7 @@ def test_external_data_outside_the_folder_is_refused_unread(tmp_path, location):
     hostile = point_external_data(linear_policy(FEATURES, VENUES), location)
     path = saved(tmp_path, hostile)
     with pytest.raises(SubmissionRejected, match="outside the submission's folder; never read"):
-        inspect_policy(path, path.parent)
+        inspect(path, path.parent)
 
 
 def test_a_link_out_of_the_folder_is_refused(tmp_path):
@@ -71,7 +76,7 @@ def test_a_link_out_of_the_folder_is_refused(tmp_path):
     path = saved(tmp_path, point_external_data(linear_policy(FEATURES, VENUES), "weights.bin"))
     (path.parent / "weights.bin").symlink_to(tmp_path / "outside.bin")
     with pytest.raises(SubmissionRejected, match="outside the submission's folder"):
-        inspect_policy(path, path.parent)
+        inspect(path, path.parent)
 
 
 @pytest.mark.parametrize(
@@ -83,25 +88,25 @@ def test_external_data_that_is_missing_or_short_is_refused(tmp_path, location, s
     if size is not None:
         (path.parent / location).write_bytes(b"\0" * size)
     with pytest.raises(SubmissionRejected, match=message):
-        inspect_policy(path, path.parent)
+        inspect(path, path.parent)
 
 
 def test_custom_operator_domains_are_refused(tmp_path):
     path = saved(tmp_path, custom_domain_policy(FEATURES, VENUES))
     with pytest.raises(SubmissionRejected, match="'com.evil.ops'.*custom operators are never"):
-        inspect_policy(path, path.parent)
+        inspect(path, path.parent)
     undeclared = custom_domain_policy(FEATURES, VENUES)
     del undeclared.opset_import[1:]  # the node alone names the domain
     path = saved(tmp_path, undeclared)
     with pytest.raises(SubmissionRejected, match="operator 'Allocate' of domain 'com.evil.ops'"):
-        inspect_policy(path, path.parent)
+        inspect(path, path.parent)
 
 
 def test_a_file_that_is_not_onnx_is_refused(tmp_path):
     path = tmp_path / "model.onnx"
     path.write_bytes(b"\x80\x04 this is a pickle, not a protobuf")
-    with pytest.raises(SubmissionRejected, match="model.onnx is not a readable ONNX model"):
-        inspect_policy(path, tmp_path)
+    with pytest.raises(SubmissionRejected, match="model.onnx: not a readable ONNX model"):
+        inspect(path, tmp_path)
 
 
 def test_batch_sizes_agree_and_equal_the_plain_product(tmp_path):
@@ -149,3 +154,11 @@ def test_a_greedy_policy_fails_at_its_memory_limit(tmp_path):
     with pytest.raises(SubmissionRejected) as refused:
         run_policy(path, x, VENUES, 512, limits, tmp_path / "run")
     assert "memory" in str(refused.value) or "alloc" in str(refused.value).lower()
+
+
+def test_a_location_the_file_system_refuses_is_the_policys_failure(tmp_path):
+    # A NUL in the location: os refuses the path (ValueError); read in the child, that is the
+    # submission's failure, never the module-bug path.
+    path = saved(tmp_path, point_external_data(linear_policy(FEATURES, VENUES), "a\0b.bin"))
+    with pytest.raises(SubmissionRejected, match="external data location cannot be used"):
+        inspect(path, path.parent)

@@ -11,11 +11,17 @@ from onnx import TensorProto, helper, numpy_helper
 
 from devkit.tiny_policies import OPSET, linear_policy, padded_policy, validation_arrays, weights
 from modules.rl.inference import Limits, run_policy
-from modules.rl.policy import COUNT_CAP, inspect_policy
+from modules.rl.policy import inspect_policy
+from modules.rl.policy_reader import COUNT_CAP
 from validator.errors import SubmissionRejected, Verdict, classify
 
 FEATURES, VENUES = 4, 3
 LIMITS = Limits(threads=1, seconds=60, memory_bytes=4 * 1024**3)
+
+
+def inspect(path, folder):
+    """The module's check, in its bounded child (work files beside the policy's)."""
+    return inspect_policy(path, folder, folder / ".inspect", 2**30)
 
 
 def with_dims(model: onnx.ModelProto, dims: list[int], name: str = "ghost") -> onnx.ModelProto:
@@ -62,7 +68,7 @@ def test_a_negative_dim_is_refused_before_counting(tmp_path, dims):
     # plain sum, and scored at max_params 5000.
     path = saved(tmp_path, with_dims(padded_policy(FEATURES, VENUES, 5000), dims))
     with pytest.raises(SubmissionRejected, match=r"initializer 'ghost' has a negative dim") as no:
-        inspect_policy(path, path.parent)
+        inspect(path, path.parent)
     assert classify(no.value) is Verdict.REJECTED
 
 
@@ -78,7 +84,7 @@ def test_a_negative_dim_is_refused_before_counting(tmp_path, dims):
 )
 def test_absurd_dims_stop_the_count_at_its_cap(tmp_path, dims, count):
     path = saved(tmp_path, with_dims(linear_policy(FEATURES, VENUES), dims))
-    assert inspect_policy(path, path.parent).parameter_count == min(15 + count, COUNT_CAP)
+    assert inspect(path, path.parent).parameter_count == min(15 + count, COUNT_CAP)
 
 
 def test_many_absurd_initializers_stop_the_sum_at_the_cap(tmp_path):
@@ -86,7 +92,7 @@ def test_many_absurd_initializers_stop_the_sum_at_the_cap(tmp_path):
     for i in range(1000):
         with_dims(model, [2**62, 4], name=f"ghost{i}")
     path = saved(tmp_path, model)
-    assert inspect_policy(path, path.parent).parameter_count == COUNT_CAP
+    assert inspect(path, path.parent).parameter_count == COUNT_CAP
 
 
 def test_a_ragged_output_is_refused_with_the_reason(tmp_path):

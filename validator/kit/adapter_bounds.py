@@ -1,20 +1,24 @@
-"""A LoRA adapter's ranks and tensor shapes checked against its base before peft allocates.
+"""A LoRA adapter's ranks, tensor shapes and size checked against its base before peft allocates.
 
 peft builds every LoRA layer from `r` and `rank_pattern` before it reads a tensor: an
 adapter_config.json with r = 10**6 made it allocate 8 GB for a tiny base before anything failed.
 A rank larger than the smaller side of every projection of the base cannot add anything, so it
-is refused, as are LoRA tensors whose shapes do not fit the projection they name (read from the
-safetensors header alone, no tensor loaded). For modules that apply adapters with peft (lora,
-llm_judge); it needs torch and safetensors, which their environments have.
+is refused, as are LoRA tensors whose shapes do not fit the projection they name, and an
+adapter holding more elements than MAX_ELEMENTS_PER_BASE_PARAMETER per parameter of its base
+(no tensor peft can use is larger than the base's own weights). The tensors come as plain
+values (`LoraTensor`) from the module's bounded child that read the safetensors header
+(DESIGN.md, "The trust boundary"): nothing here parses a submission's file. For modules that
+apply adapters with peft (lora, llm_judge); it needs torch, which their environments have.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from safetensors import SafetensorError, safe_open
+from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from validator.errors import SubmissionRejected
@@ -24,6 +28,22 @@ from validator.text import quoted
 _LORA_TENSOR = re.compile(
     r"^base_model\.model\.(?P<module>.+)\.lora_(?P<side>[AB])(\.[^.]+)?\.weight$"
 )
+
+
+# A LoRA factor at the largest useful rank holds at most twice its projection's weights, a
+# modules_to_save copy or a tensor named like a base weight at most that weight: three elements
+# per base parameter is past any adapter peft can use.
+MAX_ELEMENTS_PER_BASE_PARAMETER = 3
+
+
+class LoraTensor(BaseModel):
+    """One tensor of an adapter's safetensors header, as a bounded child read it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
 
 
 def max_useful_rank(base: nn.Module) -> int:
@@ -47,10 +67,21 @@ def check_lora_against_base(
     ranks: Mapping[str, object],
     base: nn.Module,
     base_name: str,
-    weights: Path,
+    tensors: Sequence[LoraTensor] | Path,
     error: type[Exception] = SubmissionRejected,
 ) -> None:
-    """Raises `error` naming the first rank or LoRA tensor that cannot fit `base`."""
+    """Raises `error` naming the first rank or LoRA tensor that cannot fit `base`, or the
+    adapter's size when it is past what the base can use. `tensors` is the header as the
+    module's bounded child read it; a Path (the former signature) still works, with a
+    DeprecationWarning, and reads the header in this process."""
+    if isinstance(tensors, Path):
+        warnings.warn(
+            "check_lora_against_base(..., weights: Path) parses the submission's safetensors "
+            "header in the validator's process; pass the LoraTensor list a bounded child read",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        tensors = _header_in_process(tensors, error) if tensors.is_file() else []
     limit = max_useful_rank(base)
     for where, rank in ranks.items():
         if not isinstance(rank, int) or isinstance(rank, bool) or not 0 < rank <= limit:
@@ -58,20 +89,33 @@ def check_lora_against_base(
                 f"adapter_config.json {where} = {quoted(rank)}: not a LoRA rank {base_name} "
                 f"can use (1 to {limit})"
             )
-    if weights.is_file():
-        _check_tensor_shapes(base, weights, limit, error)
+    _check_size(base, base_name, tensors, error)
+    _check_tensor_shapes(base, tensors, limit, error)
+
+
+def _check_size(
+    base: nn.Module, base_name: str, tensors: Sequence[LoraTensor], error: type[Exception]
+) -> None:
+    allowed = MAX_ELEMENTS_PER_BASE_PARAMETER * sum(p.numel() for p in base.parameters())
+    total = 0
+    for tensor in tensors:
+        count = 1
+        for dim in tensor.shape:
+            count *= dim
+        total += count
+        if total > allowed:
+            raise error(
+                f"adapter_model.safetensors holds at least {total} elements, over the "
+                f"{allowed} ({MAX_ELEMENTS_PER_BASE_PARAMETER} per parameter) {base_name} can use"
+            )
 
 
 def _check_tensor_shapes(
-    base: nn.Module, weights: Path, limit: int, error: type[Exception]
+    base: nn.Module, tensors: Sequence[LoraTensor], limit: int, error: type[Exception]
 ) -> None:
     linears = {name: m for name, m in base.named_modules() if isinstance(m, nn.Linear)}
-    try:
-        with safe_open(str(weights), framework="pt") as tensors:
-            shapes = {key: tuple(tensors.get_slice(key).get_shape()) for key in tensors.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise error(f"adapter_model.safetensors does not parse: {exc}") from exc
-    for key, shape in shapes.items():
+    for tensor in tensors:
+        key, shape = tensor.name, tensor.shape
         match = _LORA_TENSOR.match(key)
         layer = linears.get(match["module"]) if match else None
         if layer is None:
@@ -83,6 +127,24 @@ def _check_tensor_shapes(
                 f"{match['module']} ({layer.in_features} in, {layer.out_features} out, "
                 f"rank at most {limit})"
             )
+
+
+def _header_in_process(weights: Path, error: type[Exception]) -> list[LoraTensor]:
+    """The former, deprecated reading: safetensors in this process."""
+    from safetensors import SafetensorError, safe_open  # noqa: PLC0415 - deprecated path only
+
+    try:
+        with safe_open(str(weights), framework="pt") as header:
+            return [
+                LoraTensor(
+                    name=key,
+                    dtype=str(header.get_slice(key).get_dtype()),
+                    shape=tuple(header.get_slice(key).get_shape()),
+                )
+                for key in header.keys()
+            ]
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise error(f"adapter_model.safetensors does not parse: {exc}") from exc
 
 
 def _rank_and_fit(side: str, shape: tuple[int, ...], layer: nn.Linear) -> tuple[int, bool]:
