@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import platform
 import statistics
 import tempfile
@@ -49,6 +48,7 @@ from devkit.tiny_chat_models import build_chat_base
 from modules.llm_judge import loading
 from modules.llm_judge.conversation import Prompt, read_prompts
 from modules.llm_judge.generation import EndTokens, Request, Sampling, decode, generate, render
+from modules.llm_judge.inspection import inspect_adapter
 from modules.llm_judge.judge_texts import load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
 from modules.llm_judge.loading import linear_attention_kernels, load, pick_device, read_model
@@ -266,9 +266,9 @@ def _parameters(base: Path) -> int:
 
 
 def _submission(adapter: Path) -> Submission:
-    # The bench's own adapter: its config read here, where fetch_submission's child reads it.
-    config = json.loads((adapter / "adapter_config.json").read_text())
-    return Submission(adapter, "0" * 40, BASE, None, adapter_ranks=config)
+    # The bench's own adapter, read by the module's child as fetch_submission has it read.
+    facts = inspect_adapter(adapter, "adapter_model.safetensors", adapter.parent / "inspect")
+    return Submission(adapter, "0" * 40, BASE, None, facts.ranks(), tuple(facts.weights.listing))
 
 
 def _suppress_end(loaded) -> None:

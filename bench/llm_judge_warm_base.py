@@ -30,6 +30,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from devkit.tiny_chat_models import build_chat_base
 from modules.llm_judge import loading
+from modules.llm_judge.inspection import inspect_adapter
 from modules.llm_judge.loading import load, read_model
 from modules.llm_judge.submission import Submission
 from modules.llm_judge.warm_base import WarmBase
@@ -132,9 +133,9 @@ def _equal(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> bool:
 
 
 def _submission(adapter: Path) -> Submission:
-    # The bench's own adapter: its config read here, where fetch_submission's child reads it.
-    config = json.loads((adapter / "adapter_config.json").read_text())
-    return Submission(adapter, "0" * 40, BASE, None, adapter_ranks=config)
+    # The bench's own adapter, read by the module's child as fetch_submission has it read.
+    facts = inspect_adapter(adapter, "adapter_model.safetensors", adapter.parent / "inspect")
+    return Submission(adapter, "0" * 40, BASE, None, facts.ranks(), tuple(facts.weights.listing))
 
 
 def _base(tmp: Path, shape: str) -> Path:

@@ -98,7 +98,9 @@ def adapter(request: dict) -> dict:
         "r": config["r"] if "r" in config else None,
         "has_r": "r" in config,
         "rank_pattern": pattern if isinstance(pattern, dict) else {},
-        "weights": _header(os.path.join(folder, request["weights"]), request["weights"]),
+        "weights": _header(
+            os.path.join(folder, request["weights"]), request["weights"], listed=True
+        ),
     }
 
 
@@ -162,7 +164,10 @@ def _shards(path: str) -> list[str] | None:
     return sorted(set(weight_map.values()))
 
 
-def _header(path: str, name: str) -> dict:
+def _header(path: str, name: str, *, listed: bool = False) -> dict:
+    """The header's counts; `listed`: each tensor's name, dtype and shape too (an adapter's,
+    for the kit's check against the base: validator/kit/adapter_bounds.py)."""
+
     def refuse(why: str) -> Refused:
         return Refused(f"its safetensors index or headers do not parse ({name}: {why})")
 
@@ -180,6 +185,7 @@ def _header(path: str, name: str) -> dict:
     data_bytes = size - 8 - length
     parameters = tensors = 0
     dtypes: set[str] = set()
+    listing: list[dict] = []
     for key, entry in header.items():
         if key == "__metadata__":
             continue
@@ -196,7 +202,10 @@ def _header(path: str, name: str) -> dict:
         parameters += numel
         tensors += 1
         dtypes.add(dtype)
-    return {"tensors": tensors, "parameters": parameters, "dtypes": sorted(dtypes)}
+        if listed:
+            listing.append({"name": key, "dtype": dtype, "shape": shape})
+    answer = {"tensors": tensors, "parameters": parameters, "dtypes": sorted(dtypes)}
+    return {**answer, "listing": listing} if listed else answer
 
 
 def _entry(entry: object) -> tuple[object, list[int] | None, list[int] | None]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from validator.kit import SubmissionRejected, inspect_in_child
+from validator.kit import LoraTensor, SubmissionRejected, inspect_in_child
 
 CHILD = Path(__file__).with_name("inspect_child.py")
 # What reading config.json, generation_config.json and the index (or adapter_config.json) may
@@ -54,13 +54,17 @@ class NamedHeader(FileHeader):
     file: str
 
 
+class AdapterHeader(FileHeader):
+    listing: list[LoraTensor]  # each tensor, for the kit's check against the base
+
+
 class AdapterFacts(BaseModel):
     base_model: str | None
     base_text: str  # for the message when it is not a supported base
     has_r: bool
     r: Any  # JSON scalar as written; check_lora_against_base says whether it is a rank
     rank_pattern: dict[str, Any]
-    weights: FileHeader
+    weights: AdapterHeader
 
     def ranks(self) -> dict[str, Any]:
         """In the form `validator.kit.ranks_of` takes."""

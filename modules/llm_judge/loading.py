@@ -136,12 +136,14 @@ def load(
             model = read_model(source, dtype)
         if submission.base_model is not None:
             # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
-            # The ranks are the child's reading of adapter_config.json (inspection.py).
+            # The ranks and tensors are the child's reading of the adapter's files (inspection.py).
+            if submission.adapter_tensors is None:
+                raise RuntimeError("an adapter submission without the child's reading of it")
             check_lora_against_base(
                 ranks_of(submission.adapter_ranks or {}),
                 model,
                 submission.base_model,
-                submission.path / "adapter_model.safetensors",
+                submission.adapter_tensors,
                 ModelCannotLoad,
             )
             if warm is not None:

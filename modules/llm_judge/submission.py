@@ -22,7 +22,7 @@ from modules.llm_judge.inspection import (
     inspect_headers,
     inspect_model,
 )
-from validator.kit import SubmissionRejected, TransientError, hub
+from validator.kit import LoraTensor, SubmissionRejected, TransientError, hub
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -86,6 +86,8 @@ class Submission:
     parameter_count: int | None  # a full model's, as its config builds it (inspection.py)
     # An adapter's `r` and `rank_pattern` as the child read them (validator.kit.ranks_of).
     adapter_ranks: dict[str, Any] | None = None
+    # An adapter's tensors (name, dtype, shape) as the child read its safetensors header.
+    adapter_tensors: tuple[LoraTensor, ...] | None = None
 
 
 def fetch_submission(
@@ -133,7 +135,9 @@ def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what, w
             f"{what}: base_model_name_or_path {facts.base_text!r} is not a supported base "
             f"({', '.join(supported_bases)})"
         )
-    return Submission(dest, commit, facts.base_model, None, facts.ranks())
+    return Submission(
+        dest, commit, facts.base_model, None, facts.ranks(), tuple(facts.weights.listing)
+    )
 
 
 def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what, work) -> Submission:

@@ -5,7 +5,9 @@ no remote code, the parameter count from safetensors headers before any weight i
 from __future__ import annotations
 
 import json
+import re
 import resource
+import warnings
 
 import pytest
 import transformers
@@ -178,6 +180,27 @@ def test_a_huge_rank_is_refused_before_peft_allocates(world, change, message):
         load(submission)
     # peft would have allocated 10**6 x hidden floats per projection: gigabytes.
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024
+
+
+def test_an_adapter_is_checked_against_its_base_on_the_childs_reading(world):
+    # The kit's check takes the tensors the bounded child read (issue 32): the parent opens no
+    # adapter header (the former Path form warns, an error here), and a LoRA tensor whose shape
+    # does not fit its projection is refused before peft allocates.
+    from safetensors.torch import load_file, save_file
+
+    hub, _, adapter, tmp = world
+    tensors = load_file(str(adapter / "adapter_model.safetensors"))
+    name = next(key for key in tensors if ".lora_A." in key)
+    tensors[name] = tensors[name].new_zeros((tensors[name].shape[0], 3))
+    save_file(tensors, str(tmp / "bent.safetensors"))
+    bent = (tmp / "bent.safetensors").read_bytes()
+    hub.add_repo("mallory/bent", {**files_of(adapter), "adapter_model.safetensors": bent})
+    submission = fetch(world, "mallory/bent")
+    assert {t.name for t in submission.adapter_tensors} == set(tensors)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        with pytest.raises(ModelCannotLoad, match=re.escape(name)):
+            load(submission)
 
 
 def test_a_full_model_brings_its_named_chat_templates(world):
