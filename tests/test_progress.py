@@ -33,3 +33,21 @@ def test_a_download_reports_the_bytes_that_arrived(tmp_path, caplog):
         time.sleep(1.5)  # several 0.2 s periods, with room for a loaded machine
     lines = [r.getMessage() for r in caplog.records]
     assert any(line.startswith("downloading base model org/base: 3.0 MiB so far") for line in lines)
+
+
+def test_a_download_of_known_size_reports_each_tenth_with_the_time_left(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "validator.progress")
+    folder = tmp_path / "models--org--base"
+    (folder / "blobs").mkdir(parents=True)
+    # In the cache before the download: not counted.
+    (folder / "blobs" / "older-revision").write_bytes(b"x" * 2**20)
+    with watch_bytes(folder, "downloading base model org/base", every=3600, total=10 * 2**20):
+        (folder / "blobs" / "shard.incomplete").write_bytes(b"x" * 3 * 2**20)
+        # A line comes at the next look (LOOK_SECONDS) although `every` is an hour away: a tenth
+        # arrived. Bounded wait for it, never a timing assertion.
+        deadline = time.monotonic() + 30
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.1)
+    line = caplog.records[0].getMessage()
+    assert line.startswith("downloading base model org/base: 3.0 of 10.0 MiB (30%) in ")
+    assert line.endswith(" s left")

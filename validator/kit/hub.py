@@ -254,11 +254,11 @@ def _fetch_base_model(repo_id: str, token: str | None, cache: Path, budget: int 
     weights = _base_weight_files(repo_id, commit, set(sizes), token, what)
     names = [name for name in BASE_MODEL_FILES if name in sizes] + weights
     folder = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = folder / "snapshots" / commit
+    room = sum(sizes.get(n) or 0 for n in names if not (snapshot / n).exists())
     if budget is not None:
-        snapshot = folder / "snapshots" / commit
-        room = sum(sizes.get(n) or 0 for n in names if not (snapshot / n).exists())
         hf_cache.evict(cache, budget, room, warn=False)  # the warning, if any, comes after
-    with watch_bytes(folder, f"downloading {what}"):
+    with watch_bytes(folder, f"downloading {what}", total=room):
         # One file at a time in this thread, not in snapshot_download's worker threads: an
         # overall deadline covers the connections of the thread it runs in.
         for name in names:
