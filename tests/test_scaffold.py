@@ -161,3 +161,22 @@ def test_a_scaffolded_spec_is_the_default_one_written_out(tmp_path):
     }
     assert (tmp_path / "requirements-judge.txt").is_file()  # its (empty) host requirements
     assert (tmp_path / "tests" / "judge" / "test_judge_module.py").is_file()
+
+
+def test_the_product_never_imports_the_dev_tools():
+    # An image holds run.py's launcher, validator/ and modules/, never devkit/ (issue 33).
+    import ast
+
+    found = []
+    for folder in ("validator", "launcher", "modules"):
+        for path in (REPO_ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
+                found += [f"{path}: {n}" for n in names if n.split(".")[0] == "devkit"]
+    assert found == []
