@@ -5,9 +5,9 @@ still the fallback), measured in the same run: `.venv-llm_judge/bin/python -m be
 1. A child that does nothing, with preload ("transformers",) and ("torch", "transformers"):
    the server's start (once), then the median of `--repeats` children on each path.
 2. The children of one warm llm_judge assignment on the demo's tiny model (devkit's tiny chat
-   base): the prompts encoded (`encode_prompts`), the answers decoded (`decode_answers`) and the
-   full model's parameters counted (`config_parameter_count`), each in its own child, as the
-   module runs them: their total on each path, after one warm-up assignment.
+   base): the prompts encoded (`encode_prompts`), the answers decoded (`decode_answers`) and
+   the full model's config read and its parameters counted (`inspect_model`), each in its own
+   child, as the module runs them: their total on each path, after one warm-up assignment.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from devkit import DATA_DIR
 from devkit.tiny_chat_models import build_chat_base
 from modules.llm_judge.conversation import read_prompts
-from modules.llm_judge.param_count import config_parameter_count
+from modules.llm_judge.inspection import inspect_model
 from modules.llm_judge.schemas import LlmJudgeConfig
 from modules.llm_judge.templating import TemplateLimits, decode_answers, encode_prompts
 from validator.kit import child_server
@@ -80,7 +80,7 @@ def _assignment(work: Path) -> Callable[[], None]:
         bounded = {"submitted": True, "limits": limits, "work": work / "tokenizer"}
         encoded = encode_prompts(base, items, **bounded)
         decode_answers(base, [ids[-16:] for ids in encoded.ids for _ in range(2)], **bounded)
-        config_parameter_count(base, work / "param-count")
+        inspect_model(base, work / "param-count")
 
     return assignment
 
