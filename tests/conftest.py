@@ -39,3 +39,19 @@ def pytest_terminal_summary(terminalreporter) -> None:
     width = max(len(f.case) for f in FIGURES)
     for figure in FIGURES:
         terminalreporter.write_line(f"{figure.case:<{width}}  {figure.result}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    if not item.get_closest_marker("unit"):
+        return (yield)
+    with layers.guard_unit(item.nodeid):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    if not item.get_closest_marker("unit"):
+        return (yield)
+    with layers.guard_unit(item.nodeid):
+        return (yield)

@@ -322,6 +322,8 @@ def test_unmerged_scoring_agrees_and_leaves_the_base_clean(world):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+# LoraModule() starts its host-memory child (modules/lora/host_memory.py).
+@pytest.mark.integration
 def test_quantization_needs_a_gpu():
     with pytest.raises(ConfigError, match="needs a CUDA GPU"):
         module(quantization="4bit")
