@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from devkit.simulator.process import Simulator
+from tests.helpers import layers
 from tests.helpers.layers import NotUnit, guard_unit, layer_of
 
 
@@ -61,8 +62,27 @@ def uses_a_class_that_starts_a_child():
     Helper().start()
 
 
+class Served:
+    """Stands for a server class listed by name in a module of pure helpers
+    (devkit.judge_prompts.JudgeSourceServer)."""
+
+
+def pure_helper():
+    return 1
+
+
+def uses_the_listed_class():
+    Served()
+
+
 def test_a_pure_test_in_a_file_that_imports_subprocess_is_unit():
     assert layer_of(item(pure)) == "unit"
+
+
+def test_a_class_listed_by_name_is_a_real_part_and_its_modules_other_names_are_not(monkeypatch):
+    monkeypatch.setattr(layers, "REAL_PARTS", (*layers.REAL_PARTS, f"{__name__}.Served"))
+    assert layer_of(item(uses_the_listed_class)) == "integration"
+    assert layer_of(item(pure_helper)) == "unit"
 
 
 @pytest.mark.parametrize(

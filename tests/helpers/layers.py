@@ -48,7 +48,8 @@ LAYERS = {
 
 FAULTS_DIR = Path(__file__).resolve().parents[1] / "faults"
 
-# Modules whose use makes a test an integration test (a name or a dotted prefix).
+# Modules whose use makes a test an integration test (a name or a dotted prefix), or one class
+# or function of a module that is otherwise pure.
 REAL_PARTS = (
     "subprocess",
     "multiprocessing",
@@ -66,6 +67,7 @@ REAL_PARTS = (
     "devkit.validator_cli",
     "devkit.hf_hub",
     "devkit.judge_server",
+    "devkit.judge_prompts.JudgeSourceServer",  # a name in a module of pure helpers
     "devkit.tiny_",
     "tests.helpers.served_hub",
     "tests.helpers.trickle_server",
@@ -91,6 +93,10 @@ def _is_real(module_name: str | None) -> bool:
         module_name == part or module_name.startswith(part if part.endswith("_") else part + ".")
         for part in REAL_PARTS
     )
+
+
+def _qualified(value: object) -> str:
+    return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
 
 
 def _followed(module_name: str | None) -> bool:
@@ -124,13 +130,13 @@ class _Reader:
             return self.value(value.__func__, owner)
         if inspect.isfunction(value):
             value = inspect.unwrap(value)
-            if _is_real(value.__module__):
+            if _is_real(value.__module__) or _is_real(_qualified(value)):
                 return True
             if not _followed(value.__module__):
                 return False
             return self.code(value.__code__, value.__globals__, owner)
         if inspect.isclass(value):
-            if any(_is_real(base.__module__) for base in value.__mro__):
+            if any(_is_real(b.__module__) or _is_real(_qualified(b)) for b in value.__mro__):
                 return True
             if not _followed(value.__module__):
                 return False
