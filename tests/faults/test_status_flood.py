@@ -36,12 +36,10 @@ from devkit.validator_cli import (
 from tests.faults.figures import record
 
 LISTENING = re.compile(r"status page on http://127\.0\.0\.1:(\d+)")
-# Submits per window; windows alternate quiet and flooded from the 50th submit. 50 a window
-# (about a second each) shows the same ratio as 100 did in half the time (issue 33).
-SEGMENT = 50
+SEGMENT = 100  # submits per window; windows alternate quiet and flooded from the 100th submit
 WINDOWS = 11  # quiet, flood, quiet, ..., flood, quiet: 5 flooded, each between two quiet
 ASSIGNMENTS = SEGMENT * (WINDOWS + 2)
-FLOOD_REQUESTS = 8000  # answered, at most, over all flooded windows
+FLOOD_REQUESTS = 16000  # answered, at most, over all flooded windows
 MIN_RATIO = 0.8  # a flooded window's submit rate over its quiet neighbours' (the median)
 MAX_THREADS = 16  # of the validator process, at any time
 
