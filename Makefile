@@ -44,11 +44,11 @@ $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt 
 # `make docker-engine`, `make browser` and `make prometheus` do; elsewhere a missing one stops
 # with one line naming the command to run (scripts/needs.sh). FLOCK_SKIP_DOCKER_TESTS=1 and
 # FLOCK_SKIP_BROWSER_TESTS=1 opt out of those tests explicitly.
+# The core suite and each stack's run side by side, each printing its 25 slowest tests
+# (scripts/test_suites.sh; TEST_SERIAL=1 runs them one after the other).
 test: install wheels
 	@bash scripts/needs.sh test-docker test-browser test-prometheus test-registry
-	$(PY) -m pytest -q $(foreach m,$(STACKS),--ignore=tests/$(m))
-	@for m in $(STACKS); do echo "== tests/$$m in .venv-$$m"; \
-		.venv-$$m/bin/python -m pytest -q tests/$$m || exit 1; done
+	bash scripts/test_suites.sh $(PY) $(STACKS)
 
 # The inner loop: the unit tests only (no child process, server, model, engine or browser;
 # tests/helpers/layers.py sets each test's layer), in seconds. pytest -m integration, docker,

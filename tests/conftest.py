@@ -2,12 +2,17 @@ from __future__ import annotations
 
 import pytest
 
+from devkit.simulator import process as simulator_process
 from tests.faults.figures import FIGURES
 from tests.helpers import layers
 
 
 def pytest_configure(config: pytest.Config) -> None:
     layers.register(config)
+    # The Fed Ledger simulator serves from a thread of the test process: the validator still
+    # talks to it over HTTP, without a Python start-up per test (tests of the simulator's own
+    # command line ask for its process).
+    simulator_process.IN_THREAD_DEFAULT = True
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,3 +44,19 @@ def pytest_terminal_summary(terminalreporter) -> None:
     width = max(len(f.case) for f in FIGURES)
     for figure in FIGURES:
         terminalreporter.write_line(f"{figure.case:<{width}}  {figure.result}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    if not item.get_closest_marker("unit"):
+        return (yield)
+    with layers.guard_unit(item.nodeid):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    if not item.get_closest_marker("unit"):
+        return (yield)
+    with layers.guard_unit(item.nodeid):
+        return (yield)

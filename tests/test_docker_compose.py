@@ -12,6 +12,7 @@ from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_policies import linear_policy, npz_bytes, to_bytes, validation_arrays
 from devkit.validator_cli import REPO_ROOT
+from launcher.images import BuildSpec, ensure_image
 from tests.helpers.docker_env import require_engine
 
 # What a module author adds to run a new module with compose: a service extending lora's.
@@ -40,6 +41,7 @@ volumes:
 RL_OVERRIDE = """
 services:
   validator-rl:
+    image: {image}
     command: ["rl", "--max-assignments", "2", "--assignment-lookup-interval", "0.2"]
     restart: "no"
     volumes: !override
@@ -120,7 +122,19 @@ def test_compose_up_validator_rl_runs_the_generated_service(engine, tmp_path):
     # Not a line of the rl service is written here but what stops it: no GPU runtime, no HF
     # token, and the default compose.yaml alone (rl reserves no GPU).
     repo = make_module_repo(tmp_path / "repo")
-    (repo / "compose.rl-test.yaml").write_text(RL_OVERRIDE)
+    # The image is run.py's: built once per run of the suite under its content-hash tag, which
+    # `make demo` then finds and reuses; compose runs it as the generated service says.
+    # (Compose's own build of a service's `build:` section: test_compose_up_completes_assignments.)
+    build = launcher_env()
+    spec = BuildSpec(
+        "rl",
+        repo,
+        build["VALIDATOR_BASE_IMAGE"],
+        build["VALIDATOR_ENV_INSTALLER"],
+        build["VALIDATOR_PIP_OPTIONS"],
+    )
+    image = ensure_image(engine, spec)
+    (repo / "compose.rl-test.yaml").write_text(RL_OVERRIDE.replace("{image}", image))
     project, volume = f"fvtest{uuid.uuid4().hex[:8]}", f"fv-test-rl-{uuid.uuid4().hex[:8]}"
     files = ["-p", project, "-f", "compose.yaml", "-f", "compose.rl-test.yaml"]
     x, info = validation_arrays(64, 4, 2)
@@ -141,7 +155,7 @@ def test_compose_up_validator_rl_runs_the_generated_service(engine, tmp_path):
             # that no later `run.py rl --pull` takes this CI build for a release.
             env["VALIDATOR_IMAGE_REGISTRY"] = f"localhost/{project}"
             try:
-                result = compose(repo, *files, "up", "--build", "validator-rl", env=env)
+                result = compose(repo, *files, "up", "--no-build", "validator-rl", env=env)
                 assert result.returncode == 0, result.stdout + result.stderr
                 results = sim.results_by_repo()
             finally:

@@ -213,9 +213,11 @@ def test_assignment_expires_after_ttl(tmp_path: Path) -> None:
     assert again["id"] != first["id"]
 
 
-def test_api_key_is_required_and_never_leaks(tmp_path: Path) -> None:
+# Its own process (the key through its environment, never its command line), and in a thread.
+@pytest.mark.parametrize("in_thread", [False, True], ids=["process", "thread"])
+def test_api_key_is_required_and_never_leaks(tmp_path: Path, in_thread: bool) -> None:
     key = "sk-test-SECRET-7f3a9c"
-    with Simulator(DATA, tmp_path, api_key=key) as sim:
+    with Simulator(DATA, tmp_path, api_key=key, in_thread=in_thread) as sim:
         wrong = lookup(sim, 12, key="sk-wrong")
         missing = list_tasks(sim)
         listed = list_tasks(sim, key=key)
@@ -399,7 +401,7 @@ def test_bad_data_file_exits_2_with_one_line(
 
 
 def test_sigterm_exits_0(tmp_path: Path) -> None:
-    sim = Simulator(DATA, tmp_path)
+    sim = Simulator(DATA, tmp_path, in_thread=False)
     sim.start()
     try:
         assert list_tasks(sim).status_code == 200

@@ -3,6 +3,11 @@
 with Simulator({"tasks": [task(12, ["alice/adapter"])]}, tmp_path) as sim:
     requests.post(f"{sim.api_url}/tasks/request-validation-assignment/12")
     assert sim.submissions() == []
+
+in_thread=True serves the same server and state from a thread of the caller's process instead:
+what the validator sees over HTTP is the same, without a Python start-up per simulator (about
+0.3 s each, a hundred times in the test suite). The test suite makes it the default
+(tests/conftest.py); tests of the simulator's own command line ask for the process.
 """
 
 from __future__ import annotations
@@ -21,8 +26,14 @@ from typing import IO, Any
 import requests
 
 from devkit import REPO_ROOT
+from devkit.simulator.faults import FaultBook, load_fault_file
+from devkit.simulator.server import API_PREFIX, SimulatorServer
+from devkit.simulator.state import SimState, load_data_file
 
 STARTUP_TIMEOUT_S = 20.0
+# Whether a Simulator runs in a thread unless told: False (its own process) for demos and
+# benches; the test suite sets True.
+IN_THREAD_DEFAULT = False
 LOOKUP_PATH = "/tasks/request-validation-assignment/"
 _LISTENING = re.compile(r"listening on (?P<api>(?P<root>http://[^/\s]+)/api/v1)\s*$")
 
@@ -49,7 +60,9 @@ class Simulator:
         assignment_ttl_seconds: float = 3600,
         api_key: str | None = None,
         faults: list[dict[str, Any]] | None = None,
+        in_thread: bool | None = None,
     ) -> None:
+        self.in_thread = IN_THREAD_DEFAULT if in_thread is None else in_thread
         self.data = data
         self.tmp_path = tmp_path
         self.rate_limit_seconds = rate_limit_seconds
@@ -64,6 +77,8 @@ class Simulator:
         self._stdout_lines: list[str] = []
         self._first_line: queue.Queue[str] = queue.Queue()
         self._reader: threading.Thread | None = None
+        self._server: SimulatorServer | None = None
+        self._serving: threading.Thread | None = None
 
     # -- lifecycle
 
@@ -76,6 +91,9 @@ class Simulator:
         self.stop()
 
     def start(self) -> None:
+        if self.in_thread:
+            self._start_thread()
+            return
         self._proc = subprocess.Popen(
             self._command(),
             cwd=REPO_ROOT,
@@ -99,6 +117,8 @@ class Simulator:
 
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL after 10 s; the exit code (None if never started)."""
+        if self._server is not None:
+            return self._stop_thread()
         proc = self._proc
         if proc is None:
             return None
@@ -162,6 +182,46 @@ class Simulator:
             if sep and (task_id is None or rest == str(task_id)):
                 found.append(entry)
         return found
+
+    # -- in a thread of this process
+
+    def _start_thread(self) -> None:
+        if self._server is not None:
+            return
+        # Through the same files and loaders as the command line, so that a bad data or fault
+        # file fails the same way.
+        command = self._command()
+        spec = load_data_file(pathlib.Path(command[command.index("--data") + 1]))
+        rules = load_fault_file(self.tmp_path / "sim-faults.json") if self.faults else []
+        state = SimState(
+            spec,
+            rate_limit_seconds=self.rate_limit_seconds,
+            assignment_ttl_seconds=self.assignment_ttl_seconds,
+        )
+        address = ("127.0.0.1", int(command[command.index("--port") + 1]))
+        server = SimulatorServer(address, state, FaultBook(rules), self.api_key or None)
+        server.log = open(self.log_path, "w", errors="replace")  # noqa: SIM115 - closed in stop()
+        self._server = server
+        self.root_url = f"http://127.0.0.1:{server.server_address[1]}"
+        self.api_url = self.root_url + API_PREFIX
+        self._stdout_lines.append(f"Fed Ledger simulator listening on {self.api_url}\n")
+        self._serving = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="simulator",
+            daemon=True,
+        )
+        self._serving.start()
+
+    def _stop_thread(self) -> int:
+        server, self._server = self._server, None
+        assert server is not None
+        server.shutdown()
+        server.server_close()
+        if self._serving is not None:
+            self._serving.join(timeout=5)
+        server.log.close()
+        return 0
 
     # -- internals
 

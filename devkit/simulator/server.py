@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal, TypeVar
+from typing import IO, Any, Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, model_validator
@@ -124,6 +124,8 @@ class SimulatorServer(ThreadingHTTPServer):
         self.state = state
         self.faults = faults
         self.api_key = api_key
+        # The request log: the process's stderr, or a file when it runs in a test's thread.
+        self.log: IO[str] = sys.stderr
 
 
 class SimulatorHandler(BaseHTTPRequestHandler):
@@ -196,8 +198,8 @@ class SimulatorHandler(BaseHTTPRequestHandler):
 
     def _log_line(self, method: str, path: str, outcome: str) -> None:
         # Only method, path and outcome: headers (the api key) never reach the log.
-        sys.stderr.write(f"{method} {path} {outcome}\n")
-        sys.stderr.flush()
+        self.server.log.write(f"{method} {path} {outcome}\n")
+        self.server.log.flush()
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         # Replaced by _log_line, which runs once the outcome is known.

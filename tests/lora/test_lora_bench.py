@@ -183,6 +183,8 @@ def test_cpu_mode_agrees_with_the_trainer_baseline() -> None:
     assert "bpc agreement within 0.0001 relative: PASS" in done.stdout
 
 
+# measure() runs each side in a child (bench/lora_model_work.py).
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
 def test_model_work_bench_runs_both_sides_on_a_small_shape(
     bench: dict[str, ModuleType], tiny, tmp_path: Path, capsys: pytest.CaptureFixture, dtype_name

@@ -97,10 +97,16 @@ def plain_scores(base_dir: Path, adapter_dir: Path, kind: str, data: Path, conte
 @pytest.mark.parametrize(
     ("kind", "data"), [("qwen", CHAT), ("qwen", CALLS), ("llama", CHAT), ("gemma", CALLS)]
 )
-def test_scores_match_the_plain_implementation(world, kind, data):
+def test_scores_match_the_plain_implementation(world, kind, data, tmp_path):
     repo = f"alice/{kind}-adapter-1"
     # Long enough that every conversation keeps a target (function calls start at ~1240 tokens).
     context = 384 if data == CHAT else 1280
+    if data == CALLS:
+        # Its first 16 conversations: the plain implementation scores one example at a time
+        # in float64, and all 299 took 50 s on qwen for the same claim (issue 33).
+        cut = tmp_path / data.name
+        cut.write_text("".join(data.read_text().splitlines(keepends=True)[:16]))
+        data = cut
     want_loss, want_bpc = plain_scores(world.bases[kind], world.adapters[repo], kind, data, context)
     scorer = module(token_budget=4096)
     try:
@@ -322,6 +328,8 @@ def test_unmerged_scoring_agrees_and_leaves_the_base_clean(world):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+# LoraModule() starts its host-memory child (modules/lora/host_memory.py).
+@pytest.mark.integration
 def test_quantization_needs_a_gpu():
     with pytest.raises(ConfigError, match="needs a CUDA GPU"):
         module(quantization="4bit")

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `make test`'s run: the core suite in the dev venv and each own-venv stack's suite (tests/<name>
+# in .venv-<name>) side by side, as they share nothing (each Docker test names its containers,
+# volumes and images at random), so that two cores finish both in about the time of the longer.
+# Each suite prints its 25 slowest tests. A stack's output comes after the core suite's, whole.
+# TEST_SERIAL=1 runs them one after the other instead (a one-core machine).
+# usage: scripts/test_suites.sh PYTHON STACK...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+py=$1
+shift
+stacks=("$@")
+ignores=()
+for m in "${stacks[@]}"; do ignores+=("--ignore=tests/$m"); done
+options=(-q --durations=25 -p no:cacheprovider)
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+declare -A pids
+run_stack() {
+    ".venv-$1/bin/python" -m pytest "${options[@]}" "tests/$1" >"$logs/$1.log" 2>&1
+}
+if [ "${TEST_SERIAL:-0}" != 1 ]; then
+    for m in "${stacks[@]}"; do
+        run_stack "$m" &
+        pids[$m]=$!
+    done
+fi
+
+failed=()
+"$py" -m pytest "${options[@]}" "${ignores[@]}" || failed+=(core)
+for m in "${stacks[@]}"; do
+    if [ -n "${pids[$m]:-}" ]; then
+        wait "${pids[$m]}"
+    else
+        run_stack "$m"
+    fi
+    status=$?
+    echo "== tests/$m in .venv-$m"
+    cat "$logs/$m.log"
+    [ "$status" = 0 ] || failed+=("tests/$m")
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "failed: ${failed[*]}" >&2
+    exit 1
+fi
