@@ -92,7 +92,9 @@ def adapter(request: dict) -> dict:
     _check_reread(peak, request, "")
     base = config.get("base_model_name_or_path")
     pattern = config.get("rank_pattern")
+    peft_type = config.get("peft_type")
     return {
+        "peft_type": peft_type if isinstance(peft_type, str) or peft_type is None else "?",
         "base_model": base if isinstance(base, str) else None,
         "base_text": str(base)[:200],
         "r": config["r"] if "r" in config else None,

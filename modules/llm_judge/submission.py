@@ -130,6 +130,13 @@ def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what, w
     for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
         _get(repo_id, commit, name, dest, what, sizes)
     facts = _inspected(lambda: inspect_adapter(dest, ADAPTER_WEIGHTS, work), what)
+    # peft re-reads adapter_config.json when it loads the adapter here and builds the type it
+    # names; only a LoRA's ranks and tensors are checked against the base before it allocates
+    # (a PROMPT_TUNING config's num_virtual_tokens x token_dim is an allocation of any size).
+    if (facts.peft_type or "LORA").upper() != "LORA":
+        raise SubmissionRejected(
+            f"{what}: peft_type {facts.peft_type[:100]!r} is not a LoRA adapter"
+        )
     if facts.base_model not in supported_bases:
         raise SubmissionRejected(
             f"{what}: base_model_name_or_path {facts.base_text!r} is not a supported base "

@@ -9,7 +9,7 @@ import json
 import pytest
 import transformers
 
-from devkit.tiny_chat_models import build_chat_base
+from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
 from modules.llm_judge import inspection
 from modules.llm_judge.submission import fetch_submission
@@ -49,3 +49,25 @@ def test_a_config_that_expands_is_built_only_in_the_child(world, monkeypatch):
         fetch("mallory/neo")
     assert fetch("bob/full").parameter_count > 0  # an honest config: counted in the child too
     assert calls == []
+
+
+def test_an_adapter_of_another_peft_type_is_refused_before_peft_builds_it(world):
+    """peft re-reads adapter_config.json in this process and builds the type it names: a
+    PROMPT_TUNING config of 200 bytes made it allocate num_virtual_tokens x token_dim (8 GB)."""
+    hub, base, tmp = world
+    adapter = tmp / "prompt-adapter"
+    build_chat_adapter(base, adapter, BASE, seed=0)
+    files = files_of(adapter)
+    config = {
+        "peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "base_model_name_or_path": BASE,
+        "num_virtual_tokens": 10**6, "token_dim": 2000, "num_transformer_submodules": 1,
+    }  # fmt: skip
+    hub.add_repo("mallory/prompt", {**files, "adapter_config.json": json.dumps(config).encode()})
+    hub.add_repo("bob/lora", files)
+
+    def fetch(repo: str):
+        return fetch_submission(repo, "main", tmp / repo, [BASE], 10**9, 10**10, 10**12)
+
+    with pytest.raises(SubmissionRejected, match=r"peft_type 'PROMPT_TUNING' is not a LoRA"):
+        fetch("mallory/prompt")
+    assert fetch("bob/lora").base_model == BASE  # a LoRA (peft_type LORA as peft saves it)
