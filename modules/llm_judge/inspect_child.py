@@ -77,8 +77,8 @@ def model(request: dict) -> dict:
     finally:
         tracemalloc.stop()
     _check_reread(peak, request, " (with generation_config.json and the index)")
-    count = _guarded(lambda: _meta_count(config), "it does not build a model")
-    return {"parameter_count": count, "shards": shards, **generation}
+    count, buffers = _guarded(lambda: _meta_count(config), "it does not build a model")
+    return {"parameter_count": count, "buffer_count": buffers, "shards": shards, **generation}
 
 
 def adapter(request: dict) -> dict:
@@ -243,7 +243,9 @@ def _import_config_class(model_type: object) -> None:
         pass
 
 
-def _meta_count(config) -> int:
+def _meta_count(config) -> tuple[int, int]:
+    """The parameters, and the elements of the buffers (not parameters, yet allocated when the
+    validator builds the model: gpt_neo's causal masks take max_position_embeddings**2 each)."""
     import torch  # noqa: PLC0415
     from transformers import AutoModelForCausalLM  # noqa: PLC0415
 
@@ -252,7 +254,7 @@ def _meta_count(config) -> int:
     # only the module objects themselves take memory (the limits bound them).
     with torch.device("meta"):
         built = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
-    return sum(p.numel() for p in built.parameters())
+    return sum(p.numel() for p in built.parameters()), sum(b.numel() for b in built.buffers())
 
 
 def _as_loaded(config):

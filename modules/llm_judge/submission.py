@@ -164,6 +164,13 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what, wor
     for name in metadata:
         _get(repo_id, commit, name, dest, what, sizes)
     facts = _inspected(lambda: inspect_model(dest, work), what)
+    if facts.buffer_count > max_params:
+        # The buffers are built here with the model (gpt_neo: a max_position_embeddings**2 mask
+        # per layer, 10 GB a layer at 10**5) and no real model's come near its parameters.
+        raise SubmissionRejected(
+            f"{what}: config.json makes the model's buffers hold {facts.buffer_count} elements, "
+            f"over max_params {max_params}"
+        )
     if facts.parameter_count > max_params:
         return Submission(dest, commit, None, facts.parameter_count)
     check_generation_config(facts, what)
