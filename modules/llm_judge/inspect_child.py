@@ -192,7 +192,7 @@ def _header(path: str, name: str, *, listed: bool = False) -> dict:
         if key == "__metadata__":
             continue
         dtype, shape, offsets = _entry(entry)
-        if dtype not in DTYPE_BITS:
+        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:  # a list is unhashable
             raise refuse(f"tensor {key[:100]!r} has no known dtype")
         if shape is None or offsets is None:
             raise refuse(f"tensor {key[:100]!r} has no shape or offsets of integers")
