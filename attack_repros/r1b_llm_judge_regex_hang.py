@@ -22,8 +22,9 @@ def load(base_dir: str, adapter: str) -> None:
     facts = inspect_adapter(Path(adapter), "adapter_model.safetensors", Path(adapter).parent / "i")
     print("child accepted it; ranks", facts.ranks(), flush=True)
     loading.fetch_base_model = lambda name: Path(base_dir)  # the trusted base, locally
-    sub = Submission(Path(adapter), "0" * 40, "tiny/base", None, facts.ranks(),
-                     tuple(facts.weights.listing))
+    sub = Submission(
+        Path(adapter), "0" * 40, "tiny/base", None, facts.ranks(), tuple(facts.weights.listing)
+    )
     loading.load(sub)
     print("loaded", flush=True)
 

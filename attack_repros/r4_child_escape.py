@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-CHILD = r'''
+CHILD = r"""
 import os, sys, time
 server = os.getppid()
 validator = int(open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()[1])
@@ -27,7 +27,7 @@ if os.fork() == 0:
         open(sys.argv[2], "w").write(str(os.getpid()))
         time.sleep(120)
     os._exit(0)
-'''
+"""
 
 
 def main() -> None:
@@ -37,8 +37,12 @@ def main() -> None:
     script = tmp / "child.py"
     script.write_text(CHILD)
     loot, pidfile = tmp / "loot", tmp / "grandchild.pid"
-    result = run_child(script, [str(loot), str(pidfile)], cwd=tmp / "work",
-                       limits=ChildLimits(wall_seconds=30, cpu_seconds=10))
+    result = run_child(
+        script,
+        [str(loot), str(pidfile)],
+        cwd=tmp / "work",
+        limits=ChildLimits(wall_seconds=30, cpu_seconds=10),
+    )
     print("child:", result.outcome.value, "| served:", "fresh" not in result.stderr_tail)
     print("read from the validator's environ:", loot.read_bytes().decode() or "(nothing)")
     time.sleep(1)

@@ -27,8 +27,14 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp())
     sub = tmp / "submission"
-    small = GPTNeoConfig(vocab_size=64, hidden_size=8, num_layers=2, num_heads=2,
-                         attention_types=[[["global"], 2]], max_position_embeddings=64)
+    small = GPTNeoConfig(
+        vocab_size=64,
+        hidden_size=8,
+        num_layers=2,
+        num_heads=2,
+        attention_types=[[["global"], 2]],
+        max_position_embeddings=64,
+    )
     GPTNeoForCausalLM(small).save_pretrained(str(sub))
     weights = load_file(str(sub / "model.safetensors"))
     weights["transformer.wpe.weight"] = torch.zeros(BIG, 8)
@@ -49,8 +55,10 @@ def main() -> None:
         print("loaded within +2 GB?!")
     except Exception as exc:  # noqa: BLE001
         print(type(exc).__name__, str(exc)[:200])
-        print(f"VULNERABLE: the parent builds {2 * BIG**2 / 1e9:.1f} GB of masks for a model "
-              f"of {facts.parameter_count} parameters")
+        print(
+            f"VULNERABLE: the parent builds {2 * BIG**2 / 1e9:.1f} GB of masks for a model "
+            f"of {facts.parameter_count} parameters"
+        )
 
 
 if __name__ == "__main__":
