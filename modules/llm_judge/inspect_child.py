@@ -77,8 +77,8 @@ def model(request: dict) -> dict:
     finally:
         tracemalloc.stop()
     _check_reread(peak, request, " (with generation_config.json and the index)")
-    count = _guarded(lambda: _meta_count(config), "it does not build a model")
-    return {"parameter_count": count, "shards": shards, **generation}
+    count, buffers = _guarded(lambda: _meta_count(config), "it does not build a model")
+    return {"parameter_count": count, "buffer_count": buffers, "shards": shards, **generation}
 
 
 def adapter(request: dict) -> dict:
@@ -92,7 +92,9 @@ def adapter(request: dict) -> dict:
     _check_reread(peak, request, "")
     base = config.get("base_model_name_or_path")
     pattern = config.get("rank_pattern")
+    peft_type = config.get("peft_type")
     return {
+        "peft_type": peft_type if isinstance(peft_type, str) or peft_type is None else "?",
         "base_model": base if isinstance(base, str) else None,
         "base_text": str(base)[:200],
         "r": config["r"] if "r" in config else None,
@@ -190,7 +192,7 @@ def _header(path: str, name: str, *, listed: bool = False) -> dict:
         if key == "__metadata__":
             continue
         dtype, shape, offsets = _entry(entry)
-        if dtype not in DTYPE_BITS:
+        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:  # a list is unhashable
             raise refuse(f"tensor {key[:100]!r} has no known dtype")
         if shape is None or offsets is None:
             raise refuse(f"tensor {key[:100]!r} has no shape or offsets of integers")
@@ -241,7 +243,9 @@ def _import_config_class(model_type: object) -> None:
         pass
 
 
-def _meta_count(config) -> int:
+def _meta_count(config) -> tuple[int, int]:
+    """The parameters, and the elements of the buffers (not parameters, yet allocated when the
+    validator builds the model: gpt_neo's causal masks take max_position_embeddings**2 each)."""
     import torch  # noqa: PLC0415
     from transformers import AutoModelForCausalLM  # noqa: PLC0415
 
@@ -250,7 +254,7 @@ def _meta_count(config) -> int:
     # only the module objects themselves take memory (the limits bound them).
     with torch.device("meta"):
         built = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
-    return sum(p.numel() for p in built.parameters())
+    return sum(p.numel() for p in built.parameters()), sum(b.numel() for b in built.buffers())
 
 
 def _as_loaded(config):

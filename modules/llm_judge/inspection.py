@@ -39,6 +39,9 @@ MAX_CONFIG_TO_HEADERS = 2.0
 
 class ModelFacts(BaseModel):
     parameter_count: int
+    # Elements of the model's buffers, built with it in this process but counted by no one
+    # else: a config can size them far beyond its parameters (submission.py bounds them).
+    buffer_count: int = 0
     shards: list[str] | None  # the index's weight files; None: no index
     num_beams: int | None
     sequence_rules: int  # banned or biased token sequences
@@ -59,6 +62,9 @@ class AdapterHeader(FileHeader):
 
 
 class AdapterFacts(BaseModel):
+    # As written (None: absent, peft's LORA); peft builds whatever type it names when it
+    # re-reads the config in this process, and only a LoRA's sizes are checked (adapter_bounds).
+    peft_type: str | None = None
     base_model: str | None
     base_text: str  # for the message when it is not a supported base
     has_r: bool

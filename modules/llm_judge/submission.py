@@ -130,6 +130,13 @@ def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what, w
     for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
         _get(repo_id, commit, name, dest, what, sizes)
     facts = _inspected(lambda: inspect_adapter(dest, ADAPTER_WEIGHTS, work), what)
+    # peft re-reads adapter_config.json when it loads the adapter here and builds the type it
+    # names; only a LoRA's ranks and tensors are checked against the base before it allocates
+    # (a PROMPT_TUNING config's num_virtual_tokens x token_dim is an allocation of any size).
+    if (facts.peft_type or "LORA").upper() != "LORA":
+        raise SubmissionRejected(
+            f"{what}: peft_type {facts.peft_type[:100]!r} is not a LoRA adapter"
+        )
     if facts.base_model not in supported_bases:
         raise SubmissionRejected(
             f"{what}: base_model_name_or_path {facts.base_text!r} is not a supported base "
@@ -157,6 +164,13 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what, wor
     for name in metadata:
         _get(repo_id, commit, name, dest, what, sizes)
     facts = _inspected(lambda: inspect_model(dest, work), what)
+    if facts.buffer_count > max_params:
+        # The buffers are built here with the model (gpt_neo: a max_position_embeddings**2 mask
+        # per layer, 10 GB a layer at 10**5) and no real model's come near its parameters.
+        raise SubmissionRejected(
+            f"{what}: config.json makes the model's buffers hold {facts.buffer_count} elements, "
+            f"over max_params {max_params}"
+        )
     if facts.parameter_count > max_params:
         return Submission(dest, commit, None, facts.parameter_count)
     check_generation_config(facts, what)

@@ -16,7 +16,7 @@ import pytest
 from devkit.tiny_chat_models import build_chat_base
 from devkit.tiny_repos import files_of
 from devkit.validator_cli import REPO_ROOT
-from modules.llm_judge.inspection import inspect_model
+from modules.llm_judge.inspection import inspect_headers, inspect_model
 from modules.llm_judge.submission import fetch_submission
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected
@@ -132,3 +132,14 @@ def test_a_safetensors_header_over_25_mb_is_a_clean_rejection(base, tmp_path):
             fetch_submission(
                 "mallory/header", "main", tmp_path / "dest", [BASE], 10**9, 10**10, 10**9
             )
+
+
+def test_a_header_whose_dtype_is_a_list_is_a_clean_rejection(tmp_path):
+    # `dtype not in DTYPE_BITS` raised TypeError (a list is unhashable) outside the child's
+    # refusals: exit 1 and a traceback, the module-bug path (3 attempts) for the file's fault.
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    header = json.dumps({"x": {"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (folder / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"0000")
+    with pytest.raises(SubmissionRejected, match="tensor 'x' has no known dtype"):
+        inspect_headers(folder, ["model.safetensors"], tmp_path / "work")
