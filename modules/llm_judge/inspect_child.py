@@ -95,6 +95,7 @@ def adapter(request: dict) -> dict:
     peft_type = config.get("peft_type")
     return {
         "peft_type": peft_type if isinstance(peft_type, str) or peft_type is None else "?",
+        "replicated_layers": _replicated_layers(config.get("layer_replication")),
         "base_model": base if isinstance(base, str) else None,
         "base_text": str(base)[:200],
         "r": config["r"] if "r" in config else None,
@@ -104,6 +105,22 @@ def adapter(request: dict) -> dict:
             os.path.join(folder, request["weights"]), request["weights"], listed=True
         ),
     }
+
+
+def _replicated_layers(value: object) -> int | None:
+    """The layers peft's layer_replication builds (validator/kit/adapter_bounds.py counts them
+    the same way; this script imports nothing of the validator): 0 unset, None malformed."""
+    if value in (None, [], ()):
+        return 0
+    if not isinstance(value, list):
+        return None
+    total = 0
+    for pair in value:
+        ints = isinstance(pair, list) and len(pair) == 2
+        if not ints or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
+            return None
+        total += max(pair[1] - pair[0], 0)
+    return total
 
 
 def headers(request: dict) -> dict:

@@ -65,6 +65,7 @@ class AdapterFacts(BaseModel):
     # As written (None: absent, peft's LORA); peft builds whatever type it names when it
     # re-reads the config in this process, and only a LoRA's sizes are checked (adapter_bounds).
     peft_type: str | None = None
+    replicated_layers: int | None = 0  # peft's layer_replication, counted
     base_model: str | None
     base_text: str  # for the message when it is not a supported base
     has_r: bool

@@ -22,7 +22,13 @@ from modules.llm_judge.inspection import (
     inspect_headers,
     inspect_model,
 )
-from validator.kit import LoraTensor, SubmissionRejected, TransientError, hub
+from validator.kit import (
+    LoraTensor,
+    SubmissionRejected,
+    TransientError,
+    check_layer_replication,
+    hub,
+)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -137,6 +143,11 @@ def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what, w
         raise SubmissionRejected(
             f"{what}: peft_type {facts.peft_type[:100]!r} is not a LoRA adapter"
         )
+    # peft copies one base layer per replicated layer when it loads the adapter here.
+    try:
+        check_layer_replication(facts.replicated_layers)
+    except SubmissionRejected as exc:
+        raise SubmissionRejected(f"{what}: {exc}") from exc
     if facts.base_model not in supported_bases:
         raise SubmissionRejected(
             f"{what}: base_model_name_or_path {facts.base_text!r} is not a supported base "

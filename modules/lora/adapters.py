@@ -24,9 +24,11 @@ from validator.kit import (
     BaseNotRestored,
     PristineWeights,
     SubmissionRejected,
+    check_layer_replication,
     forget_peft,
     merge_targets,
     quoted,
+    replicated_layers,
 )
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ def plan_adapter(
     for key in REFUSED_KEYS:
         if raw.get(key):
             raise AdapterRejected(f"adapter_config.json sets {key}, which is not allowed")
+    check_layer_replication(replicated_layers(raw.get("layer_replication")), AdapterRejected)
     try:
         _Shape.model_validate(raw)
     except ValidationError as exc:

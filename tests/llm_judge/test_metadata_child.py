@@ -76,6 +76,27 @@ def test_an_adapter_of_another_peft_type_is_refused_before_peft_builds_it(world)
     assert fetch("bob/lora").base_model == BASE  # a LoRA (peft_type LORA as peft saves it)
 
 
+def test_an_adapter_that_replicates_layers_past_the_bound_is_refused(world):
+    """peft re-reads adapter_config.json here and deep-copies one base layer per replicated
+    layer (issue 32 attack): the child counts them, and past the kit's bound it is -999."""
+    hub, base, tmp = world
+    adapter = tmp / "replicating-adapter"
+    build_chat_adapter(base, adapter, BASE, seed=0)
+    files = files_of(adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    many = {**config, "layer_replication": [[0, 1]] * 600}
+    hub.add_repo("mallory/replicate", {**files, "adapter_config.json": json.dumps(many).encode()})
+    few = {**config, "layer_replication": [[0, 1], [0, 1]]}
+    hub.add_repo("bob/replicate", {**files, "adapter_config.json": json.dumps(few).encode()})
+
+    def fetch(repo: str):
+        return fetch_submission(repo, "main", tmp / repo, [BASE], 10**9, 10**10, 10**12)
+
+    with pytest.raises(SubmissionRejected, match=r"layer_replication builds 600 layers, over"):
+        fetch("mallory/replicate")
+    assert fetch("bob/replicate").base_model == BASE
+
+
 def test_a_config_whose_buffers_dwarf_its_parameters_is_refused(world):
     """A gpt_neo model with max_position_embeddings 40000 holds 3*10**5 parameters (its weights
     hold them all) but its causal masks take 1.6 GB a layer when the validator's process builds

@@ -49,6 +49,8 @@ _WHERE = {
     "fetch_base_model": "validator.kit.hub",
     "check_lora_against_base": "validator.kit.adapter_bounds",
     "ranks_of": "validator.kit.adapter_bounds",
+    "replicated_layers": "validator.kit.adapter_bounds",
+    "check_layer_replication": "validator.kit.adapter_bounds",
     "LoraTensor": "validator.kit.adapter_bounds",
     # a warm base: an adapter merged into a kept base, undone bit for bit (torch and peft)
     "PristineWeights": "validator.kit.pristine",
@@ -91,6 +93,8 @@ __all__ = [
     "fetch_base_model",
     "check_lora_against_base",
     "ranks_of",
+    "replicated_layers",
+    "check_layer_replication",
     "LoraTensor",
     "PristineWeights",
     "BaseNotRestored",
@@ -129,7 +133,13 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
         TransientError,
     )
     from validator.kit import hub
-    from validator.kit.adapter_bounds import LoraTensor, check_lora_against_base, ranks_of
+    from validator.kit.adapter_bounds import (
+        LoraTensor,
+        check_layer_replication,
+        check_lora_against_base,
+        ranks_of,
+        replicated_layers,
+    )
     from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
     from validator.kit.boundary import SUBMISSION_LIMITS, inspect_in_child
     from validator.kit.child_process import ChildLimits, ChildOutcome, run_child

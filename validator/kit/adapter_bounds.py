@@ -34,6 +34,11 @@ _LORA_TENSOR = re.compile(
 # modules_to_save copy or a tensor named like a base weight at most that weight: three elements
 # per base parameter is past any adapter peft can use.
 MAX_ELEMENTS_PER_BASE_PARAMETER = 3
+# peft's `layer_replication` deep-copies one base layer per replicated layer, in the validator's
+# process, before any weight is read: the supported bases have at most about 80 layers, and no
+# trained adapter stacks more than a few times that (issue 32 attack: 400 entries took 800 layer
+# copies of a tiny base; 10**6 entries fit in a config of a few MB).
+MAX_REPLICATED_LAYERS = 512
 
 
 class LoraTensor(BaseModel):
@@ -44,6 +49,37 @@ class LoraTensor(BaseModel):
     name: str
     dtype: str
     shape: tuple[int, ...]
+
+
+def replicated_layers(value: object) -> int | None:
+    """The layers peft's `layer_replication` ([[start, end), ...]) builds; 0 when unset, None
+    when it is not a list of integer pairs (peft then refuses it itself)."""
+    if value in (None, [], ()):
+        return 0
+    if not isinstance(value, list | tuple):
+        return None
+    total = 0
+    for pair in value:
+        if not (
+            isinstance(pair, list | tuple)
+            and len(pair) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+        ):
+            return None
+        total += max(pair[1] - pair[0], 0)
+    return total
+
+
+def check_layer_replication(
+    layers: int | None, error: type[Exception] = SubmissionRejected
+) -> None:
+    """Raises `error` when an adapter's `layer_replication` builds more than
+    MAX_REPLICATED_LAYERS layers (`layers` as `replicated_layers` counts them)."""
+    if layers is not None and layers > MAX_REPLICATED_LAYERS:
+        raise error(
+            f"adapter_config.json layer_replication builds {layers} layers, over the "
+            f"{MAX_REPLICATED_LAYERS} an adapter may replicate"
+        )
 
 
 def max_useful_rank(base: nn.Module) -> int:
