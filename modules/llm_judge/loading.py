@@ -18,7 +18,13 @@ from transformers import AutoModelForCausalLM
 
 from modules.llm_judge.submission import Submission
 from modules.llm_judge.warm_base import WarmBase
-from validator.kit import ConfigError, check_lora_against_base, fetch_base_model, ranks_of
+from validator.kit import (
+    ConfigError,
+    check_adapter_patterns,
+    check_lora_against_base,
+    fetch_base_model,
+    ranks_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +151,10 @@ def load(
                 submission.base_model,
                 submission.adapter_tensors,
                 ModelCannotLoad,
+            )
+            # peft runs the config's module patterns against the base's names in this process.
+            check_adapter_patterns(
+                submission.path / "adapter_config.json", model, submission.path.parent / "patterns"
             )
             if warm is not None:
                 model = warm.merge(submission.path)

@@ -34,6 +34,7 @@ from validator.kit import (
     ConfigError,
     SubmissionRejected,
     WorkArea,
+    check_adapter_patterns,
     current_scope,
     fetch_base_model,
     fetch_validation_set,
@@ -124,6 +125,10 @@ class LoraModule(BaseValidationModule):
             return LoraMetrics(**high_loss_metrics(), gpu_type=gpu_type(self.device))
         # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
         check_against_base(plan, base.model, adapter.tensors)
+        # peft runs the config's module patterns against the base's names in this process.
+        check_adapter_patterns(
+            submission.path / "adapter_config.json", base.model, work / "patterns"
+        )
         with current_scope().host_work("data"):
             encoded = self._encode(data, base, work)
         try:

@@ -203,6 +203,31 @@ def test_an_adapter_is_checked_against_its_base_on_the_childs_reading(world):
             load(submission)
 
 
+def test_a_backtracking_module_pattern_is_refused_before_peft_runs_it(world, monkeypatch):
+    # Issue 32 attack: peft matches target_modules (a string: one regex) against every module
+    # name in this process; the kit runs the same matches in a bounded child first.
+    from validator.kit import adapter_patterns
+    from validator.kit.child_process import ChildLimits
+
+    monkeypatch.setattr(
+        adapter_patterns,
+        "PATTERN_LIMITS",
+        ChildLimits(wall_seconds=60, cpu_seconds=2, memory_bytes=2**30, file_bytes=2**20),
+    )
+    hub, _, adapter, _ = world
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["target_modules"] = "(?:.|.|.|.)*Z|.*_proj"
+    files = {**files_of(adapter), "adapter_config.json": json.dumps(config).encode()}
+    hub.add_repo("mallory/backtracking", files)
+    with pytest.raises(ModelCannotLoad, match="module patterns: reading it exceeded its CPU"):
+        load(fetch(world, "mallory/backtracking"))
+    config["target_modules"] = "(?:not a pattern"
+    files = {**files_of(adapter), "adapter_config.json": json.dumps(config).encode()}
+    hub.add_repo("mallory/unbalanced", files)
+    with pytest.raises(ModelCannotLoad, match="not a regular expression"):
+        load(fetch(world, "mallory/unbalanced"))
+
+
 def test_a_full_model_brings_its_named_chat_templates(world):
     # transformers 5 reads additional_chat_templates/<name>.jinja and renders a line with tools
     # by `tool_use` when there is one, as the network's validator does from the whole repo.

@@ -24,6 +24,8 @@ from modules.lora.forward import example_losses
 from modules.lora.metrics import eval_loss
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected, Verdict, classify
+from validator.kit import adapter_patterns
+from validator.kit.child_process import ChildLimits
 
 CHAT = DATA_DIR / "chat_sample.jsonl"
 PREFIX = "base_model.model."
@@ -315,3 +317,27 @@ def test_an_adapter_that_does_not_load_is_rejected_at_once(world, case):
     with pytest.raises(SubmissionRejected, match=reason) as e:
         module().validate(inputs(repo, "qwen"))
     assert classify(e.value) is Verdict.REJECTED
+
+
+def test_a_backtracking_module_pattern_is_failed_by_the_child_not_run_by_peft(world, monkeypatch):
+    # Issue 32 attack: peft matches target_modules (a string: one regex) against every module
+    # name in the validator's process; this one takes minutes per name there. The kit runs the
+    # same matches in a bounded child first (a 2 s CPU limit here, to keep the test short).
+    monkeypatch.setattr(
+        adapter_patterns,
+        "PATTERN_LIMITS",
+        ChildLimits(wall_seconds=60, cpu_seconds=2, memory_bytes=2**30, file_bytes=2**20),
+    )
+    world.add_hostile(
+        "mallory/backtracking", "qwen", honest_tensors(world, "qwen"),
+        target_modules="(?:.|.|.|.)*Z|.*_proj",
+    )  # fmt: skip
+    scorer = module()
+    with pytest.raises(SubmissionRejected, match="module patterns: reading it exceeded its CPU"):
+        scorer.validate(inputs("mallory/backtracking", "qwen"))
+    scorer.cleanup()
+    honest_pattern = r".*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+    world.add_hostile(
+        "alice/pattern", "qwen", honest_tensors(world, "qwen"), target_modules=honest_pattern
+    )
+    assert isinstance(score_or_refusal(module(), inputs("alice/pattern", "qwen")), float)

@@ -51,6 +51,7 @@ _WHERE = {
     "ranks_of": "validator.kit.adapter_bounds",
     "replicated_layers": "validator.kit.adapter_bounds",
     "check_layer_replication": "validator.kit.adapter_bounds",
+    "check_adapter_patterns": "validator.kit.adapter_patterns",
     "LoraTensor": "validator.kit.adapter_bounds",
     # a warm base: an adapter merged into a kept base, undone bit for bit (torch and peft)
     "PristineWeights": "validator.kit.pristine",
@@ -95,6 +96,7 @@ __all__ = [
     "ranks_of",
     "replicated_layers",
     "check_layer_replication",
+    "check_adapter_patterns",
     "LoraTensor",
     "PristineWeights",
     "BaseNotRestored",
@@ -140,6 +142,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
         ranks_of,
         replicated_layers,
     )
+    from validator.kit.adapter_patterns import check_adapter_patterns
     from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
     from validator.kit.boundary import SUBMISSION_LIMITS, inspect_in_child
     from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
