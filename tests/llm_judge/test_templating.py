@@ -110,11 +110,12 @@ def test_the_bases_template_over_a_limit_is_a_value_error_not_the_submissions(ba
 
 
 def test_the_cpu_limit_grows_with_the_sets_size(base, tmp_path):
-    """A template that costs ~0.2 s of CPU per prompt over 40 prompts (~7 s in all): past a 2 s
-    limit with no allowance per prompt, within it with 1 s per prompt (the set's size alone
-    must not reject an honest template; the bound still holds per prompt)."""
+    """A template that costs ~0.15 s of CPU per prompt over 40 prompts (~6 s in all; the child,
+    forked from the pre-imported server, spends nothing else): past a 2 s limit with no
+    allowance per prompt, within it with 1 s per prompt (the set's size alone must not reject
+    an honest template; the bound still holds per prompt)."""
     costly = (
-        "{% for a in range(1000) %}{% for b in range(1000) %}{% set n = a * b %}{% endfor %}"
+        "{% for a in range(2000) %}{% for b in range(1000) %}{% set n = a * b %}{% endfor %}"
         "{% endfor %}"
         "<|im_start|>user\n{{ messages[-1].content }}<|im_end|>\n"
     )
