@@ -63,6 +63,10 @@ REAL_PARTS = (
     "validator.kit.boundary",
     "validator.kit.child_server",
     "validator.kit.adapter_patterns",
+    # Modules that read a submission in a bounded child through the kit's facade:
+    "modules.rl.policy",
+    "modules.lora.reading",
+    "modules.llm_judge.inspection",
     "validator.observe.status_server",
     "validator.observe.bounded_http",
     "devkit.simulator",
