@@ -1,6 +1,7 @@
-"""Logs a person reads (issue 34 part 3), with the llm_judge stack's own libraries: httpx's
-line per request is gone unless --debug, and transformers' "fast path is not available"
-warning (a CPU host) is said once, in our words, through our handler (format, redaction)."""
+"""Logs a person reads (issue 34 part 3), with the llm_judge stack's own libraries: the judge
+client's line per request (openai's own HTTP stack, httpx2 in this stack) is gone unless
+--debug, and transformers' "fast path is not available" warning (a CPU host) is said once, in
+our words, through our handler (format, redaction)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ CHILD = f"""
 import http.server, logging, sys, threading
 from validator.observe.logs import adopt_library_loggers, setup_logging
 setup_logging(False, [{SECRET!r}])
-import httpx
+from openai import DefaultHttpxClient  # the judge calls' own HTTP stack (httpx2 today)
 from transformers.utils import logging as transformers_logging
 adopt_library_loggers()  # as the entrypoint does once the module is imported
 
@@ -31,7 +32,7 @@ threading.Thread(target=server.serve_forever, daemon=True).start()
 noisy = transformers_logging.get_logger("transformers.models.qwen3_5.modeling_qwen3_5")
 
 def assignment():
-    with httpx.Client() as client:
+    with DefaultHttpxClient() as client:
         for _ in range(3):
             url = f"http://127.0.0.1:{{server.server_address[1]}}/v1/chat/completions"
             client.post(url, json={{}})
@@ -40,6 +41,8 @@ def assignment():
             "The fast path is not available because one of the required library is not "
             "installed. Falling back to torch implementation. key: {SECRET}"
         )
+    for _ in transformers_logging.tqdm(range(3), desc="Loading weights"):  # as from_pretrained
+        pass
     logging.getLogger("validator").info("our own line")
 
 assignment()
@@ -74,4 +77,5 @@ def test_request_lines_off_unless_debug_and_known_warning_said_once_in_our_words
     assert len(lines) == 2, lines
     # --debug: each request's line is back; the key is still never shown.
     assert debug.count("HTTP Request: POST") == 3
+    assert "Loading weights" not in quiet and "Loading weights" in debug  # the library's bar
     assert SECRET not in quiet + debug

@@ -22,7 +22,17 @@ FRAGMENT_LENGTH = 8
 REDACT_MARGIN = 256
 # Libraries that log a line per HTTP request (httpx: `HTTP Request: POST ... "HTTP/1.1 200 OK"`
 # for every judge call) or per file: WARNING and above only, unless --debug.
-CHATTY_LOGGERS = ("httpx", "httpcore", "openai", "urllib3", "huggingface_hub", "filelock")
+# openai 3 sends through httpx2/httpcore2, its own fork of httpx, with loggers of those names.
+CHATTY_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "httpx2",
+    "httpcore2",
+    "openai",
+    "urllib3",
+    "huggingface_hub",
+    "filelock",
+)
 # Libraries that print through a handler of their own (transformers: its own format, and past
 # the redactor): their records go through ours instead.
 OWN_HANDLER_LOGGERS = ("transformers",)
@@ -135,16 +145,38 @@ class KnownNoise(logging.Filter):
         return True
 
 
+_progress_bars = {"on": False}  # --debug turns the libraries' bars back on (setup_logging)
+
+
 def adopt_library_loggers() -> None:
     """Sends the records of libraries with a handler of their own (OWN_HANDLER_LOGGERS)
-    through the root's handler (format, redaction, KnownNoise). Run at start-up and again
-    once the module is imported: transformers installs its handler when first imported."""
+    through the root's handler (format, redaction, KnownNoise), and turns their progress bars
+    off unless --debug. Run at start-up and again once the module is imported: transformers
+    installs its handler when first imported."""
     for name in OWN_HANDLER_LOGGERS:
         if name not in sys.modules:
             continue
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
+    _set_progress_bars(_progress_bars["on"])
+
+
+def _set_progress_bars(on: bool) -> None:
+    """huggingface_hub's and transformers' bars ("Loading weights: 100%|...") are redrawn with
+    carriage returns that a log keeps as noise; the validator logs its own progress
+    (validator/kit/progress.py). Only libraries already imported are touched."""
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+        (enable_progress_bars if on else disable_progress_bars)()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        if on:
+            transformers_logging.enable_progress_bar()
+        else:
+            transformers_logging.disable_progress_bar()
 
 
 def setup_logging(debug: bool, secrets: Iterable[str | None]) -> RedactSecrets:
@@ -156,6 +188,7 @@ def setup_logging(debug: bool, secrets: Iterable[str | None]) -> RedactSecrets:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
+    _progress_bars["on"] = debug
     for name in CHATTY_LOGGERS:
         # NOTSET under --debug: the root's DEBUG then applies (a library may have set its own).
         logging.getLogger(name).setLevel(logging.NOTSET if debug else logging.WARNING)
