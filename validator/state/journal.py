@@ -23,7 +23,6 @@ scored again. A store of an earlier version is migrated to the constraints when 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -34,9 +33,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from validator.errors import ConfigError, disk_full
+from validator.errors import disk_full
 from validator.state import store
 from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, DamagedRow, Entry, State
+from validator.state.owner import StateDirLock
 from validator.state.quarantine import ROW_KEY, SetAside, sift
 from validator.state.store import (
     DEFAULT_LOCK_TIMEOUT_S,
@@ -71,8 +71,8 @@ __all__ = [
 
 
 class Journal:
-    """One process at a time owns a state directory: an exclusive lock file, and one on the
-    database file itself, which deleting the lock file does not lift."""
+    """The journal of one state directory, whose lock (validator/state/owner.py) it holds from
+    opening to close()."""
 
     def __init__(
         self,
@@ -84,35 +84,15 @@ class Journal:
         self.min_free_bytes = min_free_mb * MIB
         self.lock_timeout = lock_timeout
         self.quarantined_now: list[str] = []  # ids this process set aside
-        try:
-            state_dir.mkdir(parents=True, exist_ok=True)
-            self._lock = open(state_dir / "validator.lock", "w")  # noqa: SIM115 - held for life
-        except OSError as exc:
-            if disk_full(exc):
-                raise self._unwritable(f"cannot create files: {exc}") from exc
-            # A file in its place, a read-only mount, no permission: the operator's to fix.
-            raise JournalUnwritable(
-                f"state directory {state_dir} cannot be used: {exc.strerror or exc} "
-                f"({exc.filename or state_dir}); give --state-dir a directory the validator "
-                "can write, then rerun"
-            ) from exc
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            self._lock.close()
-            raise ConfigError(
-                f"state directory {state_dir} is in use by another validator process; "
-                "give each validator its own --state-dir"
-            ) from exc
         self.path = state_dir / "journal.sqlite3"
-        self._claim: int | None = None
+        with self._full_disk_stops("cannot create files"):
+            self._owner = StateDirLock(state_dir)
         try:
             with self._full_disk_stops("cannot open the journal"):
-                self._claim = store.claim(self.path, state_dir)
                 plan = store.check(self.path, lock_timeout)
                 self._db, notes = store.connect(self.path, lock_timeout, plan)
         except BaseException:
-            self._release()
+            self._owner.release()
             raise
         if plan == "migrate":
             log.info("journal %s: migrated to schema version %d", self.path, store.SCHEMA_VERSION)
@@ -125,14 +105,7 @@ class Journal:
         except sqlite3.Error as exc:
             # What was committed is in the WAL; a checkpoint that found no room is redone on open.
             log.warning("journal %s: closing: %s", self.path, exc)
-        self._release()
-
-    def _release(self) -> None:
-        # The database file's own fd last: closing it drops SQLite's locks on the file.
-        if self._claim is not None:
-            os.close(self._claim)
-            self._claim = None
-        self._lock.close()
+        self._owner.release()
 
     # --- room to write -----------------------------------------------------------------
 
