@@ -303,8 +303,14 @@ def test_a_lock_past_the_bound_at_open_is_refused_and_lets_go(tmp_path):
     Journal(tmp_path, lock_timeout=0.3).close()
 
 
-def test_deleting_the_lock_file_does_not_let_a_second_process_in(journal, tmp_path):
-    (tmp_path / "state" / "validator.lock").unlink()
+def test_deleting_the_state_dirs_files_does_not_let_a_second_process_in(journal, tmp_path):
+    # A cleanup that deletes every file there (a lock file of old, the journal itself): the
+    # lock is on the directory. Before, a lock file and the journal's file each held a flock,
+    # and deleting both let a second process in.
+    deleted = [path.name for path in (tmp_path / "state").iterdir()]
+    for name in deleted:
+        (tmp_path / "state" / name).unlink()
+    assert "journal.sqlite3" in deleted
     queue = multiprocessing.get_context("spawn").Queue()
     process = multiprocessing.get_context("spawn").Process(
         target=_try_open, args=(tmp_path / "state", queue)

@@ -14,9 +14,8 @@ from validator.errors import ConfigError, ExitCode
 from validator.ledger.client import DEFAULT_API_URL
 from validator.observe.doctor import exit_code, render
 from validator.observe.doctor_checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_rows
-from validator.options import gathered_secrets, secret_names
+from validator.options import MIN_FREE_MB_OPTION, gathered_secrets, secret_names
 from validator.registry import REPO_ROOT, load_module_spec
-from validator.state.journal import DEFAULT_MIN_FREE_MB
 
 
 def default_hf_cache() -> Path:
@@ -41,14 +40,7 @@ def default_hf_cache() -> Path:
     default=REPO_ROOT / "configs",
 )
 @click.option("--hf-cache-dir", type=click.Path(path_type=Path), default=None)
-@click.option(
-    "--min-free-mb",
-    envvar="VALIDATOR_MIN_FREE_MB",
-    type=click.IntRange(min=0),
-    default=DEFAULT_MIN_FREE_MB,
-    show_default=True,
-    help="The journal's floor, as the validator applies it.",
-)
+@MIN_FREE_MB_OPTION
 @click.option(
     "--hf-min-free-gb",
     type=click.FloatRange(min=0),

@@ -29,6 +29,7 @@ from validator.observe.observer import Observer
 from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
 from validator.options import (
     HF_CACHE_BUDGET_ENV,
+    MIN_FREE_MB_OPTION,
     gathered_secrets,
     missing_for_module,
     secret_names,
@@ -38,7 +39,7 @@ from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.secrets import MalformedSecret
 from validator.shard import SHARD_ENV, describe_lookups, parse_shard, shard_task_ids
-from validator.state.journal import DEFAULT_MIN_FREE_MB, Journal
+from validator.state.journal import Journal
 from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env
 
@@ -123,15 +124,7 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
     default=REPO_ROOT / "configs",
     help="Module and task configs [default: ./configs].",
 )
-@click.option(
-    "--min-free-mb",
-    envvar="VALIDATOR_MIN_FREE_MB",
-    type=click.IntRange(min=0),
-    default=DEFAULT_MIN_FREE_MB,
-    show_default=True,
-    help="Free space (MiB) the state dir's file system must have before each lookup or "
-    "scoring; below it, or when a test write fails, exit 3 without asking for work.",
-)
+@MIN_FREE_MB_OPTION
 @click.option(
     "--http-port",
     envvar="VALIDATOR_HTTP_PORT",

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
+import click
+
+from validator.disk import DEFAULT_MIN_FREE_MB
 from validator.secrets import normalise_secret
 from validator.spec import CORE_SECRETS, ModuleSpec
 
@@ -14,6 +17,17 @@ HF_TOKEN_OPTION = "--hf-token / HF_TOKEN"
 # --hf-cache-max-gb's variable: the entrypoint sets it from the option, the kit reads it when it
 # fetches a base model (validator/kit/hf_cache.py); here so that the core needs no hub library.
 HF_CACHE_BUDGET_ENV = "VALIDATOR_HF_CACHE_MAX_GB"
+# The disk guard's floor for the state dir (validator/disk.py): one declaration for the loop and
+# its doctor, which checks the same floor.
+MIN_FREE_MB_OPTION = click.option(
+    "--min-free-mb",
+    envvar="VALIDATOR_MIN_FREE_MB",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MIN_FREE_MB,
+    show_default=True,
+    help="Free space (MiB) the state dir's file system must have before each lookup or "
+    "scoring; below it, or when a test write fails, exit 3 without asking for work.",
+)
 # Secrets that also have an option; a module's other secrets are env vars only.
 SECRET_OPTIONS = {"FLOCK_API_KEY": FLOCK_API_KEY_OPTION, "HF_TOKEN": HF_TOKEN_OPTION}
 

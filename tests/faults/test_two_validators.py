@@ -1,8 +1,9 @@
 """Two validators on one state dir: the real CLI, twice, against the Fed Ledger simulator.
 
 The second must refuse before it asks the API for anything (an assignment it took could not be
-journaled), say why, and leave the first to finish its work undisturbed; also when the first's
-lock file was deleted (by a cleanup script, say): the journal itself is locked too.
+journaled), say why, and leave the first to finish its work undisturbed; also when a
+cleanup script deleted the files beside the journal (a lock file of old): the lock is on the
+directory.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from tests.faults.figures import record
 from tests.faults.ledger import assert_each_submitted_once
 
 
-@pytest.mark.parametrize("lock_file", ["kept", "deleted"])
-def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_path, lock_file):
+@pytest.mark.parametrize("other_files", ["kept", "deleted"])
+def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_path, other_files):
     # The first is held inside its scoring of slow/a until the test releases it, so the second
     # provably starts while the first runs, however long a loaded machine takes to start it.
     release = tmp_path / "release"
@@ -39,8 +40,10 @@ def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_
         args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "2")
         first = start_validator(args, env, tmp_path / "first.log")
         wait_for(lambda: (tmp_path / "slow_a.started").exists(), 30, "the first to be scoring")
-        if lock_file == "deleted":
-            (tmp_path / "state" / "validator.lock").unlink()
+        if other_files == "deleted":  # all but the journal's, which the first still writes
+            for path in (tmp_path / "state").iterdir():
+                if path.is_file() and not path.name.startswith("journal.sqlite3"):
+                    path.unlink()
 
         started = time.monotonic()
         second = run_validator(loop_args("fixture", other.api_url, "1"), env)
@@ -61,7 +64,7 @@ def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_
         assert first.wait(60) == 0, (tmp_path / "first.log").read_text()
         assert_each_submitted_once(sim, tmp_path / "state", 2)
     record(
-        f"two validators on one state dir, its lock file {lock_file}",
+        f"two validators on one state dir, the files beside its journal {other_files}",
         f"the second exits 2 in {refusal_s:.1f} s with 0 API calls; "
         "the first finishes, 2 submitted once",
     )

@@ -3,14 +3,14 @@ by the modules (docs/module-api.md, "Helpers for modules"); needs only `requests
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import requests
 
-from validator.errors import RecoverableException, TransientError
+from validator.disk import raise_if_full
+from validator.errors import TransientError
 from validator.kit.deadline import overall_deadline
 
 TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
@@ -67,8 +67,7 @@ def _download_validation_set(url: str, dest: Path, max_bytes: int, default_name:
     except requests.RequestException as err:
         raise TransientError(f"validation set {url}: download failed: {err}") from err
     except OSError as err:
-        if err.errno == errno.ENOSPC:
-            raise RecoverableException(f"no disk space left for validation set {url}") from err
+        raise_if_full(err, "download dir", target.parent, f"validation set {url}")
         raise
     finally:
         part.unlink(missing_ok=True)

@@ -11,7 +11,6 @@ constants when imported, so they are read again on every call and passed explici
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -27,10 +26,12 @@ from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 from huggingface_hub import errors as hf
 from huggingface_hub.hf_api import ModelInfo
 
+from validator.disk import no_room
 from validator.errors import (
     RecoverableException,
     SubmissionRejected,
     TransientError,
+    disk_full,
     exception_chain,
 )
 from validator.kit import hf_cache
@@ -83,14 +84,17 @@ def api() -> HfApi:
 # -- error translation ------------------------------------------------------------------------
 
 
-def _classify(exc: BaseException, what: str, submission: bool) -> Exception | None:
-    """The project exception for a failed hub call, or None when it is not a hub problem."""
+def _classify(
+    exc: BaseException, what: str, submission: bool, local_dir: Path | None = None
+) -> Exception | None:
+    """The project exception for a failed hub call, or None when it is not a hub problem;
+    `local_dir`: where the call downloads to, when not the HF cache."""
     # Private/gated/missing is the submitter's doing; for a base model it is the operator's.
     blame: type[Exception] = SubmissionRejected if submission else RecoverableException
     hint = "" if submission else " Check the repo id, and that HF_TOKEN has been granted access."
     for err in exception_chain(exc):
-        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-            return RecoverableException(f"no disk space left while downloading {what}: {err}")
+        if isinstance(err, OSError) and disk_full(err):
+            return _no_room(err, what, local_dir)
         if isinstance(err, hf.HFValidationError):
             return blame(f"{what}: invalid repo id or revision: {err}")
         if isinstance(err, hf.RevisionNotFoundError):
@@ -116,6 +120,15 @@ def _classify(exc: BaseException, what: str, submission: bool) -> Exception | No
     return None
 
 
+def _no_room(err: OSError, what: str, local_dir: Path | None) -> Exception:
+    """The disk guard's line for a download that found its disk full, naming where it wrote:
+    the work folder a submission is downloaded into, or the HF cache."""
+    if local_dir is not None:
+        return no_room("download dir", local_dir, err.strerror or str(err), what=what)
+    cache = Path(cache_dir() or constants.HF_HUB_CACHE)
+    return no_room("HF cache", cache, err.strerror or str(err), what=what)
+
+
 def _classify_status(response: Any, what: str, blame: type[Exception], hint: str) -> Exception:
     status = response.status_code
     if status >= 500 or status in TRANSIENT_STATUSES:
@@ -138,10 +151,12 @@ def hub_call(
     submission: bool,
     deadline_s: float | None = None,
     deadline_what: str | None = None,
+    local_dir: Path | None = None,
 ) -> T:
     """`call()` within an overall deadline (HUB_CALL_DEADLINE_S unless given; past it,
     TransientError naming `deadline_what`, or `what`), its hub errors translated; `what` names
-    the repo in messages, `submission` says whose fault a missing repo or file is."""
+    the repo in messages, `submission` says whose fault a missing repo or file is, `local_dir`
+    where the call downloads to when not the HF cache (a full disk names it)."""
     _fresh_connections()
     try:
         with overall_deadline(deadline_s or HUB_CALL_DEADLINE_S, deadline_what or what):
@@ -149,7 +164,7 @@ def hub_call(
     except TransientError:
         raise
     except Exception as exc:
-        translated = _classify(exc, what, submission)
+        translated = _classify(exc, what, submission, local_dir)
         if translated is None:
             raise
         raise translated from exc
@@ -191,6 +206,7 @@ def download(
             submission=submission,
             deadline_s=download_deadline(size),
             deadline_what=f"{what}: {name} from {endpoint() or 'the Hub'}",
+            local_dir=Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None,
         )
     )
 

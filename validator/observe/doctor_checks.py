@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from urllib.parse import quote
 
 import requests
 
+from validator.disk import DEFAULT_MIN_FREE_MB, MIB, free_bytes
 from validator.ledger.client import DEFAULT_API_URL
 from validator.observe.doctor import Row
 from validator.spec import ModuleSpec
@@ -33,7 +33,6 @@ DEFAULT_HF_MIN_FREE_GB = 40.0
 RAW_GITHUB = "https://raw.githubusercontent.com"
 JUDGE_PROMPT_FILE = "prompt.py"
 COMMIT = re.compile(r"[0-9a-fA-F]{40}")
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class Settings:
     config_dir: Path | None = None
     state_dir: Path | None = None  # None: the journal lives in a Docker volume (the host)
     hf_cache_dir: Path | None = None
-    min_free_mb: int = 64
+    min_free_mb: int = DEFAULT_MIN_FREE_MB
     hf_min_free_gb: float = DEFAULT_HF_MIN_FREE_GB
     judge_models: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -150,11 +149,9 @@ def clock_row(date_header: str | None, now: float) -> Row:
 
 
 def disk_row(name: str, path: Path, floor_mb: int) -> Row:
-    where = path
-    while not where.exists() and where != where.parent:  # not created yet: its file system
-        where = where.parent
+    """Free space as the disk guard counts it (validator/disk.py), against `floor_mb`."""
     try:
-        free_mb = shutil.disk_usage(where).free // MIB
+        free_mb = free_bytes(path) // MIB  # a path not created yet: its file system
     except OSError as exc:
         return Row.failed(name, f"{path}: {exc.strerror or exc}", "check the path and its mount")
     if free_mb < floor_mb:

@@ -8,7 +8,8 @@ next process on the same state directory.
 A full disk must not lose or half-record an assignment: `ensure_writable()` is called before
 every step that the journal will have to record (a lookup, a scoring, a submission), and a
 small reserve file is kept beside the journal and given up when a write finds the disk full, so
-that the step in progress is still recorded before the process stops with exit code 3.
+that the step in progress is still recorded before the process stops with exit code 3 (the
+disk guard, validator/disk.py, keeps the floor and the reserve and words the one line).
 
 Opening checks the file first, and a broken or locked journal, or a state path that is not
 what it should be (a directory in place of the journal), stops the process with exit code 3
@@ -23,10 +24,8 @@ scored again. A store of an earlier version is migrated to the constraints when 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -34,9 +33,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from validator.errors import ConfigError, disk_full
+from validator.disk import DEFAULT_MIN_FREE_MB, DiskGuard
+from validator.errors import disk_full
 from validator.state import store
 from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, DamagedRow, Entry, State
+from validator.state.owner import StateDirLock
 from validator.state.quarantine import ROW_KEY, SetAside, sift
 from validator.state.store import (
     DEFAULT_LOCK_TIMEOUT_S,
@@ -49,16 +50,12 @@ from validator.text import bounded, one_line
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-DEFAULT_MIN_FREE_MB = 64
-MIB = 1024 * 1024
-# Room for the few pages that recording one step takes (one step writes about 20 KiB).
-RESERVE_BYTES = 256 * 1024
-PROBE_BYTES = 64 * 1024
 RESERVE_NAME = "journal.reserve"
 PROBE_NAME = "journal.probe"
 SQLITE_IOERR = 10
 
 __all__ = [
+    "DEFAULT_MIN_FREE_MB",
     "UNDECIDED",
     "UNSUBMITTED",
     "DamagedRow",
@@ -71,8 +68,8 @@ __all__ = [
 
 
 class Journal:
-    """One process at a time owns a state directory: an exclusive lock file, and one on the
-    database file itself, which deleting the lock file does not lift."""
+    """The journal of one state directory, whose lock (validator/state/owner.py) it holds from
+    opening to close()."""
 
     def __init__(
         self,
@@ -81,38 +78,26 @@ class Journal:
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
     ) -> None:
         self.state_dir = state_dir
-        self.min_free_bytes = min_free_mb * MIB
+        self.disk = DiskGuard(
+            state_dir,
+            min_free_mb,
+            where="state dir",
+            what="journal writes",
+            reserve_name=RESERVE_NAME,
+            probe_name=PROBE_NAME,
+            error=JournalUnwritable,
+        )
         self.lock_timeout = lock_timeout
         self.quarantined_now: list[str] = []  # ids this process set aside
-        try:
-            state_dir.mkdir(parents=True, exist_ok=True)
-            self._lock = open(state_dir / "validator.lock", "w")  # noqa: SIM115 - held for life
-        except OSError as exc:
-            if disk_full(exc):
-                raise self._unwritable(f"cannot create files: {exc}") from exc
-            # A file in its place, a read-only mount, no permission: the operator's to fix.
-            raise JournalUnwritable(
-                f"state directory {state_dir} cannot be used: {exc.strerror or exc} "
-                f"({exc.filename or state_dir}); give --state-dir a directory the validator "
-                "can write, then rerun"
-            ) from exc
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            self._lock.close()
-            raise ConfigError(
-                f"state directory {state_dir} is in use by another validator process; "
-                "give each validator its own --state-dir"
-            ) from exc
         self.path = state_dir / "journal.sqlite3"
-        self._claim: int | None = None
+        with self._full_disk_stops("cannot create files"):
+            self._owner = StateDirLock(state_dir)
         try:
             with self._full_disk_stops("cannot open the journal"):
-                self._claim = store.claim(self.path, state_dir)
                 plan = store.check(self.path, lock_timeout)
                 self._db, notes = store.connect(self.path, lock_timeout, plan)
         except BaseException:
-            self._release()
+            self._owner.release()
             raise
         if plan == "migrate":
             log.info("journal %s: migrated to schema version %d", self.path, store.SCHEMA_VERSION)
@@ -125,69 +110,25 @@ class Journal:
         except sqlite3.Error as exc:
             # What was committed is in the WAL; a checkpoint that found no room is redone on open.
             log.warning("journal %s: closing: %s", self.path, exc)
-        self._release()
-
-    def _release(self) -> None:
-        # The database file's own fd last: closing it drops SQLite's locks on the file.
-        if self._claim is not None:
-            os.close(self._claim)
-            self._claim = None
-        self._lock.close()
+        self._owner.release()
 
     # --- room to write -----------------------------------------------------------------
 
-    def free_bytes(self) -> int:
-        stats = os.statvfs(self.state_dir)
-        return stats.f_bavail * stats.f_frsize
-
     def ensure_writable(self, *, floor: bool = True) -> None:
-        """Raise JournalUnwritable unless the journal can record the next step: free space at
-        least the floor (skipped with floor=False), the reserve in place, and a real write.
-
-        The floor alone is not enough: quotas are invisible to statvfs, and with a floor of 0
-        only a write tells."""
-        if floor and self.free_bytes() < self.min_free_bytes:
-            raise self._unwritable("below the free-space floor")
-        reserve = self.state_dir / RESERVE_NAME
-        steps = [(self.state_dir / PROBE_NAME, PROBE_BYTES, False, "a test write failed")]
-        if not reserve.exists() or reserve.stat().st_size < RESERVE_BYTES:
-            steps.insert(0, (reserve, RESERVE_BYTES, True, "no room for the journal's reserve"))
-        for path, size, keep, failure in steps:
-            try:
-                _write_file(path, size, keep=keep)
-            except OSError as exc:
-                raise self._unwritable(f"{failure}: {exc.strerror or exc}") from exc
+        """Raise JournalUnwritable unless the journal can record the next step: the disk guard's
+        check (the floor skipped with floor=False), then the write lock."""
+        self.disk.check(floor=floor)
         # A step whose record would then wait on another program's lock, and fail, must not
         # start: a lookup's assignment would be lost.
         with self._full_disk_stops("the journal's write lock"):
             store.probe_lock(self._db, self.path, self.lock_timeout)
-
-    def _unwritable(self, reason: str) -> JournalUnwritable:
-        try:
-            free = f"{self.free_bytes() / MIB:.1f} MiB free"
-        except OSError as exc:
-            free = f"free space unknown: {exc}"
-        return JournalUnwritable(
-            f"state dir {self.state_dir} cannot take journal writes ({free}, --min-free-mb "
-            f"{self.min_free_bytes // MIB}): {reason}; free space there, then rerun"
-        )
-
-    def _short_of_space(self) -> bool:
-        """Whether an I/O error of SQLite is more likely the disk being full than a fault."""
-        try:
-            if self.free_bytes() < max(self.min_free_bytes, PROBE_BYTES):
-                return True
-            _write_file(self.state_dir / PROBE_NAME, PROBE_BYTES, keep=False)
-        except OSError as exc:
-            return disk_full(exc)
-        return False
 
     def _is_full(self, exc: BaseException) -> bool:
         if disk_full(exc):
             return True
         code = getattr(exc, "sqlite_errorcode", None)
         io_error = code is not None and code & 0xFF == SQLITE_IOERR
-        return (io_error or str(exc) == "disk I/O error") and self._short_of_space()
+        return (io_error or str(exc) == "disk I/O error") and self.disk.short_of_space()
 
     @contextmanager
     def _full_disk_stops(self, what: str) -> Iterator[None]:
@@ -197,7 +138,7 @@ class Journal:
             if not self._is_full(exc):
                 self._raise_known(exc)
                 raise
-            raise self._unwritable(f"{what}: {exc}") from exc
+            raise self.disk.refusal(f"{what}: {exc}") from exc
 
     def _raise_known(self, exc: BaseException) -> None:
         """Raise a locked or broken journal as the operator's error that it is."""
@@ -206,7 +147,7 @@ class Journal:
         if store.broken(exc):
             raise store.damaged(self.path, str(exc)) from exc
         if store.read_only(exc):
-            raise self._unwritable(f"the journal is read-only: {exc}") from exc
+            raise self.disk.refusal(f"the journal is read-only: {exc}") from exc
         if store.unopenable(exc):
             raise store.cannot_open(self.path, exc) from exc
 
@@ -220,11 +161,9 @@ class Journal:
             if not self._is_full(exc):
                 self._raise_known(exc)
                 raise
-            reserve = self.state_dir / RESERVE_NAME
-            if not reserve.exists():
-                raise self._unwritable(f"journal write: {exc}") from exc
+            if not self.disk.give_up_reserve():
+                raise self.disk.refusal(f"journal write: {exc}") from exc
             log.warning("journal %s: disk full (%s); giving up the reserve", self.path, exc)
-            reserve.unlink()
         with self._full_disk_stops("journal write, even after giving up the reserve"):
             with self._db:
                 return work()
@@ -418,22 +357,3 @@ def _column_value(entry: Entry, column: str) -> Any:
     if column == "metrics" and value is not None:
         return json.dumps(value)
     return value.value if isinstance(value, State) else value
-
-
-def _write_file(path: Path, size: int, *, keep: bool) -> None:
-    """Write `size` bytes that no file system can compress or leave sparse, and sync them, so
-    that the blocks are really taken; a partial file is removed either way."""
-    done = False
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            data = memoryview(os.urandom(size))
-            while data:  # a nearly full disk takes part of a write before it refuses the rest
-                data = data[os.write(fd, data) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        done = keep
-    finally:
-        if not done:
-            path.unlink(missing_ok=True)

@@ -7,15 +7,11 @@ can be recovered by hand. A lock held by another program (an `sqlite3` shell in 
 transaction) is waited for, up to a bound, before the process gives up with exit code 3; no
 assignment is looked up meanwhile.
 
-One process at a time owns a journal. The validator's lock file is not enough, since deleting
-it would let a second process in: the database file itself carries an exclusive `flock`. SQLite
-locks with POSIX record locks, which `flock` does not conflict with (on local file systems), so
-readers such as the `sqlite3` shell still get in, and SQLite's own locking is unchanged.
+One process at a time owns a journal: the lock on its state dir (validator/state/owner.py).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 import time
@@ -122,25 +118,6 @@ def lock_timeout_from_env() -> float:
     return seconds
 
 
-def claim(path: Path, state_dir: Path) -> int:
-    """An fd of the database file (created if missing) with an exclusive flock, kept for the
-    process's life. Close it only after every SQLite connection to the file: closing any fd of
-    a file drops the POSIX locks that SQLite holds on it."""
-    # A directory (or a FIFO, whose open would block) in the journal's place is the operator's.
-    if path.exists() and not path.is_file():
-        raise not_a_file(path, "the journal")
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        raise ConfigError(
-            f"state directory {state_dir} is in use by another validator process (its journal "
-            f"{path.name} is locked); give each validator its own --state-dir"
-        ) from exc
-    return fd
-
-
 Plan = Literal["create", "migrate", "ready"]
 
 
@@ -148,6 +125,11 @@ def check(path: Path, lock_timeout: float) -> Plan:
     """Raise JournalBroken unless `path` is a sound journal of this schema or of version 1, or
     an empty database; return what opening it has to do. A read-only connection: a broken
     file is never written to, not even by the checkpoint that closing a connection runs."""
+    if not path.exists():
+        return "create"  # by connect(), which may write
+    # A directory (or a FIFO, whose open would block) in the journal's place is the operator's.
+    if not path.is_file():
+        raise not_a_file(path, "the journal")
     db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=lock_timeout)
     try:
         found = _until_unlocked(path, lock_timeout, lambda: _inspect(db))
