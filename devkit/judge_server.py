@@ -18,7 +18,9 @@ HTTP status, optionally with Retry-After; `models=True`: of the next model listi
 time, never finished). `requests` logs every chat completion: model, temperature,
 reasoning_effort, chat_template_kwargs, extra_body, seed, the messages, the rubric prompt (the
 last user message), the answer found in it, the status and the
-content sent. `peak_in_flight` is the most completions it was answering at once.
+content sent. `peak_in_flight` is the most completions it was answering at once;
+`trickles_left` counts the trickled completions whose client closed the connection. It keeps
+connections alive (HTTP/1.1), as a real endpoint does.
 
     with LocalJudge(["judge-a", "judge-b"], "sk-test") as judge:
         client = openai.OpenAI(base_url=judge.endpoint, api_key="sk-test")
@@ -50,6 +52,7 @@ class LocalJudge:
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
         self.peak_in_flight = 0
+        self.trickles_left = 0
         self._in_flight = 0
         self._faults: list[tuple[str, Any]] = []
         self._model_faults: list[tuple[str, Any]] = []
@@ -139,6 +142,7 @@ class LocalJudge:
 
 class _Handler(BaseHTTPRequestHandler):
     judge: LocalJudge
+    protocol_version = "HTTP/1.1"  # every answer has a Content-Length
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass  # the judge keeps its own log
@@ -249,7 +253,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(interval)
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            with self.judge._lock:
+                self.judge.trickles_left += 1
+        self.close_connection = True  # the body was never finished
 
     def _authorized(self) -> bool:
         if self.headers.get("Authorization") == f"Bearer {self.judge.api_key}":

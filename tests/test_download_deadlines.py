@@ -5,6 +5,7 @@ validator for ever. Real trickling servers on 127.0.0.1, deadlines shrunk for th
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tests.helpers.trickle_server import (
 )
 from validator.errors import TransientError
 from validator.kit import deadline, downloads
-from validator.kit.deadline import overall_deadline
+from validator.kit.deadline import CallAbandoned, overall_deadline, set_stop_event
 from validator.kit.downloads import fetch_validation_set
 
 
@@ -34,6 +35,27 @@ def test_a_trickled_validation_set_ends_at_the_overall_deadline(
         assert trickle.gets == ["/sets/val.npz"]
         assert trickle.closed.wait(SEEN_CLOSED_S), "the server never saw the connection closed"
     assert list(tmp_path.iterdir()) == []  # neither the set nor its .part
+
+
+def test_a_stop_signal_ends_a_trickled_validation_set_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The process's stop event, as the validator's signal handlers set it; the deadline is far.
+    stop = threading.Event()
+    set_stop_event(stop)
+    monkeypatch.setattr(downloads, "VALIDATION_SET_DEADLINE_S", 120.0)
+    try:
+        with trickle_server() as trickle:
+            url = f"{trickle.url}/sets/val.npz"
+            threading.Timer(0.3, stop.set).start()
+            with pytest.raises(CallAbandoned) as caught:
+                fetch_validation_set(url, tmp_path, max_bytes=10**6)
+            assert caught.value.stopped
+            assert str(caught.value) == f"validation set {url}: abandoned: stopping"
+            assert trickle.closed.wait(SEEN_CLOSED_S), "the server never saw the connection closed"
+    finally:
+        set_stop_event(None)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_trickled_hub_file_ends_at_the_overall_deadline(

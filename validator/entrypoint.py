@@ -21,6 +21,7 @@ from validator.errors import (
     describe,
     outcome_of,
 )
+from validator.kit.deadline import set_stop_event
 from validator.ledger.client import DEFAULT_API_URL, FedLedgerClient
 from validator.observe import telemetry
 from validator.observe.drift import start_drift_watch
@@ -261,8 +262,10 @@ def main(
             settings = LoopSettings(
                 looked_up, time_sleep, assignment_lookup_interval, max_assignments
             )
-            # The signals' stop event, so that the first one also ends an API call in progress.
+            # The signals' stop event, so that the first one also ends an outbound call in
+            # progress: the API's, and a module's (Hub, judge) through the kit's deadline.
             stop = threading.Event()
+            set_stop_event(stop)
             client = FedLedgerClient(
                 flock_api_key, api_url, retries=api_retries, backoff=api_backoff, stop=stop
             )

@@ -49,7 +49,13 @@ from modules.llm_judge.judge_source import (
     check_texts,
     parse_source_files,
 )
-from validator.kit import ConfigError, OperatorError, TransientError, overall_deadline, quoted
+from validator.kit import (
+    CallAbandoned,
+    ConfigError,
+    OperatorError,
+    overall_deadline,
+    quoted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +265,10 @@ def _download(url: str, name: str, timeout: float, deadline: float) -> bytes:
             return bytes(body)
     except requests.RequestException as exc:
         raise _FetchFailed(f"cannot fetch {url} ({type(exc).__name__})") from None
-    except TransientError as exc:  # past the deadline: as unreachable, the cache may stand in
+    except CallAbandoned as exc:
+        if exc.stopped:  # the validator is stopping: no fault of the source, the work is kept
+            raise
+        # Past the deadline: as unreachable, the cache may stand in.
         raise _FetchFailed(str(exc)) from None
 
 

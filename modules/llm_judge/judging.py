@@ -3,8 +3,10 @@ network's llm_judge validator grades them (docs/llm-judge-scoring.md, "Judging")
 
 What the judges are sent and how their replies count is the network's rule, quirks included
 (`grading.py`: rubric choice, per-name parameters, reply reading). What a failing judge does is
-ours: every call goes through the official `openai` client with its own retries off and an
-overall deadline per attempt, so that this module's policy applies; a judge that gives no
+ours: every call goes through the official `openai` client with its own retries off and the
+kit's overall deadline per attempt (which also ends it shortly after a stop signal, the
+assignment then kept as a transient fault), so that this module's policy applies; a judge that
+gives no
 completion (HTTP errors, transport errors, a body that is not a completion, no text) after the
 retries is the operator's problem, never the submission's: RecoverableException, naming the
 endpoint (never the key), keeps the assignment for later. Only a completion whose text holds no
@@ -17,13 +19,12 @@ import logging
 import math
 import os
 import random
-import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import httpx2
 import openai
 
 from modules.llm_judge.conversation import Prompt
@@ -39,7 +40,14 @@ from modules.llm_judge.grading import (
     parse_reply,
     resolve_models,
 )
-from validator.kit import ConfigError, Progress, RecoverableException
+from validator.kit import (
+    CallAbandoned,
+    ConfigError,
+    Progress,
+    RecoverableException,
+    overall_deadline,
+    wait_or_stop,
+)
 
 if TYPE_CHECKING:  # the texts come from judge_texts at start-up
     from modules.llm_judge.judge_texts import JudgeTexts
@@ -57,6 +65,9 @@ RETRIED_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 NO_LISTING_STATUSES = frozenset({404, 405, 501})
 FALLBACK_MODELS = ["gpt-4o"]
 SEED_RANGE = (0, 10_000)  # each call's `seed`, drawn at random as the network draws it
+# No idle connection is kept: the overall deadline covers the sockets a call connects, and a
+# pooled one, connected by another call (in another thread), would escape it.
+CONNECTION_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=0)
 
 T = TypeVar("T")
 
@@ -96,7 +107,11 @@ class Judge:
         self.backoff = BACKOFF_SECONDS if backoff_seconds is None else backoff_seconds
         self._key = api_key  # only to keep it out of relayed server messages
         self.client = openai.OpenAI(
-            base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=0
+            base_url=self.base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=0,
+            http_client=openai.DefaultHttpxClient(limits=CONNECTION_LIMITS),
         )
         self.models = self._list_models()
 
@@ -218,7 +233,7 @@ class Judge:
         failed = _Failed("no attempt")
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(self._wait(attempt, failed.wait))
+                wait_or_stop(self._wait(attempt, failed.wait), f"judge endpoint {self.base_url}")
             result = self._attempt(call)
             if not isinstance(result, _Failed):
                 return result
@@ -229,10 +244,14 @@ class Judge:
 
     def _attempt(self, call: Callable[[], T | _Failed]) -> T | _Failed:
         """One call within the overall deadline, its errors sorted: a refused key raises at
-        once; the rest are failures, retried unless the server refused the request itself."""
+        once, and so does a stop signal (CallAbandoned, a TransientError: the assignment is
+        kept); the rest are failures, retried unless the server refused the request itself."""
         try:
-            return _within(self.timeout, call)
-        except TimeoutError:
+            with overall_deadline(self.timeout, f"judge endpoint {self.base_url}"):
+                return call()
+        except CallAbandoned as exc:
+            if exc.stopped:
+                raise
             return _Failed(f"no complete answer within {self.timeout:g} s")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise self._unusable(f"refused the key (HTTP {exc.status_code})") from None
@@ -254,29 +273,6 @@ class Judge:
     def _scrub(self, message: str) -> str:
         """A server's error message, short and without the key (some servers echo it)."""
         return message.replace(self._key, "***")[:200] if self._key else message[:200]
-
-
-def _within(seconds: float, call: Callable[[], T]) -> T:
-    """`call()`, or TimeoutError once `seconds` have passed, however slowly the server sends:
-    the client's timeouts bound each read, not the whole answer. The call runs in a daemon
-    thread, left to end by itself when abandoned (its socket's read timeout, or the process
-    exit)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name="judge-call", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise TimeoutError
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _retry_after(response: Any) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import runpy
+import threading
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from modules.llm_judge.judge_texts import (
 from modules.llm_judge.schemas import LlmJudgeConfig
 from tests.helpers.trickle_server import SEEN_CLOSED_S, trickle_server
 from validator.errors import ConfigError, ExitCode, OperatorError, outcome_of
+from validator.kit.deadline import CallAbandoned, set_stop_event
 
 RUBRICS = {
     1: "Grade it.\nContext: {conversation_context}\nAnswer: {assistant_response}\n"
@@ -243,6 +245,23 @@ def test_prompt_source_values_in_the_config():
             config(prompt_source=bad)
     with pytest.raises(ConfigError, match="prompt_source 'ftp://x'"):
         load_judge_texts("ftp://x", Path("unused"))
+
+
+def test_a_stop_signal_during_a_trickled_fetch_is_transient_not_an_operator_error(tmp_path):
+    # No cache: at its deadline this is exit 3 (above); a stop is the validator leaving, and
+    # the module's start is tried again by the next run.
+    stop = threading.Event()
+    set_stop_event(stop)
+    try:
+        with trickle_server() as trickle:
+            folder = f"{trickle.url}/validator/modules/llm_judge/"
+            threading.Timer(0.3, stop.set).start()
+            with pytest.raises(CallAbandoned, match="abandoned: stopping") as raised:
+                load_judge_texts(folder, tmp_path / "state", timeout=5, deadline=60)
+            assert raised.value.stopped
+            assert trickle.closed.wait(SEEN_CLOSED_S), "the server never saw the connection closed"
+    finally:
+        set_stop_event(None)
 
 
 def test_a_trickled_source_ends_at_its_deadline_and_the_cache_stands_in(tmp_path, caplog):

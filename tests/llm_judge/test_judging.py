@@ -5,6 +5,7 @@ request carries, how replies count, retries, deadlines and failure outcomes
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -14,7 +15,8 @@ from modules.llm_judge import judging
 from modules.llm_judge.grading import NO_SCORE, Grade
 from modules.llm_judge.judging import Judge
 from modules.llm_judge.schemas import LlmJudgeConfig
-from validator.errors import ConfigError, RecoverableException
+from validator.errors import ConfigError, RecoverableException, TransientError
+from validator.kit.deadline import CallAbandoned, set_stop_event
 
 KEY = "sk-judge-TEST-1234567890"
 MODELS = ["judge-a", "judge-b", "kimi-k2.5"]
@@ -47,6 +49,15 @@ def request(answer: str, system: str = "Be a fair judge.") -> list[dict[str, str
 
 def since(server: LocalJudge, start: int) -> list[dict]:
     return server.requests[start:]
+
+
+def wait_until(condition, what: str, limit_s: float = 30.0) -> None:
+    """Polls `condition` (an upper bound only: the trickle itself lasts 60 s)."""
+    for _ in range(int(limit_s / 0.05)):
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"waited {limit_s:g} s for {what}")
 
 
 # --- what is sent -----------------------------------------------------------------------------
@@ -164,10 +175,48 @@ def test_a_score_that_stays_not_finite_counts_as_no_score_unless_the_judge_gives
 def test_a_trickling_judge_ends_at_the_deadline(server):
     judge = Judge(server.endpoint, KEY, timeout=1.0, retries=1, concurrency=1, backoff_seconds=0)
     server.trickle_next(2, 0.2)  # a byte every 0.2 s: no read ever times out
+    left = server.trickles_left
     began = time.monotonic()
     with pytest.raises(RecoverableException, match="no complete answer within 1 s"):
         judge.ask(request("abc"), "judge-a", 0.1)
     assert time.monotonic() - began < 30  # two attempts of 1 s, not the trickle's minute
+    # Both attempts' connections were closed, not left reading in an abandoned thread.
+    wait_until(lambda: server.trickles_left == left + 2, "the judge to see both attempts leave")
+
+
+@pytest.fixture
+def stop():
+    """The process's stop event, as the validator's signal handlers set it."""
+    event = threading.Event()
+    set_stop_event(event)
+    yield event
+    set_stop_event(None)
+
+
+def test_a_stop_signal_ends_a_trickling_judge_call_and_keeps_the_assignment(server, stop):
+    judge = Judge(server.endpoint, KEY, timeout=30, retries=3, concurrency=1, backoff_seconds=0)
+    server.trickle_next(1, 0.2)
+    start, left = len(server.requests), server.trickles_left
+    threading.Timer(0.5, stop.set).start()
+    with pytest.raises(CallAbandoned, match="abandoned: stopping") as raised:
+        judge.ask_all([(request("abc"), "judge-a")], 0.1)
+    # A TransientError, not the operator's RecoverableException: the runner keeps the assignment.
+    assert raised.value.stopped and isinstance(raised.value, TransientError)
+    assert len(since(server, start)) == 1  # not tried again once stopping
+    wait_until(lambda: server.trickles_left == left + 1, "the judge to see the call leave")
+
+
+def test_a_stop_signal_ends_the_wait_before_a_retry(server, stop):
+    judge = Judge(server.endpoint, KEY, timeout=30, retries=3, concurrency=1, backoff_seconds=0)
+    server.fail_next(1, 503, retry_after=30)
+    start = len(server.requests)
+    threading.Timer(0.5, stop.set).start()
+    try:
+        with pytest.raises(CallAbandoned, match="not tried again: stopping"):
+            judge.ask(request("abc"), "judge-a", 0.1)
+    finally:
+        server.fail_next(0)
+    assert [entry["status"] for entry in since(server, start)] == [503]
 
 
 def test_retry_after_is_honoured_and_capped(server, judge, monkeypatch):

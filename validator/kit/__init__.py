@@ -37,6 +37,8 @@ _WHERE = {
     "WorkArea": "validator.kit.workdirs",
     "fetch_validation_set": "validator.kit.downloads",
     "overall_deadline": "validator.kit.deadline",
+    "CallAbandoned": "validator.kit.deadline",
+    "wait_or_stop": "validator.kit.deadline",
     "loads_bounded": "validator.kit.safe_json",
     "JsonRefused": "validator.errors",
     "run_child": "validator.kit.child_process",
@@ -83,6 +85,8 @@ __all__ = [
     "WorkArea",
     "fetch_validation_set",
     "overall_deadline",
+    "CallAbandoned",
+    "wait_or_stop",
     "loads_bounded",
     "JsonRefused",
     "run_child",
@@ -146,7 +150,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
     from validator.kit.boundary import SUBMISSION_LIMITS, inspect_in_child
     from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
-    from validator.kit.deadline import overall_deadline
+    from validator.kit.deadline import CallAbandoned, overall_deadline, wait_or_stop
     from validator.kit.downloads import fetch_validation_set
     from validator.kit.fingerprint import BaseFingerprint, base_intact
     from validator.kit.hub import fetch_base_model

@@ -1,30 +1,80 @@
-"""An overall deadline for an outbound download, whatever library makes it (requests for the
-validation sets, huggingface_hub's requests or httpx for the Hub).
+"""The one overall deadline for every outbound call (issue 33): the Fed Ledger transport, the
+Hub downloads, the validation sets, the judge calls, the drift check, whatever library makes
+them (requests, huggingface_hub's requests or httpx, openai's httpx).
 
 Clients bound each read, never a whole answer: a server that sends one byte every few seconds
-holds a read-timeout-bounded download for ever (issue 23, item 4). Python cannot interrupt a
-thread blocked in `recv`, but another thread can shut its socket down, which ends the read at
-once. So `overall_deadline` records every socket that the calling thread connects while it is
-active (through the interpreter's `socket.connect` audit event, which every client library's
-connect goes through) and a watchdog timer shuts them down when the deadline passes; a connect
-attempted after that fails at once. The library then raises its own connection error (or
-returns truncated data), and the context raises TransientError naming what was downloaded and
-the deadline, whatever the library did.
+holds a read-timeout-bounded call for ever (issue 23, item 4). Python cannot interrupt a thread
+blocked in `recv`, but another thread can shut its socket down, which ends the read at once. So
+`overall_deadline` runs the call in the calling thread and records every socket that thread
+connects while it is active (through the interpreter's `socket.connect` audit event, which
+every client library's connect goes through); a watcher thread shuts them down when the
+deadline passes, or `stop_grace` seconds after the stop event is set (a call that is merely
+finishing still ends by itself: a submit still goes out), and a connect attempted after that
+fails at once. The library then raises its own connection error (or returns truncated data),
+and the context raises CallAbandoned, whatever the library did. The watcher ends with the
+context, so a call leaves no thread behind, and nothing of an abandoned call can go on to send
+a request later (the design this replaced ran each try in a worker thread that it abandoned,
+and needed the library's connection classes replaced to reach its sockets).
 
-Only the calling thread's sockets are recorded: a download that a library hands to worker
+Only the sockets connected inside the context are covered: a call must not reuse a connection
+kept alive from before (the transport opens a session per try, hub.py drops the library's pool,
+the judge's client keeps no idle connection), and a download that a library hands to worker
 threads (huggingface_hub's snapshot_download) is not covered.
+
+The stop event is the one the validator's signal handlers set (`set_stop_event`, at start-up):
+a SIGTERM ends every wait on a server within `stop_grace`, each as CallAbandoned(stopped=True),
+a TransientError, so that the assignment is kept for the next run.
 """
 
 from __future__ import annotations
 
+import math
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from validator.errors import DeadlinePassed, TransientError
+
+# A call in progress when the stop event is set gets this long to end by itself.
+STOP_GRACE_S = 2.0
+# How often a watcher looks at the stop event (an Event cannot be waited on with another).
+POLL_S = 0.1
+WATCHER_NAME = "outbound-deadline"
+
+
+class CallAbandoned(TransientError):
+    """An outbound call ended by its overall deadline, or by the stop event (`stopped`)."""
+
+    def __init__(self, message: str, *, stopped: bool = False) -> None:
+        super().__init__(message)
+        self.stopped = stopped
+
+
+_NEVER = threading.Event()  # the stop event outside the validator's loop: never set
+_process_stop = _NEVER
+
+
+def set_stop_event(stop: threading.Event | None) -> None:
+    """The event that ends every outbound call made without a `stop` of its own (the loop's
+    signal handlers set it); None: none."""
+    global _process_stop
+    _process_stop = _NEVER if stop is None else stop
+
+
+def stop_event() -> threading.Event:
+    """The process's stop event (an event that is never set outside the validator's loop)."""
+    return _process_stop
+
+
+def wait_or_stop(seconds: float, what: str) -> None:
+    """Waits `seconds` (a backoff before a retry), or raises CallAbandoned(stopped=True) as
+    soon as the process's stop event is set."""
+    if _process_stop.wait(max(seconds, 0.0)):
+        raise CallAbandoned(f"{what}: not tried again: stopping", stopped=True)
 
 
 @dataclass
@@ -33,6 +83,7 @@ class _Watch:
     seconds: float
     outer: _Watch | None = None  # a deadline around this one: it covers these sockets too
     expired: bool = False
+    stopped: bool = False  # expired by the stop event, not the deadline
     # (socket object, its file descriptor, the address it connected to); see _shut.
     sockets: list[tuple[socket.socket, int, object]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -45,9 +96,9 @@ class _Watch:
         if self.outer is not None:
             self.outer.add(sock, address)
 
-    def expire(self) -> None:
+    def expire(self, stopped: bool = False) -> None:
         with self.lock:
-            self.expired = True
+            self.expired, self.stopped = True, stopped
             for sock, fd, address in self.sockets:
                 _shut(sock, fd, address)
 
@@ -103,30 +154,64 @@ def _same_peer(sock: socket.socket, address: object) -> bool:
     return isinstance(address, tuple) and tuple(peer[:2]) == tuple(address[:2])
 
 
+def _watch_over(watch: _Watch, done: threading.Event, stop: threading.Event, grace: float) -> None:
+    """The watcher: expires `watch` at its deadline, or `grace` after `stop` is set, unless the
+    body is `done` first."""
+    end = time.monotonic() + watch.seconds
+    stop_by = math.inf
+    while True:
+        now = time.monotonic()
+        if stop_by == math.inf and stop.is_set():
+            stop_by = now + grace
+        by = min(end, stop_by)
+        if now >= by:
+            watch.expire(stopped=stop_by <= end)
+            return
+        # Until the stop event is set, it is looked at every POLL_S (unless it never can be).
+        wait = by - now if stop is _NEVER or stop_by < math.inf else min(by - now, POLL_S)
+        if done.wait(wait):
+            return
+
+
 @contextmanager
-def overall_deadline(seconds: float, what: str) -> Iterator[None]:
-    """Runs the body with an overall deadline of `seconds` for its downloads (the sockets this
-    thread connects); past it, raises TransientError naming `what` and the deadline, whether
-    the body failed from the shut socket or returned."""
+def overall_deadline(
+    seconds: float,
+    what: str,
+    *,
+    stop: threading.Event | None = None,
+    stop_grace: float = STOP_GRACE_S,
+) -> Iterator[None]:
+    """Runs the body with an overall deadline of `seconds` for its outbound calls (the sockets
+    this thread connects), ended also `stop_grace` seconds after `stop` (default: the process's
+    stop event) is set; past either, raises CallAbandoned (a TransientError) naming `what`,
+    whether the body failed from the shut socket or returned."""
     _install_hook()
     outer = getattr(_local, "watch", None)
     watch = _Watch(what, seconds, outer)
-    timer = threading.Timer(seconds, watch.expire)
-    timer.daemon = True
+    done = threading.Event()
+    watcher = threading.Thread(
+        target=_watch_over,
+        args=(watch, done, _process_stop if stop is None else stop, stop_grace),
+        name=WATCHER_NAME,
+        daemon=True,
+    )
     _local.watch = watch
-    timer.start()
+    watcher.start()
     try:
         yield
     except Exception as exc:
         if watch.expired:
-            raise _passed(watch) from exc
+            raise _abandoned(watch) from exc
         raise
     finally:
-        timer.cancel()
+        done.set()
         _local.watch = outer
+        watcher.join()  # at once: it only waits on `done`
     if watch.expired:
-        raise _passed(watch)
+        raise _abandoned(watch)
 
 
-def _passed(watch: _Watch) -> TransientError:
-    return TransientError(f"{watch.what}: not complete within its {watch.seconds:g} s deadline")
+def _abandoned(watch: _Watch) -> CallAbandoned:
+    if watch.stopped:
+        return CallAbandoned(f"{watch.what}: abandoned: stopping", stopped=True)
+    return CallAbandoned(f"{watch.what}: not complete within its {watch.seconds:g} s deadline")

@@ -1,12 +1,12 @@
 """The HTTP transport of the Fed Ledger client (ledger/client.py): tries, retries, deadlines.
 
 requests' timeouts bound each read, not a call: a server that trickles a byte every few seconds
-holds a call forever. So each try runs in a worker thread that the caller abandons when the
-call's overall deadline passes, or shortly after a stop signal, shutting its socket so that the
-worker ends too and no abandoned try goes on to send a request later. Retries are made here, not
-by urllib3, so that they share that deadline, wait out a bounded Retry-After, and report whether
-a try the API may have processed came before the final answer (a submit refused as "not
-validating" after such a try was most likely taken by it).
+holds a call forever. So each try runs within what is left of the call's overall deadline, the
+kit's one outbound deadline (validator/kit/deadline.py), which also ends it STOP_GRACE_S after a
+stop signal: its socket is shut, so no try outlives the call and none goes on to send a request
+later. Retries are made here, not by urllib3, so that they share that deadline, wait out a
+bounded Retry-After, and report whether a try the API may have processed came before the final
+answer (a submit refused as "not validating" after such a try was most likely taken by it).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -24,24 +23,22 @@ from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
 
 from validator.errors import RequestNotSendable, TransientError
+from validator.kit.deadline import STOP_GRACE_S, CallAbandoned, overall_deadline
 from validator.observe import telemetry
 
 log = logging.getLogger("validator.ledger.client")
 
 DEFAULT_DEADLINE_S = 300.0
-# A try in progress when a stop signal comes gets this long to end by itself: a submit that is
-# merely finishing still goes out, a stuck one no longer holds the shutdown.
-STOP_GRACE_S = 2.0
+# STOP_GRACE_S (the kit's): a try in progress when a stop signal comes gets this long to end by
+# itself: a submit that is merely finishing still goes out, a stuck one no longer holds the
+# shutdown.
 # A longer Retry-After is not waited out inside a call: the call ends, and the runner retries
 # it no sooner than that (bounded again to this) later.
 MAX_RETRY_AFTER_S = 180.0
 BACKOFF_MAX_S = 60.0
-POLL_S = 0.1
 # Answers after which the API may have processed the request (a 503 and the 4xx below surely
 # did not: see fedledger.LOOKUP_RETRY_STATUSES); a submit adds 429 (fedledger.SUBMIT).
 MAYBE_PROCESSED_STATUSES = frozenset({500, 502, 504})
@@ -200,49 +197,26 @@ class Transport:
         if remaining <= 0:
             raise _Abandoned(f"no time left of the {self.deadline:g} s deadline", sent=False)
         timeout = (min(self.timeout[0], remaining), min(self.timeout[1], remaining))
-        tracker = _Tracker()
-        session = _session(self.api_key)
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def work() -> None:
-            _current.tracker = tracker
+        with _session(self.api_key) as session:
             try:
-                box["response"] = session.request(
-                    method, url, data=payload, timeout=timeout, allow_redirects=False
-                )
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                box["error"] = exc
-            finally:
-                done.set()
-
-        worker = threading.Thread(target=work, name="fedledger-call", daemon=True)
-        worker.start()
-        stop_by = math.inf
-        try:
-            while not done.is_set():
-                now = time.monotonic()
-                if self.stop.is_set() and stop_by == math.inf:
-                    stop_by = now + STOP_GRACE_S
-                if now >= min(end, stop_by):
-                    why = (
-                        "abandoned: stopping"
-                        if stop_by <= end
-                        else f"no answer within the {self.deadline:g} s deadline"
+                with overall_deadline(
+                    remaining, f"{method} {url}", stop=self.stop, stop_grace=STOP_GRACE_S
+                ):
+                    # Not streamed: the whole answer is read within the deadline.
+                    return session.request(
+                        method, url, data=payload, timeout=timeout, allow_redirects=False
                     )
-                    raise _Abandoned(why)
-                done.wait(min(POLL_S, min(end, stop_by) - now))
-        finally:
-            if not done.is_set():
-                tracker.cancel()
-            session.close()
-        if "error" in box:
-            raise box["error"]
-        return box["response"]
+            except CallAbandoned as abandoned:
+                why = (
+                    "abandoned: stopping"
+                    if abandoned.stopped
+                    else f"no answer within the {self.deadline:g} s deadline"
+                )
+                raise _Abandoned(why) from None
 
 
 class _Abandoned(Exception):
-    """A try given up on by the caller: its worker may still be ending."""
+    """A try given up on: its socket was shut, or it was never started (`sent`: False)."""
 
     def __init__(self, why: str, *, sent: bool = True) -> None:
         super().__init__(why)
@@ -313,68 +287,6 @@ def _not_sendable(method: str, path: str, exc: Exception) -> str:
     return f"{method} {path} cannot be sent ({type(exc).__name__}: {what})"
 
 
-# --- abandonable connections ---------------------------------------------------------------
-
-
-class _Tracker:
-    """The sockets of one try, so that abandoning it unblocks its worker's reads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._cancelled = False
-
-    def connected(self, sock: socket.socket | None) -> None:
-        with self._lock:
-            if not self._cancelled:
-                if sock is not None:
-                    self._sockets.append(sock)
-                return
-        # Connected after the caller gave up: never send the request.
-        if sock is not None:
-            sock.close()
-        raise ConnectionAbortedError("the call was abandoned")
-
-    def cancel(self) -> None:
-        with self._lock:
-            self._cancelled = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-_current = threading.local()
-
-
-def _register(conn: HTTPConnection) -> None:
-    tracker: _Tracker | None = getattr(_current, "tracker", None)
-    if tracker is not None:
-        tracker.connected(conn.sock)
-
-
-class _TrackedHTTPConnection(HTTPConnection):
-    def connect(self) -> None:
-        super().connect()
-        _register(self)
-
-
-class _TrackedHTTPSConnection(HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _register(self)
-
-
-class _TrackedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _TrackedHTTPConnection
-
-
-class _TrackedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _TrackedHTTPSConnection
-
-
 def user_agent() -> str:
     """The validator names itself to the API; a fleet's worker (run.py sets VALIDATOR_WORKER)
     adds its name, so that the API's logs can tell one host's workers apart."""
@@ -383,7 +295,8 @@ def user_agent() -> str:
 
 
 def _session(api_key: str) -> requests.Session:
-    """A session for one try: nothing is reused, so nothing of an abandoned try lingers. No
+    """A session for one try: nothing is reused, so every connection of a try is connected
+    within its deadline (which covers only those) and nothing of an abandoned try lingers. No
     retries by urllib3 (Transport.call makes them) and, as requests' default, none after a
     read error."""
     session = requests.Session()
@@ -391,10 +304,6 @@ def _session(api_key: str) -> requests.Session:
         {"flock-api-key": api_key, "Content-Type": "application/json", "User-Agent": user_agent()}
     )
     adapter = HTTPAdapter(max_retries=0)
-    adapter.poolmanager.pool_classes_by_scheme = {
-        "http": _TrackedHTTPPool,
-        "https": _TrackedHTTPSPool,
-    }
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
