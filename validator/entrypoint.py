@@ -315,7 +315,8 @@ def _install_signal_handlers(stop: threading.Event) -> None:
         if stop.is_set():
             raise Interrupted()
         log.info(
-            "%s received: stopping after the current step (again to stop now)",
+            "%s received: stopping after the current step; a download or judge call in flight "
+            "ends within 2 s, its assignment kept for the next run (again to stop now)",
             signal.Signals(signum).name,
         )
         stop.set()
