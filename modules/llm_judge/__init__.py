@@ -14,7 +14,7 @@ import torch
 
 from modules.llm_judge.conversation import Prompt, read_prompts
 from modules.llm_judge.generation import EndTokens, Request, Sampling, assignment_seed, generate
-from modules.llm_judge.judge_texts import cache_dir_from_environment, load_judge_texts
+from modules.llm_judge.judge_texts import load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
 from modules.llm_judge.loading import LoadedModel, ModelCannotLoad, load, pick_device, read_model
 from modules.llm_judge.schemas import (
@@ -35,6 +35,7 @@ from validator.kit import (
     BaseValidationModule,
     SubmissionRejected,
     WorkArea,
+    current_run,
     current_scope,
     fetch_validation_set,
 )
@@ -52,8 +53,9 @@ class LlmJudgeModule(BaseValidationModule):
         super().__init__(config)
         # The rubric and judge-system texts are protocol data read at start-up (the network's
         # wording by default): a source that cannot be had stops the validator here (exit 3).
+        # Fetched texts are cached in the run's state dir, for a start with the source down.
         self.texts = load_judge_texts(
-            config.prompt_source, cache_dir_from_environment(), prompt_files=config.prompt_files
+            config.prompt_source, current_run().state_dir, prompt_files=config.prompt_files
         )
         # Asks the endpoint for its models now: a wrong URL or key stops the validator at
         # start-up (exit 3), before any assignment is taken.

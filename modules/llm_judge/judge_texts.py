@@ -49,7 +49,13 @@ from modules.llm_judge.judge_source import (
     check_texts,
     parse_source_files,
 )
-from validator.kit import ConfigError, OperatorError, TransientError, overall_deadline, quoted
+from validator.kit import (
+    ConfigError,
+    OperatorError,
+    TransientError,
+    overall_deadline,
+    quoted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -355,9 +361,3 @@ def _with_files(texts: JudgeTexts, prompt_files: Mapping[int, str]) -> JudgeText
         rubrics=rubrics,
         template_ids=frozenset(template_ids),
     )
-
-
-def cache_dir_from_environment() -> Path:
-    """The state dir as the validator's command line resolves it by default: the image sets
-    VALIDATOR_STATE_DIR (/data/state, a volume); elsewhere ./state."""
-    return Path(os.environ.get("VALIDATOR_STATE_DIR") or "state")

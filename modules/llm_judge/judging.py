@@ -39,7 +39,7 @@ from modules.llm_judge.grading import (
     parse_reply,
     resolve_models,
 )
-from validator.kit import ConfigError, Progress, RecoverableException
+from validator.kit import ConfigError, Progress, RecoverableException, current_run
 
 if TYPE_CHECKING:  # the texts come from judge_texts at start-up
     from modules.llm_judge.judge_texts import JudgeTexts
@@ -103,7 +103,7 @@ class Judge:
     @classmethod
     def from_environment(cls, config: Any) -> Judge:
         base_url = os.environ.get("OPENAI_BASE_URL", "").strip()
-        api_key = os.environ.get("OPENAI_API_KEY", "").strip()
+        api_key = current_run().secret("OPENAI_API_KEY") or ""
         if not base_url:
             raise ConfigError("missing OPENAI_BASE_URL: the judge endpoint, e.g. https://.../v1")
         if not api_key:
