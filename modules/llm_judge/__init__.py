@@ -23,7 +23,12 @@ from modules.llm_judge.schemas import (
     LlmJudgeInput,
     LlmJudgeMetrics,
 )
-from modules.llm_judge.submission import Submission, fetch_submission
+from modules.llm_judge.submission import (
+    OverMaxParams,
+    Submission,
+    check_max_params,
+    fetch_submission,
+)
 from modules.llm_judge.templating import (
     TemplateLimits,
     TokenizerCannotLoad,
@@ -87,6 +92,8 @@ class LlmJudgeModule(BaseValidationModule):
                     config.max_model_total_bytes,
                     data.max_params,
                 )
+            except OverMaxParams as exc:  # a full model, counted before its weights are fetched
+                return _penalty(str(exc))
             except SubmissionRejected as exc:
                 # The network scores a submission it cannot load (no such repo, an unsupported
                 # base, weights that do not load) -999, a completed result.
@@ -95,8 +102,6 @@ class LlmJudgeModule(BaseValidationModule):
         kind = "full model" if full_model else f"LoRA on {submission.base_model}"
         current_scope().note("commit", submission.commit)
         log.info("scoring %s (%s) at commit %s", data.hg_repo_id, kind, submission.commit)
-        if (submission.parameter_count or 0) > data.max_params:
-            return _penalty(f"{submission.parameter_count} parameters, over {data.max_params}")
         with current_scope().host_work("data"):
             path = fetch_validation_set(
                 data.validation_set_url, work / "validation.jsonl", config.max_validation_set_bytes
@@ -108,12 +113,15 @@ class LlmJudgeModule(BaseValidationModule):
         except ModelCannotLoad as exc:
             return _penalty(f"the model cannot be loaded: {exc}")
         try:
-            if loaded.parameter_count > data.max_params:
-                return _penalty(f"{loaded.parameter_count} parameters, over {data.max_params}")
+            # A LoRA's count is its merged model's (a full model's was checked before its
+            # weights were fetched, and loads to the same count).
+            check_max_params(loaded.parameter_count, data.max_params, data.hg_repo_id)
             with current_scope().host_work("data"):
                 prompts = read_prompts(path)
                 models = self.judge.resolve_models(data.eval_args.eval_model_list)
             answers = self._answers(data, submission, prompts, loaded, work)
+        except OverMaxParams as exc:
+            return _penalty(str(exc))
         except TokenizerCannotLoad as exc:
             # The network loads the tokenizer with the model: one that does not load is -999.
             return _penalty(f"the model cannot be loaded: {exc}")
