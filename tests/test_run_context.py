@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from devkit.hf_hub import LocalHub
 from devkit.validator_cli import run_validator, validator_env, write_config
 from tests.helpers.served_hub import served_hub
 from validator.errors import ConfigError, RecoverableException
@@ -73,7 +72,6 @@ def test_outside_a_run_the_context_is_read_from_the_environment(
 
 def test_the_kits_hub_calls_send_the_runs_token(tmp_path: Path) -> None:
     with served_hub(tmp_path) as hub:  # HF_TOKEN is not in this process's environment
-        hub: LocalHub
         hub.add_repo("org/gated", {"config.json": b"{}", "model.safetensors": b"x"})
         hub.require_token("org/gated", "hf_RUNtoken")
         with pytest.raises(RecoverableException, match="gated"):

@@ -246,20 +246,12 @@ def main(
     flock_api_key = secrets["FLOCK_API_KEY"]
     # The module and the kit read these from the run context (validator/kit/run_context.py),
     # never from an os.environ this process wrote: the options win over their variables there.
-    run = RunContext(
-        state_dir,
-        hf_cache_max_gb,
-        {name: value for name, value in secrets.items() if value},
-    )
-    install_run(run)  # for the life of this process: main ends with sys.exit
-    for name in given_unstripped(secrets, os.environ):
+    install_run(RunContext(state_dir, hf_cache_max_gb, {k: v for k, v in secrets.items() if v}))
+    for name in given_unstripped(secrets, os.environ):  # modules written for the earlier API
         log.warning(
-            "%s has surrounding whitespace: it is used stripped, but a module that reads it "
-            "from os.environ gets it as given (read it with validator.kit.current_run()"
-            ".secret(%r))",
-            name,
-            name,
-        )
+            "%s has surrounding whitespace: used stripped, but a module reading os.environ gets "
+            "it as given (current_run().secret(%r) is stripped)", name, name,
+        )  # fmt: skip
     try:
         # A bad or empty shard is exit 2 before the module loads; --check looks nothing up.
         shard = parse_shard(shard_text) if shard_text is not None else None
