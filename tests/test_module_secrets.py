@@ -1,5 +1,6 @@
 """Secrets per module: a validator asks for the core's key and the secrets its module's spec
-declares, no other; a module's secret reaches it only as an env var and is never logged."""
+declares, no other; a module's secret reaches the validator only as an env var, the module
+through the run context (`current_run().secret`), and is never logged."""
 
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ name: secretive
 secrets:
   JUDGE_API_KEY: the judge's API key
 """
-# Scores a submission by the length of the key it finds in its environment, and logs the key,
+# Scores a submission by the length of the key it finds in the run context, and logs the key,
 # as a careless module might: the validator's redaction must still keep it out of the logs.
 SECRETIVE_MODULE = """\
 import logging
-import os
 
+from validator.kit import current_run
 from validator.kit.base import BaseInputData, BaseMetrics, BaseValidationModule
 
 
@@ -39,7 +40,7 @@ class Secretive(BaseValidationModule):
     task_type = "training"
 
     def validate(self, data: BaseInputData) -> Metrics:
-        key = os.environ["JUDGE_API_KEY"]
+        key = current_run().secret("JUDGE_API_KEY")
         logging.getLogger(__name__).info("judging with %s", key)
         return Metrics(key_length=len(key))
 
@@ -101,6 +102,8 @@ def test_a_declared_secret_reaches_the_module_stripped_and_is_never_logged(tmp_p
         [submission] = sim.submissions()
     assert submission["data"] == {"key_length": len(JUDGE_KEY)}
     assert "judging with ***" in result.stderr
+    # A module reading os.environ (the earlier API) gets the value as given: said at start-up.
+    assert "JUDGE_API_KEY has surrounding whitespace: used stripped" in result.stderr
     for secret in (JUDGE_KEY, API_KEY):
         assert secret not in result.stdout + result.stderr
 

@@ -22,6 +22,7 @@ from validator.errors import (
     outcome_of,
 )
 from validator.kit.deadline import set_stop_event
+from validator.kit.run_context import RunContext, install_run
 from validator.ledger.client import DEFAULT_API_URL, FedLedgerClient
 from validator.observe import telemetry
 from validator.observe.drift import start_drift_watch
@@ -31,7 +32,9 @@ from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS,
 from validator.options import (
     HF_CACHE_BUDGET_ENV,
     MIN_FREE_MB_OPTION,
+    STATE_DIR_ENV,
     gathered_secrets,
+    given_unstripped,
     missing_for_module,
     secret_names,
 )
@@ -112,7 +115,7 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
 )
 @click.option(
     "--state-dir",
-    envvar="VALIDATOR_STATE_DIR",
+    envvar=STATE_DIR_ENV,
     type=click.Path(path_type=Path),
     default=Path("state"),
     show_default=True,
@@ -234,21 +237,19 @@ def main(
         if missing:
             raise click.UsageError(missing)
     setup_logging(debug, [value for value in secrets.values() if value])
-    for name, value in secrets.items():
-        # The module (and huggingface_hub, for HF_TOKEN) reads its secrets from there.
-        if value:
-            os.environ[name] = value
     flock_api_key = secrets["FLOCK_API_KEY"]
+    # The module and the kit read these from the run context (validator/kit/run_context.py),
+    # never from an os.environ this process wrote: the options win over their variables there.
+    install_run(RunContext(state_dir, hf_cache_max_gb, {k: v for k, v in secrets.items() if v}))
+    for name in given_unstripped(secrets, os.environ):  # modules written for the earlier API
+        log.warning(
+            "%s has surrounding whitespace: used stripped, but a module reading os.environ gets "
+            "it as given (current_run().secret(%r) is stripped)", name, name,
+        )  # fmt: skip
     try:
-        # Modules that keep data across runs (llm_judge's cached judge texts) find the state
-        # dir here, however it was given (flag or env).
-        os.environ["VALIDATOR_STATE_DIR"] = str(state_dir)
         # A bad or empty shard is exit 2 before the module loads; --check looks nothing up.
         shard = parse_shard(shard_text) if shard_text is not None else None
         looked_up = shard_task_ids(task_ids, shard) if task_ids and check_input is None else []
-        # The cache budget reaches fetch_base_model (validator/kit/hf_cache.py) the same way.
-        if hf_cache_max_gb is not None:
-            os.environ[HF_CACHE_BUDGET_ENV] = repr(hf_cache_max_gb)
         pool = ModulePool(load_module_class(module), module, config_dir)
         adopt_library_loggers()  # the module's imports (transformers) print through ours
         if check_input is not None:

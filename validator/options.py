@@ -14,8 +14,8 @@ from validator.spec import CORE_SECRETS, ModuleSpec
 TASK_IDS_OPTION = "--task_ids / TASK_IDS"
 FLOCK_API_KEY_OPTION = "--flock-api-key / FLOCK_API_KEY"
 HF_TOKEN_OPTION = "--hf-token / HF_TOKEN"
-# --hf-cache-max-gb's variable: the entrypoint sets it from the option, the kit reads it when it
-# fetches a base model (validator/kit/hf_cache.py); here so that the core needs no hub library.
+# The variables of --hf-cache-max-gb and --state-dir: the entrypoint puts the options' values in
+# the run context (validator/kit/run_context.py), which reads the variables outside a run.
 HF_CACHE_BUDGET_ENV = "VALIDATOR_HF_CACHE_MAX_GB"
 # The disk guard's floor for the state dir (validator/disk.py): one declaration for the loop and
 # its doctor, which checks the same floor.
@@ -28,6 +28,7 @@ MIN_FREE_MB_OPTION = click.option(
     help="Free space (MiB) the state dir's file system must have before each lookup or "
     "scoring; below it, or when a test write fails, exit 3 without asking for work.",
 )
+STATE_DIR_ENV = "VALIDATOR_STATE_DIR"
 # Secrets that also have an option; a module's other secrets are env vars only.
 SECRET_OPTIONS = {"FLOCK_API_KEY": FLOCK_API_KEY_OPTION, "HF_TOKEN": HF_TOKEN_OPTION}
 
@@ -56,6 +57,17 @@ def gathered_secrets(
     line (click has already read their variables), a module's own from the environment only."""
     given = {"FLOCK_API_KEY": flock_api_key, "HF_TOKEN": hf_token}
     return normalise_named_secrets({name: given.get(name, os.environ.get(name)) for name in names})
+
+
+def given_unstripped(secrets: Mapping[str, str | None], environ: Mapping[str, str]) -> list[str]:
+    """The secrets whose variable holds surrounding whitespace: a module that reads it from
+    `os.environ` (the earlier API; the validator no longer writes the stripped value there)
+    gets it as given, `current_run().secret(name)` stripped."""
+    return [
+        name
+        for name, value in secrets.items()
+        if value and environ.get(name, value) != value and environ[name].strip() == value
+    ]
 
 
 def missing_for_module(

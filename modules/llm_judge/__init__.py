@@ -14,7 +14,7 @@ import torch
 
 from modules.llm_judge.conversation import Prompt, read_prompts
 from modules.llm_judge.generation import EndTokens, Request, Sampling, assignment_seed, generate
-from modules.llm_judge.judge_texts import cache_dir_from_environment, load_judge_texts
+from modules.llm_judge.judge_texts import load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
 from modules.llm_judge.loading import LoadedModel, ModelCannotLoad, load, pick_device, read_model
 from modules.llm_judge.schemas import (
@@ -23,7 +23,12 @@ from modules.llm_judge.schemas import (
     LlmJudgeInput,
     LlmJudgeMetrics,
 )
-from modules.llm_judge.submission import Submission, fetch_submission
+from modules.llm_judge.submission import (
+    OverMaxParams,
+    Submission,
+    check_max_params,
+    fetch_submission,
+)
 from modules.llm_judge.templating import (
     TemplateLimits,
     TokenizerCannotLoad,
@@ -35,6 +40,7 @@ from validator.kit import (
     BaseValidationModule,
     SubmissionRejected,
     WorkArea,
+    current_run,
     current_scope,
     fetch_validation_set,
 )
@@ -52,8 +58,9 @@ class LlmJudgeModule(BaseValidationModule):
         super().__init__(config)
         # The rubric and judge-system texts are protocol data read at start-up (the network's
         # wording by default): a source that cannot be had stops the validator here (exit 3).
+        # Fetched texts are cached in the run's state dir, for a start with the source down.
         self.texts = load_judge_texts(
-            config.prompt_source, cache_dir_from_environment(), prompt_files=config.prompt_files
+            config.prompt_source, current_run().state_dir, prompt_files=config.prompt_files
         )
         # Asks the endpoint for its models now: a wrong URL or key stops the validator at
         # start-up (exit 3), before any assignment is taken.
@@ -85,6 +92,8 @@ class LlmJudgeModule(BaseValidationModule):
                     config.max_model_total_bytes,
                     data.max_params,
                 )
+            except OverMaxParams as exc:  # a full model, counted before its weights are fetched
+                return _penalty(str(exc))
             except SubmissionRejected as exc:
                 # The network scores a submission it cannot load (no such repo, an unsupported
                 # base, weights that do not load) -999, a completed result.
@@ -93,8 +102,6 @@ class LlmJudgeModule(BaseValidationModule):
         kind = "full model" if full_model else f"LoRA on {submission.base_model}"
         current_scope().note("commit", submission.commit)
         log.info("scoring %s (%s) at commit %s", data.hg_repo_id, kind, submission.commit)
-        if (submission.parameter_count or 0) > data.max_params:
-            return _penalty(f"{submission.parameter_count} parameters, over {data.max_params}")
         with current_scope().host_work("data"):
             path = fetch_validation_set(
                 data.validation_set_url, work / "validation.jsonl", config.max_validation_set_bytes
@@ -106,12 +113,15 @@ class LlmJudgeModule(BaseValidationModule):
         except ModelCannotLoad as exc:
             return _penalty(f"the model cannot be loaded: {exc}")
         try:
-            if loaded.parameter_count > data.max_params:
-                return _penalty(f"{loaded.parameter_count} parameters, over {data.max_params}")
+            # A LoRA's count is its merged model's (a full model's was checked before its
+            # weights were fetched, and loads to the same count).
+            check_max_params(loaded.parameter_count, data.max_params, data.hg_repo_id)
             with current_scope().host_work("data"):
                 prompts = read_prompts(path)
                 models = self.judge.resolve_models(data.eval_args.eval_model_list)
             answers = self._answers(data, submission, prompts, loaded, work)
+        except OverMaxParams as exc:
+            return _penalty(str(exc))
         except TokenizerCannotLoad as exc:
             # The network loads the tokenizer with the model: one that does not load is -999.
             return _penalty(f"the model cannot be loaded: {exc}")

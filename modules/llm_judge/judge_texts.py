@@ -364,9 +364,3 @@ def _with_files(texts: JudgeTexts, prompt_files: Mapping[int, str]) -> JudgeText
         rubrics=rubrics,
         template_ids=frozenset(template_ids),
     )
-
-
-def cache_dir_from_environment() -> Path:
-    """The state dir as the validator's command line resolves it by default: the image sets
-    VALIDATOR_STATE_DIR (/data/state, a volume); elsewhere ./state."""
-    return Path(os.environ.get("VALIDATOR_STATE_DIR") or "state")

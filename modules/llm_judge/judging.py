@@ -45,6 +45,7 @@ from validator.kit import (
     ConfigError,
     Progress,
     RecoverableException,
+    current_run,
     overall_deadline,
     wait_or_stop,
 )
@@ -118,7 +119,7 @@ class Judge:
     @classmethod
     def from_environment(cls, config: Any) -> Judge:
         base_url = os.environ.get("OPENAI_BASE_URL", "").strip()
-        api_key = os.environ.get("OPENAI_API_KEY", "").strip()
+        api_key = current_run().secret("OPENAI_API_KEY") or ""
         if not base_url:
             raise ConfigError("missing OPENAI_BASE_URL: the judge endpoint, e.g. https://.../v1")
         if not api_key:

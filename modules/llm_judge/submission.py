@@ -30,6 +30,20 @@ from validator.kit import (
     hub,
 )
 
+
+class OverMaxParams(SubmissionRejected):
+    """The model has more parameters than the task's max_params: -999, never judged, as the
+    network scores it (raised by `check_max_params` alone)."""
+
+
+def check_max_params(count: int, max_params: int, what: str) -> None:
+    """The task's bound on the model's parameter count, the one place it is compared: a full
+    model's count from its config before any weight is fetched (here), a LoRA's merged model's
+    once loaded (the module). OverMaxParams past it."""
+    if count > max_params:
+        raise OverMaxParams(f"{what}: {count} parameters, over {max_params} (max_params)")
+
+
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 T = TypeVar("T")
@@ -107,8 +121,8 @@ def fetch_submission(
 ) -> Submission:
     """The submission's files in `dest` (never in the shared HF cache), their metadata read by
     the bounded child (inspection.py; its answers and requests live beside `dest`). A full model
-    over `max_params` (the causal LM its config describes, counted on the meta device) comes
-    back without its weights: it scores -999 unloaded."""
+    over `max_params` (the causal LM its config describes, counted on the meta device) is
+    OverMaxParams before its weights are fetched: it scores -999 unloaded."""
     what = f"submission {repo_id}@{revision}"
     info = hub.model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
     commit = hub.commit_of(info.sha, what)
@@ -182,8 +196,7 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what, wor
             f"{what}: config.json makes the model's buffers hold {facts.buffer_count} elements, "
             f"over max_params {max_params}"
         )
-    if facts.parameter_count > max_params:
-        return Submission(dest, commit, None, facts.parameter_count)
+    check_max_params(facts.parameter_count, max_params, what)
     check_generation_config(facts, what)
     weights = facts.shards if sharded else ["model.safetensors"]
     unlisted = [name for name in weights or [] if name not in sizes]

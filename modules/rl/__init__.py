@@ -10,12 +10,18 @@ import math
 import numpy as np
 
 from modules.rl.hub import fetch_policy
-from modules.rl.inference import Limits, run_policy
+from modules.rl.inference import run_policy
 from modules.rl.policy import inspect_policy
 from modules.rl.reward import average_reward, rewards
 from modules.rl.schemas import PENALTY_REWARD, RlConfig, RlInput, RlMetrics
 from modules.rl.validation_set import load_validation_set
-from validator.kit import BaseValidationModule, WorkArea, current_scope, fetch_validation_set
+from validator.kit import (
+    BaseValidationModule,
+    ChildLimits,
+    WorkArea,
+    current_scope,
+    fetch_validation_set,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +35,8 @@ class RlModule(BaseValidationModule):
 
     def __init__(self, config: RlConfig) -> None:
         super().__init__(config)
-        self.limits = Limits(
-            threads=config.inference_threads,
-            seconds=config.inference_seconds,
-            memory_bytes=config.inference_memory_bytes,
+        self.limits = ChildLimits(
+            wall_seconds=config.inference_seconds, memory_bytes=config.inference_memory_bytes
         )
         self._work = WorkArea("rl", config.work_dir)
 
@@ -87,6 +91,7 @@ class RlModule(BaseValidationModule):
             config.per_device_eval_batch_size,
             self.limits,
             work / "inference",
+            config.inference_threads,
         )
         mean = average_reward(rewards(actions, validation.info))
         return RlMetrics(average_reward=_submitted(mean))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,19 +16,23 @@ log = logging.getLogger(__name__)
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
 MAX_RESULT_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True)
-class Limits:
-    threads: int
-    seconds: float
-    memory_bytes: int
+# Imported by the child's server before its limits are armed (validator/kit/child_process.py).
+# Not onnxruntime: its import starts a thread, and a server with threads cannot fork; it is
+# imported in the child, under the memory limit, as when the sandbox armed the limit itself.
+PRELOAD = ("numpy",)
 
 
 def run_policy(
-    model: Path, features: np.ndarray, venues: int, batch_size: int, limits: Limits, work: Path
+    model: Path,
+    features: np.ndarray,
+    venues: int,
+    batch_size: int,
+    limits: ChildLimits,
+    work: Path,
+    threads: int = 1,
 ) -> np.ndarray:
-    """The policy's actions for every row, float32 (rows, venues); raises SubmissionRejected
+    """The policy's actions for every row, float32 (rows, venues), run in a child under
+    `limits` (its wall clock and memory; `threads` intra-op threads); raises SubmissionRejected
     when the policy does not fit, fails, or runs over a limit."""
     work.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -41,14 +44,13 @@ def run_policy(
     np.save(paths["features"], np.ascontiguousarray(features, dtype=np.float32))
     request = {
         "model": str(model),
-        "threads": limits.threads,
-        "memory_bytes": limits.memory_bytes,
+        "threads": threads,
         "venues": venues,
         "batch_size": batch_size,
         **{name: str(paths[name]) for name in ("features", "actions", "result")},
     }
     paths["request"].write_text(json.dumps(request))
-    _run_sandbox(paths["request"], limits, work)
+    _run_sandbox(paths["request"], limits, threads, work)
     result = _read_result(paths["result"])
     if "rejected" in result:
         raise SubmissionRejected(str(result["rejected"]))
@@ -58,22 +60,24 @@ def run_policy(
     return actions
 
 
-def _run_sandbox(request: Path, limits: Limits, work: Path) -> None:
+def _run_sandbox(request: Path, limits: ChildLimits, threads: int, work: Path) -> None:
     # validator/kit/child_process.py: `python -I`, no secret in the environment (no FLOCK_API_KEY,
-    # no HF_TOKEN), its own process group, killed with the validator, swept after a kill.
-    # sandbox.py sets its own address-space limit too, once onnxruntime is imported.
+    # no HF_TOKEN), its own process group, killed with the validator, swept after a kill, and
+    # every limit armed there (the sandbox arms none of its own).
     result = run_child(
         SANDBOX,
         [str(request)],
         cwd=work,
-        limits=ChildLimits(wall_seconds=limits.seconds, memory_bytes=limits.memory_bytes),
-        env={"OMP_NUM_THREADS": str(limits.threads), "OPENBLAS_NUM_THREADS": "1"},
+        limits=limits,
+        env={"OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": "1"},
+        preload=PRELOAD,
     )
     if result.outcome is ChildOutcome.OK:
         return
     if result.outcome is ChildOutcome.OVER_TIME:
         raise SubmissionRejected(
-            f"the policy did not finish within {limits.seconds:g} s (inference_seconds); stopped"
+            f"the policy did not finish within {limits.wall_seconds:g} s (inference_seconds); "
+            "stopped"
         )
     tail = result.stderr_tail
     if result.outcome is ChildOutcome.OVER_MEMORY or result.exit_code < 0:

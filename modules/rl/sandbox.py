@@ -1,8 +1,9 @@
 """The child process that runs a submitted policy (docs/rl-scoring.md, "Running the policy").
 
 `python -I sandbox.py REQUEST.json`: a standalone script (numpy and onnxruntime only, nothing of
-the validator), started by `run_policy` in modules/rl/inference.py with no secrets in its
-environment, a memory limit, and a wall-clock limit after which it is killed. It creates the
+the validator), started by `run_policy` in modules/rl/inference.py through the kit's `run_child`,
+which arms its memory limit (after numpy is imported) and kills it at its wall-clock limit; no
+secrets in its environment. It creates the
 session with the CPU provider and no custom-op library, checks the policy's input and output
 against the features, runs the rows in order in chunks, and saves the first output of every
 chunk, as float32, to an .npy file. A problem of the policy is written to the result file as
@@ -12,7 +13,6 @@ chunk, as float32, to an .npy file. A problem of the policy is written to the re
 from __future__ import annotations
 
 import json
-import resource
 import sys
 
 import numpy as np
@@ -30,10 +30,8 @@ NON_NUMERIC_TENSORS = frozenset({"tensor(string)"})
 def main(request_path: str) -> None:
     with open(request_path, encoding="utf-8") as handle:
         request = json.load(handle)
-    # Before the policy is even parsed: an allocation past this fails instead of taking the
-    # host's memory.
-    limit = int(request["memory_bytes"])
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # The memory limit is armed before this runs: an allocation past it fails (MemoryError, or
+    # onnxruntime's abort, which the parent words) instead of taking the host's memory.
     try:
         actions = run(request)
     except PolicyDoesNotFit as exc:

@@ -126,6 +126,8 @@ def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world):
     hub.add_repo("mallory/pickle", {"adapter_config.json": b"{}", "adapter_model.bin": b"\x80"})
     since = len(judge.requests)
     assert scored(world, repo="bob/full", max_params=10) == {"score": -999.0}
+    # A LoRA's count is its merged model's, known once loaded: the same bound, the same -999.
+    assert scored(world, repo="alice/lora", max_params=10) == {"score": -999.0}
     # A bound no model meets, as the network reads it (third comparison): -999, not refused.
     assert scored(world, repo="bob/full", max_params=0) == {"score": -999.0}
     assert scored(world, repo="carol/broken") == {"score": -999.0}

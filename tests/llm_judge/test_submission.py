@@ -16,7 +16,7 @@ from safetensors import safe_open
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
 from modules.llm_judge.loading import ModelCannotLoad, load
-from modules.llm_judge.submission import MODEL_FILES, fetch_submission
+from modules.llm_judge.submission import MODEL_FILES, OverMaxParams, fetch_submission
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected, TransientError
 
@@ -88,12 +88,12 @@ def test_a_sharded_full_model_loads_the_shards_its_index_names(world):
 
 
 def test_a_full_model_over_max_params_is_never_downloaded(world):
-    hub, base, _, _ = world
+    hub, base, _, tmp = world
     hub.add_repo("carol/big", files_of(base))
-    submission = fetch(world, "carol/big", max_params=10)
-    assert submission.parameter_count > 10
+    with pytest.raises(OverMaxParams, match=r"parameters, over 10 \(max_params\)$"):
+        fetch(world, "carol/big", max_params=10)
     # Only the metadata was read (in the child); no weight file reached the work dir.
-    assert sorted(p.name for p in submission.path.iterdir()) == [
+    assert sorted(p.name for p in (tmp / "work" / "carol_big" / "main").iterdir()) == [
         "config.json",
         "generation_config.json",
     ]

@@ -22,12 +22,13 @@ from devkit.tiny_policies import (
     weights,
     wrong_output_policy,
 )
-from modules.rl.inference import Limits, run_policy
+from modules.rl.inference import run_policy
 from modules.rl.policy import inspect_policy
 from validator.errors import SubmissionRejected
+from validator.kit import ChildLimits
 
 FEATURES, VENUES = 4, 3
-LIMITS = Limits(threads=1, seconds=60, memory_bytes=4 * 1024**3)
+LIMITS = ChildLimits(wall_seconds=60, memory_bytes=4 * 1024**3)
 
 
 def inspect(path, folder):
@@ -142,14 +143,14 @@ def test_a_slow_policy_is_stopped_at_the_time_limit(tmp_path):
     x, _ = validation_arrays(4, FEATURES, VENUES)
     began = time.monotonic()
     with pytest.raises(SubmissionRejected, match="did not finish within 2 s"):
-        limits = Limits(threads=1, seconds=2, memory_bytes=4 * 1024**3)
+        limits = ChildLimits(wall_seconds=2, memory_bytes=4 * 1024**3)
         run_policy(saved(tmp_path, slow_policy(FEATURES, VENUES)), x, VENUES, 512, limits, tmp_path)
     assert time.monotonic() - began < 10
 
 
 def test_a_greedy_policy_fails_at_its_memory_limit(tmp_path):
     x, _ = validation_arrays(4, FEATURES, VENUES)
-    limits = Limits(threads=1, seconds=60, memory_bytes=2 * 1024**3)
+    limits = ChildLimits(wall_seconds=60, memory_bytes=2 * 1024**3)
     path = saved(tmp_path, greedy_policy(FEATURES, VENUES))
     with pytest.raises(SubmissionRejected) as refused:
         run_policy(path, x, VENUES, 512, limits, tmp_path / "run")

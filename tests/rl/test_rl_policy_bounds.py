@@ -10,13 +10,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from devkit.tiny_policies import OPSET, linear_policy, padded_policy, validation_arrays, weights
-from modules.rl.inference import Limits, run_policy
+from modules.rl.inference import run_policy
 from modules.rl.policy import inspect_policy
 from modules.rl.policy_reader import COUNT_CAP
 from validator.errors import SubmissionRejected, Verdict, classify
+from validator.kit import ChildLimits
 
 FEATURES, VENUES = 4, 3
-LIMITS = Limits(threads=1, seconds=60, memory_bytes=4 * 1024**3)
+LIMITS = ChildLimits(wall_seconds=60, memory_bytes=4 * 1024**3)
 
 
 def inspect(path, folder):

@@ -23,13 +23,14 @@ sys.path.insert(0, {root!r})
 from pathlib import Path
 import numpy as np
 from devkit.tiny_policies import validation_arrays
-from modules.rl.inference import Limits, run_policy
+from modules.rl.inference import run_policy
+from validator.kit import ChildLimits
 from validator.entrypoint import _install_signal_handlers
 from validator.runner import Interrupted
 
 _install_signal_handlers(threading.Event())
 x, _ = validation_arrays(4, {features}, {venues})
-limits = Limits(threads=1, seconds=600, memory_bytes=4 * 1024**3)
+limits = ChildLimits(wall_seconds=600, memory_bytes=4 * 1024**3)
 try:
     run_policy(Path({model!r}), x, {venues}, 512, limits, Path({work!r}))
 except Interrupted:

@@ -33,6 +33,9 @@ _WHERE = {
     "HostPhase": "validator.kit.scope",
     "current_scope": "validator.kit.scope",
     "Progress": "validator.kit.scope",
+    # the run context: this process's settings (state dir, HF cache budget, secrets)
+    "RunContext": "validator.kit.run_context",
+    "current_run": "validator.kit.run_context",
     # files and processes
     "WorkArea": "validator.kit.workdirs",
     "fetch_validation_set": "validator.kit.downloads",
@@ -82,6 +85,8 @@ __all__ = [
     "HostPhase",
     "current_scope",
     "Progress",
+    "RunContext",
+    "current_run",
     "WorkArea",
     "fetch_validation_set",
     "overall_deadline",
@@ -155,6 +160,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from validator.kit.fingerprint import BaseFingerprint, base_intact
     from validator.kit.hub import fetch_base_model
     from validator.kit.pristine import PristineWeights, forget_peft, merge_targets
+    from validator.kit.run_context import RunContext, current_run
     from validator.kit.safe_json import loads_bounded
     from validator.kit.scope import HostPhase, Progress, Scope, current_scope
     from validator.kit.workdirs import WorkArea

@@ -35,12 +35,10 @@ from pathlib import Path
 from huggingface_hub import CachedRepoInfo, scan_cache_dir
 from huggingface_hub.errors import CacheNotFound
 
-from validator.errors import ConfigError
-from validator.options import HF_CACHE_BUDGET_ENV as BUDGET_ENV
+from validator.kit.run_context import BYTES_PER_GB, current_run
 
 log = logging.getLogger(__name__)
 
-BYTES_PER_GB = 10**9  # decimal, as `huggingface-cli scan-cache` and disk vendors count
 IN_USE_DIR = Path(".locks") / "flock-in-use"
 # Held (exclusively, waiting) by one evictor at a time on the whole cache: two workers evicting
 # at once would each count the other's deletions as still there and delete more than needed.
@@ -48,18 +46,9 @@ EVICTING_LOCK = "evicting.lock"
 
 
 def budget_bytes() -> int | None:
-    """The cache budget from VALIDATOR_HF_CACHE_MAX_GB (the entrypoint sets it from the option);
-    None when unset. Read on every call, like the library's own settings."""
-    raw = os.environ.get(BUDGET_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        gigabytes = float(raw)
-    except ValueError:
-        gigabytes = -1.0
-    if not gigabytes > 0 or gigabytes == float("inf"):
-        raise ConfigError(f"{BUDGET_ENV}={raw!r}: give the cache budget in GB, a number over 0")
-    return max(1, int(gigabytes * BYTES_PER_GB))
+    """The cache budget of this run (--hf-cache-max-gb; VALIDATOR_HF_CACHE_MAX_GB outside a
+    run, read on every call like the library's own settings); None when unset."""
+    return current_run().hf_cache_budget_bytes()
 
 
 def in_use_path(cache: Path, repo_id: str) -> Path:

@@ -4,9 +4,11 @@ library's exceptions to the failure contract, and the settings read at call time
 
 A submitter's repo that is missing, private, gated or lacks a file is SubmissionRejected; the
 same for an operator's repo (a base model) is RecoverableException; network faults, 5xx and
-rate limits are TransientError; a full disk stops the validator. `HF_ENDPOINT`,
-`HF_HUB_CACHE`/`HF_HOME` and `HF_TOKEN` work as in the library: it reads the first two into
-constants when imported, so they are read again on every call and passed explicitly.
+rate limits are TransientError; a full disk stops the validator. `HF_ENDPOINT` and
+`HF_HUB_CACHE`/`HF_HOME` work as in the library: it reads them into constants when imported, so
+they are read again on every call and passed explicitly. The token is the run's HF_TOKEN
+(validator/kit/run_context.py: `--hf-token` or the variable), passed explicitly to every call
+that is given none; without one, the library's own (its login file).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from validator.kit import hf_cache
 from validator.kit.deadline import overall_deadline
 from validator.kit.downloads import TRANSIENT_STATUSES
 from validator.kit.progress import watch_bytes
+from validator.kit.run_context import current_run
 from validator.kit.scope import held_until_scored
 
 log = logging.getLogger(__name__)
@@ -183,8 +186,16 @@ def _fresh_connections() -> None:
         close()
 
 
+def _with_token(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` with the run's token unless the caller gave one (the validator never puts
+    `--hf-token` in its own environment for the library to find)."""
+    if kwargs.get("token") is None:
+        kwargs = {**kwargs, "token": current_run().secret("HF_TOKEN")}
+    return kwargs
+
+
 def model_info(repo_id: str, what: str, *, submission: bool, **kwargs: Any) -> ModelInfo:
-    call = partial(api().model_info, repo_id, **kwargs)
+    call = partial(api().model_info, repo_id, **_with_token(kwargs))
     return hub_call(call, what, submission=submission)
 
 
@@ -198,7 +209,7 @@ def download(
     **kwargs: Any,
 ) -> Path:
     """One file of a repo; `size` (from the listing) sets the overall deadline."""
-    call = partial(hf_hub_download, repo_id, name, endpoint=endpoint(), **kwargs)
+    call = partial(hf_hub_download, repo_id, name, endpoint=endpoint(), **_with_token(kwargs))
     return Path(
         hub_call(
             call,
