@@ -16,7 +16,7 @@ from typing import Any
 
 from validator.observe import telemetry
 from validator.observe.hooks import Hooks, Middleware
-from validator.state.entry import Entry, State
+from validator.state.entry import FINAL, Entry, State
 from validator.state.phases import phase_name
 from validator.state.records import (
     AssignmentRecord,
@@ -32,18 +32,19 @@ RECENT = 10
 
 
 class Observer(Hooks):
-    """The loop's hook list: metrics, records and the status page's board."""
+    """The loop's hook list: records, metrics and the status page's board, in that order (a
+    finished assignment's record is on disk before it is counted or shown)."""
 
     def __init__(self, state_dir: Path, module: str, records_keep: int, lookups: str = "") -> None:
-        self.metrics = Metrics()
         self.records = Records(state_dir, module, records_keep)
+        self.metrics = Metrics()
         self.status = StatusBoard(module, lookups)
-        super().__init__(self.metrics, self.records, self.status)
+        super().__init__(self.records, self.metrics, self.status)
 
 
 class Metrics(Middleware):
-    """The Prometheus metrics of the loop (telemetry.py); every step but a score's end is
-    progress, for the last-progress gauge."""
+    """The Prometheus metrics of the loop (telemetry.py). The last-progress gauge moves with
+    the status board's (/healthz): at each step, and at each phase and beat of a scoring."""
 
     def __init__(self) -> None:
         self._progress()
@@ -137,7 +138,7 @@ class Records(Middleware):
 
     def after_submit(self, entry: Entry, seconds: float) -> None:
         self._extra(entry.id).phases["submit"] = round(seconds, 3)
-        if entry.state not in (State.SUBMITTED, State.DROPPED):  # else written as finished
+        if entry.state not in FINAL:  # a finished one is written by after_finish
             self._write(entry)
 
     def after_finish(self, entry: Entry) -> None:
