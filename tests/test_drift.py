@@ -15,7 +15,7 @@ from devkit.github_api import LocalGitHub
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import loop_args, run_validator, validator_env
 from validator.observe import drift
-from validator.observe.observer import Observer
+from validator.observe.observer import StatusBoard
 from validator.observe.status_server import StatusServer
 from validator.observe.telemetry import REGISTRY
 from validator.spec import REPO_ROOT, ModuleSpec, ProtocolPin, load_spec
@@ -108,7 +108,7 @@ def test_the_thread_and_the_status_page(github, tmp_path, monkeypatch):
                 break
             stop.wait(0.05)
         assert behind_of("drift_d") == 1
-        server = StatusServer("127.0.0.1", 0, Observer(tmp_path, "fixture", 10), tmp_path)
+        server = StatusServer("127.0.0.1", 0, StatusBoard("fixture"), tmp_path)
         server.start()
         try:
             with urllib.request.urlopen(f"{server.address}/", timeout=10) as response:

@@ -195,10 +195,10 @@ def test_a_report_being_drawn_never_holds_another_request(tmp_path):
     server's other worker stays free for /healthz."""
     import threading
 
-    from validator.observe.observer import Observer
+    from validator.observe.observer import StatusBoard
     from validator.observe.status_server import BEING_DRAWN, StatusServer
 
-    server = StatusServer("127.0.0.1", 0, Observer(tmp_path, "fixture", 10), tmp_path)
+    server = StatusServer("127.0.0.1", 0, StatusBoard("fixture"), tmp_path)
     try:
         drawing, release = threading.Event(), threading.Event()
         pages = iter(["<p>first</p>", "<p>second</p>"])

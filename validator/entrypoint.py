@@ -279,7 +279,7 @@ def main(
             server = None
             if http_port is not None:
                 server = StatusServer(
-                    http_host, http_port, observer, state_dir, health_stale_seconds
+                    http_host, http_port, observer.status, state_dir, health_stale_seconds
                 )
                 server.start()
             try:

@@ -2,7 +2,8 @@
 
 Every assignment is journaled before it is scored, so a crash, a kill or an API outage loses
 nothing: undecided work is rescored and unsubmitted results are submitted by the next loop pass
-or the next process.
+or the next process. Observing (metrics, records, the status page) hooks around these steps
+(validator/observe/hooks.py): the loop calls its hook list and reads nothing back.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from validator.errors import (
 )
 from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient
 from validator.ledger.submitting import submit_result
-from validator.observe.observer import Observer
+from validator.observe.hooks import Hooks
 from validator.scoring import ModulePool, score
 from validator.state.entry import FINAL
 from validator.state.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
@@ -68,10 +69,10 @@ class Runner:
         journal: Journal,
         pool: ModulePool,
         stop: threading.Event,
-        observer: Observer,
+        hooks: Hooks,
     ) -> None:
         self.settings = settings
-        self.observer = observer
+        self.hooks = hooks  # observing: metrics, records, the status page
         self.client = client
         self.journal = journal
         self.pool = pool
@@ -94,7 +95,8 @@ class Runner:
                 # One read of the journal per pass: a pass that does any work ends after it,
                 # so what was read still holds for every step up to that work.
                 pending = self.journal.pending(self.module, UNDECIDED + UNSUBMITTED)
-                self._observe_backlog(pending)
+                undecided = sum(entry.state in UNDECIDED for entry in pending)
+                self.hooks.before_pass(undecided, len(pending) - undecided)
                 if self._limit_reached():
                     log.info("finished %d assignments; exiting", self.finished)
                     return ExitCode.OK
@@ -102,7 +104,7 @@ class Runner:
                     continue
                 task_id = self._due_task()
                 if task_id is None:
-                    self._wait_until(self._next_wake(pending))
+                    self._wait(pending)
                 else:
                     self._lookup(task_id)
             log.info("stopped by signal")
@@ -125,11 +127,6 @@ class Runner:
                 self.journal.postpone(entry, f"{reason}; attempt not counted", 0)
                 log.info("assignment %s: %s; this attempt is not counted", entry.id, reason)
         self.marks.clear()
-
-    def _observe_backlog(self, pending: list[Entry]) -> None:
-        undecided = sum(entry.state in UNDECIDED for entry in pending)
-        self.observer.set_backlog(undecided, len(pending) - undecided)
-        self.observer.progress()
 
     def _limit_reached(self) -> bool:
         limit = self.settings.max_assignments
@@ -172,11 +169,9 @@ class Runner:
                 return task_id
         return None
 
-    def _next_wake(self, pending: list[Entry]) -> float:
-        return min([*self.next_lookup.values(), *(e.not_before for e in pending)])
-
-    def _wait_until(self, when: float) -> None:
-        delay = when - time.time()
+    def _wait(self, pending: list[Entry]) -> None:
+        """Until a task's next lookup or a pending entry is due."""
+        delay = min([*self.next_lookup.values(), *(e.not_before for e in pending)]) - time.time()
         if delay > 0:
             self.stop.wait(delay)
 
@@ -189,27 +184,22 @@ class Runner:
         try:
             result = self.client.request_assignment(task_id)
         except ApiUnavailable as exc:
-            self.observer.looked_up(task_id, "unavailable", time.monotonic() - started, None)
+            self.hooks.after_lookup(task_id, "unavailable", time.monotonic() - started, None)
             self._pause(f"task {task_id}: Fed Ledger unavailable ({exc})")
             return
         except RecoverableException as exc:
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
         took = time.monotonic() - started
         if isinstance(result, Assignment):
-            self.observer.looked_up(task_id, "assignment", took, result.id)
-        else:
-            self.observer.looked_up(task_id, result.kind, took, None)
-        if isinstance(result, Assignment):
+            self.hooks.after_lookup(task_id, "assignment", took, result.id)
             self._take(task_id, result)
-        elif result.kind == "unexpected":
+            return
+        self.hooks.after_lookup(task_id, result.kind, took, None)
+        if result.kind == "unexpected":
             self._pause(f"task {task_id}: unexpected answer HTTP {result.status}: {result.detail}")
         else:
-            log.info(
-                "task %s: %s; next lookup in %gs",
-                task_id,
-                result.detail,
-                self.settings.lookup_interval,
-            )
+            wait = self.settings.lookup_interval
+            log.info("task %s: %s; next lookup in %gs", task_id, result.detail, wait)
 
     def _pause(self, why: str) -> None:
         log.warning("%s; sleeping %gs", why, self.settings.time_sleep)
@@ -274,33 +264,36 @@ class Runner:
         # Scoring with no room to record its result would spend a scoring attempt for nothing.
         self.journal.ensure_writable()
         entry = self.journal.begin_scoring(entry)
-        config = self.pool.config_for(entry.task_id).model_dump()
-        with self.observer.scoring(entry, config):
+        self.hooks.before_attempt(entry, self.pool.config_for(entry.task_id).model_dump())
+        try:
             log.info("assignment %s: scoring (attempt %d)", entry.id, entry.attempts)
             entry = self._score_once(entry)
-        self.observer.save(entry)
+        except BaseException as exc:
+            self.hooks.after_attempt(entry, exc)
+            raise
+        self.hooks.after_attempt(entry)
 
     def _score_once(self, entry: Entry) -> Entry:
         """Scores `entry` and records what came of it; returns the entry as it then is."""
         times = None
         try:
             module = self.pool.module_for(entry.task_id)  # starting a module is host work
-            watch = {"on_phase": self.observer.phase, "on_beat": self.observer.progress}
+            watch = {"on_phase": self.hooks.on_phase, "on_beat": self.hooks.on_beat}
             with self.marks.scoring(entry.id, **watch) as times:
                 metrics = score(module, entry.input)
         except Interrupted:
             self.journal.postpone(entry, "interrupted by a signal", 0)
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified below
-            self._observe_scoring(entry, times)
+            self._after_score(entry, times)
             return self._on_error(entry, exc)
-        self._observe_scoring(entry, times)
+        self._after_score(entry, times)
         log.info("assignment %s: scored %s", entry.id, json.dumps(metrics))
         return self._submit(self.journal.scored(entry, metrics))
 
-    def _observe_scoring(self, entry: Entry, times: PhaseTimes | None) -> None:
-        if times is not None:
-            self.observer.scored(entry, times.finish(), times.facts.get("commit"))
+    def _after_score(self, entry: Entry, times: PhaseTimes | None) -> None:
+        if times is not None:  # None: the module did not start
+            self.hooks.after_score(entry, times.finish(), times.facts.get("commit"))
 
     def _on_error(self, entry: Entry, exc: Exception) -> Entry:
         """Does what validator.errors.OUTCOMES says for the error's verdict."""
@@ -358,10 +351,10 @@ class Runner:
         age = time.time() - entry.received_at
         if age > PENDING_TTL_SECONDS:
             entry = self.journal.dropped(entry, f"transient faults for {age / 3600:.0f} h: {exc}")
-            self.finished += 1
             log.error(
                 "assignment %s: dropped after %.0f h of transient faults", entry.id, age / 3600
             )
+            self._finish(entry)
             return entry
         retry_at = time.time() + self.settings.time_sleep
         entry = self.journal.postpone(entry, f"transient: {exc}", retry_at)
@@ -396,11 +389,15 @@ class Runner:
             raise
         except RecoverableException as exc:  # the API refused the key
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
+        self.hooks.after_submit(entry, time.monotonic() - started)
         if entry.state in FINAL:  # submitted, or dropped as too late
-            self.finished += 1
-        self.observer.submit_took(entry.id, time.monotonic() - started)
-        self.observer.save(entry)
+            self._finish(entry)
         return entry
+
+    def _finish(self, entry: Entry) -> None:
+        """Submitted or dropped: nothing more will happen to it."""
+        self.finished += 1
+        self.hooks.after_finish(entry)
 
 
 def _attempts_used_up(entry: Entry) -> str:

@@ -1,6 +1,8 @@
-"""What the loop is doing, for the operator: per-assignment records (validator/state/records.py),
-Prometheus metrics (validator/observe/telemetry.py) and the state the status page shows
-(status_server.py). The runner tells it what happens; nothing here decides anything.
+"""What the loop is doing, for the operator: three middleware on the runner's hooks
+(validator/observe/hooks.py). `Metrics` moves the Prometheus metrics (telemetry.py), `Records`
+writes the per-assignment records (validator/state/records.py), `StatusBoard` holds what the
+status page and /healthz show (status_server.py). Each reacts to what the runner tells it;
+nothing here decides anything.
 """
 
 from __future__ import annotations
@@ -8,19 +10,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from validator.observe import telemetry
-from validator.state.journal import Entry, State
+from validator.observe.hooks import Hooks, Middleware
+from validator.state.entry import FINAL, Entry, State
 from validator.state.phases import phase_name
 from validator.state.records import (
     AssignmentRecord,
+    LogCapture,
     RecordStore,
-    captured_logs,
     json_safe,
     main_metric,
     outcome_label,
@@ -30,12 +31,66 @@ log = logging.getLogger("validator")
 RECENT = 10
 
 
-@dataclass
-class Current:
-    assignment_id: str
-    task_id: str
-    phase: str
-    since: float
+class Observer(Hooks):
+    """The loop's hook list: records, metrics and the status page's board, in that order (a
+    finished assignment's record is on disk before it is counted or shown)."""
+
+    def __init__(self, state_dir: Path, module: str, records_keep: int, lookups: str = "") -> None:
+        self.records = Records(state_dir, module, records_keep)
+        self.metrics = Metrics()
+        self.status = StatusBoard(module, lookups)
+        super().__init__(self.records, self.metrics, self.status)
+
+
+class Metrics(Middleware):
+    """The Prometheus metrics of the loop (telemetry.py). The last-progress gauge moves with
+    the status board's (/healthz): at each step, and at each phase and beat of a scoring."""
+
+    def __init__(self) -> None:
+        self._progress()
+
+    def _progress(self) -> None:
+        telemetry.LAST_PROGRESS.set(time.time())
+
+    def before_pass(self, undecided: int, unsubmitted: int) -> None:
+        telemetry.BACKLOG.labels("undecided").set(undecided)
+        telemetry.BACKLOG.labels("unsubmitted").set(unsubmitted)
+        self._progress()
+
+    def after_lookup(
+        self, task_id: str, answer: str, seconds: float, assignment_id: str | None
+    ) -> None:
+        telemetry.LOOKUPS.labels(task_id, answer).inc()
+        telemetry.PHASE_SECONDS.labels("lookup").observe(seconds)
+        self._progress()
+
+    def before_attempt(self, entry: Entry, config: dict[str, Any]) -> None:
+        telemetry.SCORING.set(1)
+        self._progress()
+
+    def on_phase(self, phase: str) -> None:
+        self._progress()
+
+    def on_beat(self) -> None:
+        self._progress()
+
+    def after_score(self, entry: Entry, phases: dict[str, float], commit: str | None) -> None:
+        for phase, seconds in phases.items():
+            telemetry.PHASE_SECONDS.labels(phase).observe(seconds)
+
+    def after_submit(self, entry: Entry, seconds: float) -> None:
+        telemetry.PHASE_SECONDS.labels("submit").observe(seconds)
+        self._progress()
+
+    def after_finish(self, entry: Entry) -> None:
+        outcome = outcome_label(entry.state.value, entry.outcome)
+        telemetry.ASSIGNMENTS.labels(entry.task_id, outcome).inc()
+        if entry.state is State.SUBMITTED:
+            telemetry.LAST_SUBMIT.set(time.time())
+
+    def after_attempt(self, entry: Entry, exception: BaseException | None = None) -> None:
+        telemetry.SCORING.set(0)
+        self._progress()
 
 
 @dataclass
@@ -48,119 +103,145 @@ class _Extras:
     commit: str | None = None
 
 
-class Observer:
-    def __init__(self, state_dir: Path, module: str, records_keep: int, lookups: str = "") -> None:
+class Records(Middleware):
+    """The record of each assignment (validator/state/records.py): written as the journal has
+    it after each submit and each attempt, with its config, commit, seconds per phase and the
+    log lines of its attempts; kept in memory only until it is finished."""
+
+    def __init__(self, state_dir: Path, module: str, keep: int) -> None:
         self.module = module
-        # What the loop looks up ("tasks 2, 4 (shard 1/2 of 4 task ids)"), for the page.
-        self.lookups = lookups
-        self.records = RecordStore(state_dir, records_keep)
-        self.started_at = time.time()
-        self.current: Current | None = None
-        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
-        self.backlog = {"undecided": 0, "unsubmitted": 0}
+        self.store = RecordStore(state_dir, keep)
         self._extras: dict[str, _Extras] = {}
-        self._counted: deque[str] = deque(maxlen=1000)  # finished ids, each counted once
-        self.progress()
+        self._capture: LogCapture | None = None
 
-    def progress(self) -> None:
-        self.last_progress = time.time()
-        telemetry.LAST_PROGRESS.set(self.last_progress)
-
-    def looked_up(self, task_id: str, answer: str, seconds: float, assignment_id: str | None):
-        telemetry.LOOKUPS.labels(task_id, answer).inc()
-        telemetry.PHASE_SECONDS.labels("lookup").observe(seconds)
+    def after_lookup(
+        self, task_id: str, answer: str, seconds: float, assignment_id: str | None
+    ) -> None:
         if assignment_id is not None:
             self._extra(assignment_id).phases["lookup"] = round(seconds, 3)
-        self.progress()
 
-    def set_backlog(self, undecided: int, unsubmitted: int) -> None:
-        self.backlog = {"undecided": undecided, "unsubmitted": unsubmitted}
-        for kind, count in self.backlog.items():
-            telemetry.BACKLOG.labels(kind).set(count)
-
-    @contextmanager
-    def scoring(self, entry: Entry, config: dict[str, Any]) -> Iterator[None]:
-        """Around one scoring: the current assignment for the page, its log lines kept."""
+    def before_attempt(self, entry: Entry, config: dict[str, Any]) -> None:
         extras = self._extra(entry.id)
         extras.config = json_safe(config)
-        self.current = Current(entry.id, entry.task_id, "score", time.time())
-        telemetry.SCORING.set(1)
-        self.progress()
-        try:
-            with captured_logs() as capture:
-                # The record's lines are the capture's own list: a record written during the
-                # scoring (its submit) has them, after an earlier attempt's.
-                capture.lines[:0] = extras.log
-                extras.log = capture.lines
-                yield
-        finally:
-            self.current = None
-            telemetry.SCORING.set(0)
-            self.progress()
+        # Into the record's own list: a record written during the attempt (its submit) has the
+        # lines so far, after an earlier attempt's.
+        self._capture = LogCapture(extras.log)
+        self._capture.start()
 
-    def phase(self, phase: str) -> None:
-        """The scoring moved to `phase` (validator/state/phases.py)."""
-        if self.current is not None:
-            self.current.phase, self.current.since = phase_name(phase), time.time()
-        self.progress()
-
-    def scored(self, entry: Entry, phases: dict[str, float], commit: str | None) -> None:
+    def after_score(self, entry: Entry, phases: dict[str, float], commit: str | None) -> None:
         extras = self._extra(entry.id)
         extras.phases.update(phases)
         extras.commit = commit or extras.commit
-        for phase, seconds in phases.items():
-            telemetry.PHASE_SECONDS.labels(phase).observe(seconds)
         if phases:  # one line a person reads: where the assignment's time went
             took = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in phases.items())
             log.info("assignment %s took %s", entry.id, took)
 
-    def submit_took(self, assignment_id: str, seconds: float) -> None:
-        self._extra(assignment_id).phases["submit"] = round(seconds, 3)
-        telemetry.PHASE_SECONDS.labels("submit").observe(seconds)
-        self.progress()
+    def after_submit(self, entry: Entry, seconds: float) -> None:
+        self._extra(entry.id).phases["submit"] = round(seconds, 3)
+        if entry.state not in FINAL:  # a finished one is written by after_finish
+            self._write(entry)
 
-    def save(self, entry: Entry) -> None:
-        """Writes the record of `entry` as the journal now has it; counts a finished one."""
-        if entry.id in self._counted and entry.id not in self._extras:
-            return  # finished, counted and written already
+    def after_finish(self, entry: Entry) -> None:
+        self._write(entry)
+        self._extras.pop(entry.id, None)
+
+    def after_attempt(self, entry: Entry, exception: BaseException | None = None) -> None:
+        if self._capture is not None:
+            self._capture.stop()
+            self._capture = None
+        # An attempt that ended the loop leaves no record; a finished one has its own.
+        if exception is None and entry.id in self._extras:
+            self._write(entry)
+
+    def _write(self, entry: Entry) -> None:
+        """Writes the record of `entry` as the journal now has it."""
         extras = self._extra(entry.id)
-        outcome = outcome_label(entry.state.value, entry.outcome)
-        record = AssignmentRecord(
-            id=entry.id,
-            task_id=entry.task_id,
-            module=self.module,
-            outcome=outcome,
-            reason=entry.error,
-            received_at=entry.received_at,
-            finished_at=time.time(),
-            attempts=entry.attempts,
-            input=entry.input,
-            config=extras.config,
-            commit=extras.commit,
-            metrics=entry.metrics,
-            phases=extras.phases,
-            log=extras.log,
-        )
-        self.records.write(record)
-        if entry.state in (State.SUBMITTED, State.DROPPED) and entry.id not in self._counted:
-            self._counted.append(entry.id)
-            telemetry.ASSIGNMENTS.labels(entry.task_id, outcome).inc()
-            if entry.state is State.SUBMITTED:
-                telemetry.LAST_SUBMIT.set(time.time())
-            metric = main_metric(entry.metrics or {})
-            self.recent.appendleft(
-                {
-                    "id": entry.id,
-                    "task_id": entry.task_id,
-                    "outcome": outcome,
-                    "score": f"{metric} {entry.metrics[metric]:.6g}"
-                    if metric and entry.metrics
-                    else "",
-                    "reason": entry.error or "",
-                    "time": record.finished_at,
-                }
+        self.store.write(
+            AssignmentRecord(
+                id=entry.id,
+                task_id=entry.task_id,
+                module=self.module,
+                outcome=outcome_label(entry.state.value, entry.outcome),
+                reason=entry.error,
+                received_at=entry.received_at,
+                finished_at=time.time(),
+                attempts=entry.attempts,
+                input=entry.input,
+                config=extras.config,
+                commit=extras.commit,
+                metrics=entry.metrics,
+                phases=extras.phases,
+                log=extras.log,
             )
-            self._extras.pop(entry.id, None)
+        )
 
     def _extra(self, assignment_id: str) -> _Extras:
         return self._extras.setdefault(assignment_id, _Extras())
+
+
+@dataclass
+class Current:
+    assignment_id: str
+    task_id: str
+    phase: str
+    since: float
+
+
+class StatusBoard(Middleware):
+    """What the status page shows: the assignment being scored and its phase, the backlog, the
+    last results; and when the loop last made progress, which /healthz reads."""
+
+    def __init__(self, module: str, lookups: str = "") -> None:
+        self.module = module
+        # What the loop looks up ("tasks 2, 4 (shard 1/2 of 4 task ids)"), for the page.
+        self.lookups = lookups
+        self.current: Current | None = None
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self.backlog = {"undecided": 0, "unsubmitted": 0}
+        self._progress()
+
+    def _progress(self) -> None:
+        self.last_progress = time.time()
+
+    def before_pass(self, undecided: int, unsubmitted: int) -> None:
+        self.backlog = {"undecided": undecided, "unsubmitted": unsubmitted}
+        self._progress()
+
+    def after_lookup(
+        self, task_id: str, answer: str, seconds: float, assignment_id: str | None
+    ) -> None:
+        self._progress()
+
+    def before_attempt(self, entry: Entry, config: dict[str, Any]) -> None:
+        self.current = Current(entry.id, entry.task_id, "score", time.time())
+        self._progress()
+
+    def on_phase(self, phase: str) -> None:
+        if self.current is not None:
+            self.current.phase, self.current.since = phase_name(phase), time.time()
+        self._progress()
+
+    def on_beat(self) -> None:
+        self._progress()
+
+    def after_submit(self, entry: Entry, seconds: float) -> None:
+        self._progress()
+
+    def after_finish(self, entry: Entry) -> None:
+        metric = main_metric(entry.metrics or {})
+        self.recent.appendleft(
+            {
+                "id": entry.id,
+                "task_id": entry.task_id,
+                "outcome": outcome_label(entry.state.value, entry.outcome),
+                "score": f"{metric} {entry.metrics[metric]:.6g}"
+                if metric and entry.metrics
+                else "",
+                "reason": entry.error or "",
+                "time": time.time(),
+            }
+        )
+
+    def after_attempt(self, entry: Entry, exception: BaseException | None = None) -> None:
+        self.current = None
+        self._progress()

@@ -25,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from validator.observe import telemetry
 from validator.observe.bounded_http import BoundedHTTPServer, RequestHead
 from validator.observe.drift import status_line as protocol_line
-from validator.observe.observer import Observer
+from validator.observe.observer import StatusBoard
 from validator.spec import REPO_ROOT
 
 log = logging.getLogger(__name__)
@@ -55,11 +55,11 @@ class StatusServer:
         self,
         host: str,
         port: int,
-        observer: Observer,
+        board: StatusBoard,
         state_dir: Path,
         stale_seconds: float = DEFAULT_STALE_SECONDS,
     ) -> None:
-        self.observer = observer
+        self.board = board
         self.state_dir = state_dir
         self.stale_seconds = stale_seconds
         self.reports_rendered = 0
@@ -83,7 +83,7 @@ class StatusServer:
         self.httpd.stop()
 
     def health(self) -> tuple[bool, dict]:
-        idle = time.time() - self.observer.last_progress
+        idle = time.time() - self.board.last_progress
         healthy = idle <= self.stale_seconds
         return healthy, {
             "healthy": healthy,
@@ -92,9 +92,9 @@ class StatusServer:
         }
 
     def page(self) -> str:
-        observer = self.observer
+        board = self.board
         healthy, health = self.health()
-        current = observer.current
+        current = board.current
         doing = (
             f"assignment <b id='current'>{_e(current.assignment_id)}</b> of task "
             f"{_e(current.task_id)}: <b id='phase'>{_e(current.phase)}</b> for "
@@ -116,20 +116,20 @@ class StatusServer:
                 )
             )
             + "</tr>"
-            for r in observer.recent
+            for r in board.recent
         )
         state = "healthy" if healthy else "stale"
         return (
             "<!doctype html><html><head><meta charset='utf-8'>"
             f"<meta http-equiv='refresh' content='{REFRESH_SECONDS}'>"
-            f"<title>flock-validator {_e(observer.module)}</title><style>{PAGE_STYLE}</style>"
-            f"</head><body><h1>flock-validator: {_e(observer.module)}</h1>"
+            f"<title>flock-validator {_e(board.module)}</title><style>{PAGE_STYLE}</style>"
+            f"</head><body><h1>flock-validator: {_e(board.module)}</h1>"
             f"<p id='health' class='{state}'>{state}: last progress "
             f"{health['seconds_since_progress']:.0f} s ago</p>"
             f"<p>Now: {doing}</p>"
-            f"<p>Looks up <span id='lookups'>{_e(observer.lookups or 'no tasks')}</span>.</p>"
-            f"<p>Backlog: <b id='undecided'>{observer.backlog['undecided']}</b> to score, "
-            f"<b id='unsubmitted'>{observer.backlog['unsubmitted']}</b> to submit.</p>"
+            f"<p>Looks up <span id='lookups'>{_e(board.lookups or 'no tasks')}</span>.</p>"
+            f"<p>Backlog: <b id='undecided'>{board.backlog['undecided']}</b> to score, "
+            f"<b id='unsubmitted'>{board.backlog['unsubmitted']}</b> to submit.</p>"
             f"<p id='protocol'>Protocol: {_e(protocol_line() or 'not watched')}</p>"
             "<h2>Last results</h2><table id='recent'><thead><tr><th>time (UTC)</th>"
             "<th>assignment</th><th>task</th><th>outcome</th><th>score</th><th>reason</th>"

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,15 +88,18 @@ def _file_name(assignment_id: str) -> str:
 
 
 class LogCapture(logging.Handler):
-    """The log lines of one assignment, as the operator's log shows them (secrets redacted by
-    the same filter), at most MAX_LOG_LINES."""
+    """The log lines of one assignment, appended to `lines` (its record's own list, after an
+    earlier attempt's) as the operator's log shows them: through the filters of the root
+    logger's handlers (validator.observe.logs.RedactSecrets), at most MAX_LOG_LINES."""
 
-    def __init__(self, filters: list[logging.Filter]) -> None:
+    def __init__(self, lines: list[str]) -> None:
         super().__init__(logging.INFO)
-        self.lines: list[str] = []
+        self.lines = lines
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        for item in filters:
-            self.addFilter(item)
+        for handler in logging.getLogger().handlers:
+            for item in handler.filters:
+                if isinstance(item, logging.Filter):
+                    self.addFilter(item)
 
     def emit(self, record: logging.LogRecord) -> None:
         if len(self.lines) < MAX_LOG_LINES:
@@ -106,19 +107,11 @@ class LogCapture(logging.Handler):
         elif len(self.lines) == MAX_LOG_LINES:
             self.lines.append("... (more lines in the validator's log)")
 
+    def start(self) -> None:
+        logging.getLogger().addHandler(self)
 
-@contextmanager
-def captured_logs() -> Iterator[LogCapture]:
-    """Captures the root logger's lines while the block runs, through the filters of its
-    handlers (validator.observe.logs.RedactSecrets)."""
-    root = logging.getLogger()
-    filters = [f for handler in root.handlers for f in handler.filters]
-    capture = LogCapture([f for f in filters if isinstance(f, logging.Filter)])
-    root.addHandler(capture)
-    try:
-        yield capture
-    finally:
-        root.removeHandler(capture)
+    def stop(self) -> None:
+        logging.getLogger().removeHandler(self)
 
 
 def json_safe(value: Any) -> Any:
