@@ -34,7 +34,7 @@ from validator.scoring import ModulePool, score
 from validator.state.entry import FINAL
 from validator.state.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
 from validator.state.phases import PhaseTimes, ScoringMarks
-from validator.text import MAX_INPUT_STRING, cut_strings, one_line, oversized_strings
+from validator.text import MAX_INPUT_STRING, cut_strings, oversized_strings
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Runner:
         try:
             self._settle_interrupted()
             self.marks.watch_stop(self.stop)
-            self._report_backlog()
+            self.journal.report_backlog(self.module)
             # A restart is when an operator expects kept results to go out: before any lookup,
             # whatever wait the last process set on them.
             self._submit_pending(self.journal.pending(self.module, UNSUBMITTED))
@@ -131,32 +131,6 @@ class Runner:
     def _limit_reached(self) -> bool:
         limit = self.settings.max_assignments
         return limit is not None and self.finished >= limit
-
-    def _report_backlog(self) -> None:
-        undecided = self.journal.pending(self.module, UNDECIDED)
-        unsubmitted = self.journal.pending(self.module, UNSUBMITTED)
-        if undecided or unsubmitted:
-            log.info(
-                "journal %s: %d assignments to (re)score, %d results to submit",
-                self.journal.path,
-                len(undecided),
-                len(unsubmitted),
-            )
-        self._remind_quarantined()
-
-    def _remind_quarantined(self) -> None:
-        """Rows quarantined by an earlier process, in one line (this one's had their own)."""
-        earlier = self.journal.quarantined_now
-        ids = [i for i in self.journal.quarantined() if i not in earlier]
-        if ids:
-            more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
-            log.warning(
-                "journal %s: damaged rows quarantined, kept for you to repair or remove: "
-                "assignments %s%s (python -m validator report lists them)",
-                self.journal.path,
-                one_line(", ".join(ids[:10])),
-                more,
-            )
 
     # --- lookups -----------------------------------------------------------------------
 

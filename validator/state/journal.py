@@ -310,6 +310,29 @@ class Journal:
         )
         return [entry for entry in entries if entry.state in states]
 
+    def report_backlog(self, module: str) -> None:
+        """At start-up, one line for what an earlier process left to do, and one for the rows
+        an earlier process quarantined (this one's had their own line each)."""
+        pending = self.pending(module, UNDECIDED + UNSUBMITTED)
+        undecided = sum(entry.state in UNDECIDED for entry in pending)
+        if pending:
+            log.info(
+                "journal %s: %d assignments to (re)score, %d results to submit",
+                self.path,
+                undecided,
+                len(pending) - undecided,
+            )
+        ids = [i for i in self.quarantined() if i not in self.quarantined_now]
+        if ids:
+            more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
+            log.warning(
+                "journal %s: damaged rows quarantined, kept for you to repair or remove: "
+                "assignments %s%s (python -m validator report lists them)",
+                self.path,
+                one_line(", ".join(ids[:10])),
+                more,
+            )
+
     def events(self, assignment_id: str) -> list[tuple[str, str | None]]:
         rows = self._run(
             lambda: self._db.execute(
