@@ -251,3 +251,15 @@ def test_another_base_replaces_the_warm_one(tmp_path):
     assert warm.get(bases[0]) is first and warm.loads == 1
     second = warm.get(bases[1])
     assert second.key == bases[1] and warm.loads == 2 and warm.held is second
+
+
+def test_the_earlier_names_warn_and_are_the_kit_s():
+    import modules.llm_judge.warm_base as earlier
+    from modules.llm_judge import loading
+    from validator import kit
+
+    with pytest.warns(FutureWarning, match="has moved to validator.kit.WarmBase"):
+        assert earlier.WarmBase is kit.WarmBase
+    with pytest.warns(FutureWarning, match="pick_device has moved: device_and_dtype"):
+        assert loading.pick_device is loading.device_and_dtype
+    assert loading.device_and_dtype() == ("cpu", torch.float32)
