@@ -262,4 +262,6 @@ def test_the_earlier_names_warn_and_are_the_kit_s():
         assert earlier.WarmBase is kit.WarmBase
     with pytest.warns(FutureWarning, match="pick_device has moved: device_and_dtype"):
         assert loading.pick_device is loading.device_and_dtype
-    assert loading.device_and_dtype() == ("cpu", torch.float32)
+    device, dtype = loading.device_and_dtype()
+    assert device == kit.pick_device()
+    assert dtype == (torch.bfloat16 if device == "cuda" else torch.float32)
