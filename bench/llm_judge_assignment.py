@@ -51,11 +51,11 @@ from modules.llm_judge.generation import EndTokens, Request, Sampling, decode, g
 from modules.llm_judge.inspection import inspect_adapter
 from modules.llm_judge.judge_texts import load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
-from modules.llm_judge.loading import linear_attention_kernels, load, pick_device, read_model
+from modules.llm_judge.loading import device_and_dtype, linear_attention_kernels, load, read_model
 from modules.llm_judge.schemas import EvalArgs, LlmJudgeConfig
 from modules.llm_judge.submission import Submission
 from modules.llm_judge.templating import TemplateLimits, decode_answers, encode_prompts
-from modules.llm_judge.warm_base import WarmBase
+from validator.kit import WarmBase
 
 # Qwen3.5-2B's text model as we recall it (not read from the Hub: no network where it runs).
 SHAPE_2B = {**SHAPE_0_8B, "hidden_size": 2048, "intermediate_size": 6144}
@@ -93,7 +93,7 @@ def main() -> None:
         raise SystemExit("error: --device cuda, but torch sees no CUDA device")
     if args.device == "cpu" and torch.cuda.is_available():
         raise SystemExit("error: a CUDA device is present; the module would use it: --device cuda")
-    device, dtype = pick_device()
+    device, dtype = device_and_dtype()
     eval_args = EvalArgs()
     with tempfile.TemporaryDirectory() as tmp, LocalJudge(["judge-a"], KEY) as server:
         work = Path(tmp)

@@ -33,7 +33,7 @@ from modules.llm_judge import loading
 from modules.llm_judge.inspection import inspect_adapter
 from modules.llm_judge.loading import load, read_model
 from modules.llm_judge.submission import Submission
-from modules.llm_judge.warm_base import WarmBase
+from validator.kit import WarmBase
 
 BASE = "Qwen/Qwen3.5-0.8B"
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

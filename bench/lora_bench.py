@@ -3,7 +3,7 @@
 CPU mode (default, `make bench`): a random-weight Qwen2 model of ~40M parameters with a
 realistic 32000-entry vocabulary, saved as a safetensors base repo, and N random LoRA adapters;
 the first conversations of the function-calling sample, `qwen1.5` template, context 1280.
-  ours      the module's code path without HTTP: a warm `BaseModelCache`, then per assignment
+  ours      the module's code path without HTTP: the kit's warm `WarmBase`, then per assignment
             `encode_set` (once per validation-set content, as the module caches it),
             `applied_adapter`, `example_losses`, `eval_loss`, `score_metrics`
   baseline  what the reference does per assignment: tokenizer and data set, base model

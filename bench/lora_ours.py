@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -13,11 +14,12 @@ from transformers import AutoModelForCausalLM
 from bench.lora_common import BASE_NAME, TEMPLATE, Batching
 from bench.lora_measure import Assignment, MemoryMark, Phases
 from modules.lora.adapters import applied_adapter, plan_adapter
-from modules.lora.base_models import BaseModelCache
-from modules.lora.dataset import EncodedSetCache, load_tokenizer
+from modules.lora.base_models import read_base
+from modules.lora.dataset import EncodedSetCache
 from modules.lora.forward import distinct_scored, example_losses
 from modules.lora.metrics import eval_loss, score_metrics
 from modules.lora.records import EncodedExample
+from validator.kit import WarmBase
 
 
 def distinct(examples: list[EncodedExample]) -> list[EncodedExample]:
@@ -28,8 +30,8 @@ def distinct(examples: list[EncodedExample]) -> list[EncodedExample]:
 
 class OursSide:
     """Assignments as `LoraModule.validate` runs them, from the downloaded files on: a warm
-    `BaseModelCache`, the encoding cached per validation-set content, then `applied_adapter`,
-    `example_losses`, the base's check (`BaseModelCache.release`), `eval_loss`,
+    `WarmBase` (the kit's), the encoding cached per validation-set content, then `applied_adapter`,
+    `example_losses`, the base's check (`WarmBase.release`), `eval_loss`,
     `score_metrics`."""
 
     def __init__(self, base_dir: Path, data: Path, context_length: int, batching: Batching):
@@ -39,12 +41,8 @@ class OursSide:
         self.context_length = context_length
         self.batching = batching
         self.base_dir = base_dir
-        self.cache = BaseModelCache(
-            fetch=lambda repo_id: base_dir,
-            load_tokenizer=load_tokenizer,
-            device="cpu",
-            dtype=torch.float32,
-        )
+        read = partial(read_base, fetch=lambda repo_id: base_dir, device="cpu", dtype=torch.float32)
+        self.cache = WarmBase(read, strict=True)
         self.known = EncodedSetCache()
 
     def assignment(self, adapter_dir: Path) -> tuple[Assignment, list[EncodedExample]]:
@@ -54,9 +52,7 @@ class OursSide:
             plan = plan_adapter(raw, [BASE_NAME])
             base = self.cache.get(plan.base_model)
         with phases.phase("encode"):
-            encoded = self.known.get(
-                self.data, TEMPLATE, base.repo_id, base.tokenizer, self.context_length
-            )
+            encoded = self.known.get(self.data, TEMPLATE, base.key, base.extra, self.context_length)
         apply_started = time.perf_counter()
         with applied_adapter(base.model, adapter_dir, plan, True, base.pristine) as model:
             phases.seconds["apply + restore adapter"] = time.perf_counter() - apply_started
@@ -66,12 +62,12 @@ class OursSide:
                     encoded.examples,
                     token_budget=self.batching.token_budget,
                     max_batch_size=self.batching.max_batch_size,
-                    pad_token_id=base.tokenizer.pad_token_id,
+                    pad_token_id=base.extra.pad_token_id,
                 )
             restore_started = time.perf_counter()
         phases.seconds["apply + restore adapter"] += time.perf_counter() - restore_started
         with phases.phase("check base"):
-            self.cache.release(base, adapter_dir.name, reload=plan.needs_base_reload)
+            self.cache.release(adapter_dir.name, reload=plan.needs_base_reload)
         loss = eval_loss(losses)
         metrics = score_metrics(loss, encoded.total_target_tokens, encoded.total_bytes)
         return Assignment(adapter_dir.name, phases, loss, metrics["bpc"]), encoded.examples

@@ -16,7 +16,13 @@ from modules.llm_judge.conversation import Prompt, read_prompts
 from modules.llm_judge.generation import EndTokens, Request, Sampling, assignment_seed, generate
 from modules.llm_judge.judge_texts import load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
-from modules.llm_judge.loading import LoadedModel, ModelCannotLoad, load, pick_device, read_model
+from modules.llm_judge.loading import (
+    LoadedModel,
+    ModelCannotLoad,
+    device_and_dtype,
+    load,
+    read_model,
+)
 from modules.llm_judge.schemas import (
     PENALTY_SCORE,
     LlmJudgeConfig,
@@ -35,10 +41,10 @@ from modules.llm_judge.templating import (
     decode_answers,
     encode_prompts,
 )
-from modules.llm_judge.warm_base import WarmBase
 from validator.kit import (
     BaseValidationModule,
     SubmissionRejected,
+    WarmBase,
     WorkArea,
     current_run,
     current_scope,
@@ -75,8 +81,8 @@ class LlmJudgeModule(BaseValidationModule):
         )
         self._work = WorkArea("llm_judge", config.work_dir)
         # The base of LoRA submissions stays loaded between assignments on a CPU host, merged
-        # into and restored bit for bit (warm_base.py); scores are those of a fresh load.
-        self.warm = WarmBase(partial(read_model, dtype=pick_device()[1]))
+        # into and restored bit for bit (the kit's WarmBase); scores are those of a fresh load.
+        self.warm = WarmBase(partial(read_model, dtype=device_and_dtype()[1]))
 
     def validate(self, data: LlmJudgeInput) -> LlmJudgeMetrics:
         config = self.config

@@ -7,8 +7,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,15 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 from modules.llm_judge.submission import Submission
-from modules.llm_judge.warm_base import WarmBase
 from validator.kit import (
     ConfigError,
+    WarmBase,
     check_adapter_patterns,
     check_lora_against_base,
     fetch_base_model,
     ranks_of,
 )
+from validator.kit import pick_device as kit_pick_device  # `pick_device` here is the old alias
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +50,25 @@ LINEAR_ATTENTION_ENV = "LLM_JUDGE_LINEAR_ATTENTION"
 _FLA_MODELING = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 
 
-def pick_device() -> tuple[str, torch.dtype]:
-    """The device and dtype models run in; first decides the linear-attention kernels, so that a
-    bad LLM_JUDGE_LINEAR_ATTENTION stops the module at start-up rather than fail a submission."""
+def device_and_dtype() -> tuple[str, torch.dtype]:
+    """The device (the kit's `pick_device`) and dtype models run in; first decides the
+    linear-attention kernels, so that a bad LLM_JUDGE_LINEAR_ATTENTION stops the module at
+    start-up rather than fail a submission."""
     linear_attention_kernels()
-    if torch.cuda.is_available():
-        return "cuda", torch.bfloat16
-    return "cpu", torch.float32
+    device = kit_pick_device()
+    return device, torch.bfloat16 if device == "cuda" else torch.float32
+
+
+def __getattr__(name: str) -> Any:
+    if name == "pick_device":  # the device alone is the kit's now, shared with lora
+        warnings.warn(
+            "modules.llm_judge.loading.pick_device has moved: device_and_dtype() here, or "
+            "validator.kit.pick_device for the device alone",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return device_and_dtype
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @cache
@@ -121,11 +135,11 @@ def load(
 ) -> LoadedModel:
     """The merged or full model, on the GPU when there is one, ready to generate.
 
-    With `warm`, on a CPU, a LoRA is merged into the warm base (warm_base.py) instead of a fresh
-    load: the same weights, bit for bit. The caller then calls `warm.release(user)` after
+    With `warm`, on a CPU, a LoRA is merged into the warm base (the kit's `WarmBase`) instead of
+    a fresh load: the same weights, bit for bit. The caller then calls `warm.release(user)` after
     generating; this function calls it itself when it raises. On a GPU the base is read for every
     assignment, as the network reads it, and merged on the CPU before it moves to the GPU."""
-    device, dtype = pick_device()
+    device, dtype = device_and_dtype()
     if submission.base_model is not None:
         # The base is the operator's (a supported, trusted repo): its download problems are
         # the operator's, not the submission's, and are raised as they are.
@@ -156,8 +170,10 @@ def load(
             check_adapter_patterns(
                 submission.path / "adapter_config.json", model, submission.path.parent / "patterns"
             )
-            if warm is not None:
-                model = warm.merge(submission.path)
+            if warm is not None:  # peft's plain load of the adapter, merged, as the network's
+                model = warm.apply(
+                    partial(PeftModel.from_pretrained, model_id=str(submission.path))
+                )
             else:
                 model = PeftModel.from_pretrained(model, str(submission.path)).merge_and_unload()
     except Exception as exc:

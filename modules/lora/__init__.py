@@ -5,17 +5,13 @@ as the network's reference does (docs/lora-scoring.md), treating the submission 
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 
 from modules.lora.adapter_shapes import check_against_base
-from modules.lora.adapters import AdapterRejected, applied_adapter, plan_adapter
-from modules.lora.base_models import (
-    BaseModelCache,
-    LoadedBase,
-    gpu_type,
-    pick_device,
-)
-from modules.lora.dataset import EncodedSet, EncodedSetCache, load_tokenizer
+from modules.lora.adapters import AdapterRejected, attacher, plan_adapter
+from modules.lora.base_models import gpu_type, read_base
+from modules.lora.dataset import EncodedSet, EncodedSetCache
 from modules.lora.forward import default_max_batch_size, example_losses
 from modules.lora.host_memory import keep_freed_memory
 from modules.lora.hub import DownloadLimits, fetch_adapter
@@ -32,12 +28,15 @@ from modules.lora.templates import get_template
 from validator.kit import (
     BaseValidationModule,
     ConfigError,
+    HeldBase,
     SubmissionRejected,
+    WarmBase,
     WorkArea,
     check_adapter_patterns,
     current_scope,
     fetch_base_model,
     fetch_validation_set,
+    pick_device,
 )
 
 log = logging.getLogger(__name__)
@@ -69,14 +68,16 @@ class LoraModule(BaseValidationModule):
             log.warning("fp16 is false: bf16 scores differ from the network's (fp16 on GPU)")
         self.merge = config.merge_adapter and config.quantization == "none"
         self.max_batch_size = config.max_batch_size or default_max_batch_size(self.device)
-        self.bases = BaseModelCache(
+        # Bases stay loaded across assignments; a merge or restore that fails is a device fault
+        # (strict): the process restarts and the assignment is rescored.
+        read = partial(
+            read_base,
             fetch=fetch_base_model,
-            load_tokenizer=load_tokenizer,
             device=self.device,
             dtype=self.precision.weights,
-            capacity=config.cached_base_models,
             quantization=config.quantization,
         )
+        self.bases = WarmBase(read, capacity=config.cached_base_models, strict=True)
         self.limits = DownloadLimits(
             max_file_bytes=config.max_adapter_file_bytes,
             max_total_bytes=config.max_adapter_total_bytes,
@@ -131,33 +132,33 @@ class LoraModule(BaseValidationModule):
         )
         with current_scope().host_work("data"):
             encoded = self._encode(data, base, work)
-        try:
-            with applied_adapter(
-                base.model, submission.path, plan, self.merge, base.pristine
-            ) as model:
-                losses = example_losses(
-                    model,
-                    encoded.examples,
-                    token_budget=self.config.token_budget,
-                    max_batch_size=self.max_batch_size,
-                    pad_token_id=base.tokenizer.pad_token_id,
-                    autocast=self.precision.autocast,
-                    packing=self.config.packing,
-                )
-        finally:
-            # Whatever happened (a score, a refusal, a fault), the next submission must meet
-            # the base as loaded.
-            self.bases.release(base, data.hg_repo_id, reload=plan.needs_base_reload)
+        # Whatever happens in the block (a score, a refusal, a fault), the next submission
+        # meets the base as loaded: the adapter is undone and the base checked, or dropped.
+        with self.bases.applied(
+            attacher(submission.path, plan),
+            user=data.hg_repo_id,
+            merge=self.merge,
+            reload=plan.needs_base_reload,
+        ) as model:
+            losses = example_losses(
+                model,
+                encoded.examples,
+                token_budget=self.config.token_budget,
+                max_batch_size=self.max_batch_size,
+                pad_token_id=base.extra.pad_token_id,  # extra: the base's tokenizer
+                autocast=self.precision.autocast,
+                packing=self.config.packing,
+            )
         return self._metrics(eval_loss(losses), encoded.total_target_tokens, encoded.total_bytes)
 
-    def _encode(self, data: LoraInput, base: LoadedBase, work: Path) -> EncodedSet:
+    def _encode(self, data: LoraInput, base: HeldBase, work: Path) -> EncodedSet:
         path = fetch_validation_set(
             data.validation_set_url,
             work / "validation.jsonl",
             self.limits.max_validation_set_bytes,
         )
         encoded = self._encoded.get(
-            path, data.base_model, base.repo_id, base.tokenizer, data.context_length
+            path, data.base_model, base.key, base.extra, data.context_length
         )
         log.info("validation set: %d examples", len(encoded.examples))
         check_token_byte_ratio(encoded.total_target_tokens, encoded.total_bytes)

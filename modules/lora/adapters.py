@@ -1,17 +1,17 @@
-"""Checking a submitted adapter's config, and applying the adapter to a warm base model.
+"""Checking a submitted adapter's config, and how lora puts the adapter on its base model.
 
 The reference merges the adapter into the base weights (`merge_and_unload`) and scores the
-merged model. We do the same, so the numbers match, but keep the base: the weights a merge
-touches are copied back afterwards, bit for bit, from pristine copies
-(`validator/kit/pristine.py`), instead of reloading the base for every assignment.
+merged model. We do the same, so the numbers match, but keep the base: the kit's `WarmBase`
+(`validator/kit/warm_base.py`) copies the weights a merge touches back afterwards, bit for bit,
+instead of reloading the base for every assignment.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +21,10 @@ from peft import LoraConfig, PeftModel
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from validator.kit import (
-    BaseNotRestored,
     PristineWeights,
     SubmissionRejected,
+    adapter_applied,
     check_layer_replication,
-    forget_peft,
-    merge_targets,
     quoted,
     replicated_layers,
 )
@@ -123,51 +121,37 @@ def _known_values(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return values, dropped
 
 
-@contextmanager
+def attacher(adapter_dir: Path, plan: AdapterPlan) -> Callable[[torch.nn.Module], PeftModel]:
+    """How lora puts an adapter on its base (the kit's `WarmBase` then merges it, or keeps it
+    attached, and undoes it): peft's load with the checked config. What peft raises here is the
+    submission's fault (BaseCorrupted)."""
+
+    def attach(base: torch.nn.Module) -> PeftModel:
+        try:
+            # autocast: the adapter is held in fp32 however it was saved, so a merge adds an
+            # fp32 delta to 16-bit weights on any device, as on the reference's CPU.
+            return PeftModel.from_pretrained(
+                base, str(adapter_dir), config=plan.config, autocast_adapter_dtype=True
+            )
+        except Exception as exc:
+            raise BaseCorrupted(f"the adapter does not fit its base model: {exc}") from exc
+
+    return attach
+
+
 def applied_adapter(
     base: torch.nn.Module,
     adapter_dir: Path,
     plan: AdapterPlan,
     merge: bool = True,
     pristine: PristineWeights | None = None,
-) -> Iterator:
-    """The base with the adapter applied, and the base as it was again on exit.
-
-    merge=True is the reference's arithmetic: the adapter is merged into the weights, which are
-    copied back from `pristine` afterwards (pass the base's own store, so that each weight is
-    copied out once per base rather than once per adapter). merge=False keeps the LoRA layers
-    beside the weights and removes them afterwards; quantized weights need this, and the scores
-    differ by rounding only.
-    Raises BaseCorrupted when peft cannot apply the adapter, and BaseNotRestored when copying
-    out, merging or copying back fails. Either way, and also after a clean exit, the base may
-    hold what the adapter file wrote: the caller checks it (BaseModelCache.release).
-    """
-    try:
-        # autocast: the adapter is held in fp32 however it was saved, so a merge adds an fp32
-        # delta to 16-bit weights on any device, as on the reference's CPU.
-        peft_model = PeftModel.from_pretrained(
-            base, str(adapter_dir), config=plan.config, autocast_adapter_dtype=True
-        )
-    except Exception as exc:
-        raise BaseCorrupted(f"the adapter does not fit its base model: {exc}") from exc
-    if not merge:
-        try:
-            yield peft_model
-        finally:
-            forget_peft(peft_model.unload())
-        return
-    pristine = pristine if pristine is not None else PristineWeights()
-    touched = dict(merge_targets(peft_model))
-    try:
-        pristine.keep(touched.items())
-        merged = peft_model.merge_and_unload()
-    except Exception as exc:  # out of memory, mostly: this host's fault, not the submission's
-        raise BaseNotRestored(f"the adapter could not be merged: {exc}") from exc
-    try:
-        yield merged
-    finally:
-        pristine.restore(merged, touched)
-        forget_peft(merged)
+) -> AbstractContextManager:
+    """`base` with the adapter applied as the module applies it to its warm base, and `base` as
+    it was again on exit (the kit's `adapter_applied`; the bench and tests use a bare model).
+    A copy-out, merge or copy-back that fails is BaseNotRestored (a device fault)."""
+    return adapter_applied(
+        base, attacher(adapter_dir, plan), merge=merge, pristine=pristine, strict=True
+    )
 
 
 class BaseCorrupted(AdapterRejected):

@@ -101,7 +101,7 @@ def test_the_override_forces_the_fallback_and_a_bad_value_stops_at_start_up(monk
     loading.linear_attention_kernels.cache_clear()
     monkeypatch.setenv(loading.LINEAR_ATTENTION_ENV, "triton")
     with pytest.raises(ConfigError, match="LLM_JUDGE_LINEAR_ATTENTION='triton'"):  # exit 2:
-        loading.pick_device()
+        loading.device_and_dtype()
 
 
 def test_the_swap_to_the_torch_path_keeps_the_greedy_answers(base):

@@ -5,6 +5,7 @@ score."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ import modules.llm_judge as llm_judge
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
 from modules.llm_judge.loading import read_model
-from modules.llm_judge.warm_base import WarmBase
 from tests.llm_judge.test_llm_judge_module import BASE, JUDGES, module, world  # noqa: F401
+from validator.kit import WarmBase
 from validator.scoring import score
 
 PREFIX = "base_model.model."
@@ -121,7 +122,7 @@ def test_each_merge_into_the_warm_base_is_bit_identical_to_a_fresh_load_and_merg
     order = ["alice/warm-1", "alice/warm-2", "mallory/mlp", "alice/warm-1", "alice/warm-2"]
     for repo in order:
         held = warm.get(base)
-        merged = warm.merge(adapters[repo])
+        merged = warm.apply(partial(PeftModel.from_pretrained, model_id=str(adapters[repo])))
         assert merged is held.model  # merged in place, not a copy
         assert_bit_identical(merged.state_dict(), fresh_merge(base, adapters[repo]))
         warm.release(repo)
@@ -249,4 +250,18 @@ def test_another_base_replaces_the_warm_one(tmp_path):
     first = warm.get(bases[0])
     assert warm.get(bases[0]) is first and warm.loads == 1
     second = warm.get(bases[1])
-    assert second.source == bases[1] and warm.loads == 2 and warm.held is second
+    assert second.key == bases[1] and warm.loads == 2 and warm.held is second
+
+
+def test_the_earlier_names_warn_and_are_the_kit_s():
+    import modules.llm_judge.warm_base as earlier
+    from modules.llm_judge import loading
+    from validator import kit
+
+    with pytest.warns(FutureWarning, match="has moved to validator.kit.WarmBase"):
+        assert earlier.WarmBase is kit.WarmBase
+    with pytest.warns(FutureWarning, match="pick_device has moved: device_and_dtype"):
+        assert loading.pick_device is loading.device_and_dtype
+    device, dtype = loading.device_and_dtype()
+    assert device == kit.pick_device()
+    assert dtype == (torch.bfloat16 if device == "cuda" else torch.float32)

@@ -234,13 +234,13 @@ def reference_eval_loss(world: World, kind: str, adapter_dir: Path) -> float:
     scorer = module()
     data = inputs(f"alice/{kind}", kind)
     base = scorer.bases.get(KINDS[kind][2])
-    encoded = scorer._encoded.get(CHAT, data.base_model, base.repo_id, base.tokenizer, 512)
+    encoded = scorer._encoded.get(CHAT, data.base_model, base.key, base.extra, 512)
     losses = example_losses(
         model,
         encoded.examples,
         token_budget=4096,
         max_batch_size=1,
-        pad_token_id=base.tokenizer.pad_token_id,
+        pad_token_id=base.extra.pad_token_id,
     )
     return eval_loss(losses)
 

@@ -58,13 +58,18 @@ _WHERE = {
     "check_layer_replication": "validator.kit.adapter_bounds",
     "check_adapter_patterns": "validator.kit.adapter_patterns",
     "LoraTensor": "validator.kit.adapter_bounds",
-    # a warm base: an adapter merged into a kept base, undone bit for bit (torch and peft)
+    # a warm base: one base kept loaded, each adapter applied to it and undone bit for bit, the
+    # base checked after every assignment (torch and peft); where models run
     "PristineWeights": "validator.kit.pristine",
     "BaseNotRestored": "validator.errors",
     "merge_targets": "validator.kit.pristine",
     "forget_peft": "validator.kit.pristine",
     "BaseFingerprint": "validator.kit.fingerprint",
     "base_intact": "validator.kit.fingerprint",
+    "WarmBase": "validator.kit.warm_base",
+    "HeldBase": "validator.kit.warm_base",
+    "adapter_applied": "validator.kit.warm_base",
+    "pick_device": "validator.kit.warm_base",
     # text in reasons and logs
     "quoted": "validator.text",
     "one_line": "validator.text",
@@ -113,6 +118,10 @@ __all__ = [
     "forget_peft",
     "BaseFingerprint",
     "base_intact",
+    "WarmBase",
+    "HeldBase",
+    "adapter_applied",
+    "pick_device",
     "quoted",
     "one_line",
 ]
@@ -163,5 +172,6 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from validator.kit.run_context import RunContext, current_run
     from validator.kit.safe_json import loads_bounded
     from validator.kit.scope import HostPhase, Progress, Scope, current_scope
+    from validator.kit.warm_base import HeldBase, WarmBase, adapter_applied, pick_device
     from validator.kit.workdirs import WorkArea
     from validator.text import one_line, quoted
