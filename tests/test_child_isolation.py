@@ -2,7 +2,8 @@
 started it (issue 32, F4), with real processes on both paths (forked from the pre-imported
 server; the fresh-process fallback):
 
-- it cannot read the validator's environment or memory (the validator is non-dumpable). The
+- it cannot read the validator's environment or memory (`python -m validator` makes itself
+  non-dumpable first thing; a stand-in validator that does the same runs the children). The
   pair runs without privileges, as in the module image (uid 10001, no capabilities): root's
   CAP_SYS_PTRACE reads any process, so under a root test run the stand-in validator is started
   with every capability dropped from its bounding set (it stays uid 0: an interpreter under
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from devkit.validator_cli import API_KEY, validator_env, write_config
+from tests.helpers.children import wait_until
 from validator.kit import child_server
 from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
 
@@ -105,6 +108,56 @@ def test_a_child_cannot_read_the_validators_environment_or_memory(tmp_path):
         assert seen[path]["mem"] == "PermissionError", (path, seen[path])
         # The right process, and /proc readable as such: only the protected files are refused.
         assert str(validator) in seen[path]["cmdline"], (path, seen[path])
+
+
+# What a process of the validator's user (without capabilities) makes of the process given's
+# environment; never its text (the test's own environment is in it).
+READ = """
+import sys
+try:
+    environ = open(f"/proc/{sys.argv[1]}/environ", "rb").read()
+    print("holds the key" if sys.argv[2].encode() in environ else "read")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+def test_the_validator_is_non_dumpable_from_its_start(tmp_path):
+    # The real CLI, held inside a scoring (the fixture module's `slow/`) while it is read.
+    env = validator_env(tmp_path)
+    release = tmp_path / "release"
+    write_config(
+        tmp_path,
+        "fixture",
+        {"marker_dir": str(tmp_path), "release_file": str(release), "slow_seconds": 120},
+    )
+    check = tmp_path / "input.json"
+    check.write_text(json.dumps({"hg_repo_id": "slow/x"}))
+    unprivileged = drop_capabilities if os.geteuid() == 0 else None
+    validator = subprocess.Popen(
+        [sys.executable, "-m", "validator", "fixture", "--check", str(check)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=unprivileged,  # noqa: PLW1509 - pytest's one thread
+    )
+    try:
+        assert wait_until(lambda: (tmp_path / "slow_x.started").exists() or validator.poll())
+        assert validator.poll() is None, validator.stderr.read() if validator.stderr else ""
+        read = subprocess.run(
+            [sys.executable, "-c", READ, str(validator.pid), API_KEY],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=unprivileged,  # noqa: PLW1509 - pytest's one thread
+        )
+    finally:
+        release.touch()
+        _, err = validator.communicate(timeout=120)
+    assert validator.returncode == 0, err
+    assert read.stdout.strip() == "PermissionError", read.stdout
 
 
 # Double-forks a `sleep 600` into a session of its own, writes its pid once it runs `sleep`

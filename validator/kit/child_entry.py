@@ -43,13 +43,12 @@ import sys
 import threading
 import traceback
 import weakref
-from pathlib import Path
 
 if __package__:  # imported by the validator
     from validator.kit import child_reaper as reaper
 else:  # run as `python -I child_entry.py`: no folder on sys.path; the file beside it, unlisted
     _spec = importlib.util.spec_from_file_location(
-        "child_reaper", Path(__file__).with_name("child_reaper.py")
+        "child_reaper", os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_reaper.py")
     )
     reaper = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(reaper)
