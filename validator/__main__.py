@@ -2,6 +2,12 @@ import sys
 
 
 def main() -> None:
+    # First: the environment holds the secrets (FLOCK_API_KEY, HF_TOKEN, judge keys). Non-
+    # dumpable, a bounded child of the same user can no longer read /proc/<our pid>/environ or
+    # our memory (validator/kit/child_reaper.py); no core dump of ours is written either.
+    from validator.kit.child_reaper import make_undumpable
+
+    make_undumpable()
     if sys.argv[1:2] == ["new-module"]:  # not a module name: module names are identifiers
         # The old spelling of `python -m devkit.scaffold` (a dev tool), kept as an alias that
         # warns. The product never imports devkit: a checkout that has it runs it in place of

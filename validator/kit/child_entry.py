@@ -2,8 +2,9 @@
 are forked from. Standalone: it runs as `python -I child_entry.py ...` and imports only the
 standard library (and the trusted preloads), never the validator's code.
 
-- `run SPEC TOKEN`: the fresh-process path. Sets the child up (parent-death signal, preloads,
-  limits) and runs the script as `__main__`, as a plain interpreter would.
+- `run SPEC TOKEN`: the fresh-process path. Forks the script's process and stays its parent (a
+  subreaper, below); the script's side sets itself up (parent-death signal, preloads, limits)
+  and runs the script as `__main__`, as a plain interpreter would.
 - `serve CONTROL_FD PARENT PLACEHOLDER [PRELOAD...]`: the server. Imports the preloads once,
   checks that it runs one thread (a fork copies only the calling thread: a lock held by another
   would deadlock the child) and that a child can show its token on its command line, says
@@ -16,6 +17,12 @@ connection the server answers `{"pid": N}` once the child is in its own session,
 `{"code": C, "cpu": S}` when it has ended (its group killed, the leader reaped). `kill` on the
 connection, or the connection closing, kills the child's group. The control socket closing, or
 the validator's death, ends the server and every child it runs.
+
+What a child starts does not outlive it: the server, and the fresh path's first process, are
+subreapers, so a process whose parent ended, even one in a session of its own (setsid, a double
+fork), becomes theirs, and every such process is killed when a child ends. Both are
+non-dumpable, as the validator is, and their children inherit it: a child can neither ptrace
+them nor read another child's memory (validator/kit/child_reaper.py).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import atexit
 import ctypes
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -36,12 +44,20 @@ import threading
 import traceback
 import weakref
 
-# Exit codes of the set-up: the script ran out of memory, or the parent was already gone.
+if __package__:  # imported by the validator
+    from validator.kit import child_reaper as reaper
+else:  # run as `python -I child_entry.py`: no folder on sys.path; the file beside it, unlisted
+    _spec = importlib.util.spec_from_file_location(
+        "child_reaper", os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_reaper.py")
+    )
+    reaper = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(reaper)
+
+# The exit code of a script that ran out of memory (child_reaper.EXIT_ORPHAN: of a set-up whose
+# parent was already gone).
 EXIT_MEMORY = 86
-EXIT_ORPHAN = 87
 # A child past its CPU limit gets SIGXCPU; if it survives that, SIGKILL this much later.
 CPU_HARD_MARGIN = 2
-PR_SET_PDEATHSIG = 1
 # The server's argument that a forked child overwrites with its token, in its own copy of the
 # memory, so that /proc/<pid>/cmdline names it as a fresh child's does (kill_strays reads it).
 PLACEHOLDER = "-" * 32
@@ -57,15 +73,6 @@ WARM = {
         "PreTrainedTokenizerFast",
     ),
 }
-
-
-def set_parent_death_signal(parent: int) -> None:
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    # The parent may have died before prctl: then no signal will ever come.
-    if os.getppid() != parent:
-        os._exit(EXIT_ORPHAN)
 
 
 def arm_limits(spec: dict) -> None:
@@ -104,7 +111,8 @@ def preload(names: list[str]) -> None:
 def run_fresh(spec_path: str) -> None:
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
-    set_parent_death_signal(int(spec["parent"]))
+    reaper.set_parent_death_signal(int(spec["parent"]))
+    reaper.stay_as_reaper()  # returns in the script's process only
     for name in spec["preload"]:
         importlib.import_module(name)
     arm_limits(spec)
@@ -192,7 +200,7 @@ def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -
         for sock in held:
             sock.detach()  # the server's sockets: closed below by number, never by an object
         os.setsid()
-        set_parent_death_signal(server)
+        reaper.set_parent_death_signal(server)
         _show_token(request["token"])
         os.chdir(request["cwd"])
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -234,6 +242,7 @@ class _Server:
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         self.poller.register(control, select.POLLIN)
         self.poller.register(self.wake_r, select.POLLIN)
+        self.keep = reaper.child_pids()  # none, normally: what the preloads started is not a stray
         self.children: dict[int, socket.socket] = {}  # pid -> the caller's connection
         self.by_fd: dict[int, int] = {}  # the connection's fd -> pid
 
@@ -256,6 +265,7 @@ class _Server:
             _kill(pid)
         for pid in list(self.children):
             self._finish(pid)
+        reaper.kill_orphans(self.keep)
 
     def _accept(self) -> bool:
         try:
@@ -328,6 +338,9 @@ class _Server:
             self.poller.unregister(conn)
         except (KeyError, ValueError):
             pass
+        # What it left (ours as subreaper) dies before its end is told: then nothing of it runs.
+        # Another running child's strays go too: no child needs one.
+        reaper.kill_orphans(self.keep | self.children.keys())
         code = os.waitstatus_to_exitcode(status)
         _send(conn, {"code": code, "cpu": usage.ru_utime + usage.ru_stime})
         conn.close()
@@ -349,7 +362,9 @@ def _send(conn: socket.socket, message: dict) -> None:
 
 
 def serve(control_fd: int, parent: int, placeholder: str, names: list[str]) -> None:
-    set_parent_death_signal(parent)
+    reaper.set_parent_death_signal(parent)
+    reaper.make_undumpable()
+    reaper.become_subreaper()
     control = socket.socket(fileno=control_fd)
     try:
         preload(names)

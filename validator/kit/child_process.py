@@ -13,6 +13,12 @@ way:
 - no secrets: the child's environment is PATH, HOME (its folder) and what the caller adds, and
   the process it was forked from never held more;
 - its own process group (a new session), so that one kill reaches everything it started;
+  and what it started in a session of its own (setsid, a double fork) becomes, once its parent
+  ends, the child of a subreaper (the server; in the fresh path, the first process, which forks
+  the script's), which kills it when the child ends: nothing a child started outlives it;
+- no reach into the validator: the validator, the servers and every child are non-dumpable
+  (validator/kit/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
+  read their /proc/<pid>/environ or memory, nor ptrace them;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
   SIGKILL, or one that dies any other way, takes the child with it (through the server, which
   has its own);
@@ -60,9 +66,11 @@ STDERR_TAIL = 2000
 # What a child killed by a signal (an abort) wrote last when an allocation failed at its memory
 # limit: Python, C++, glibc, and Rust's "memory allocation of N bytes failed" (tokenizers).
 MEMORY_MARKS = ("MemoryError", "bad_alloc", "Cannot allocate", "memory allocation of")
-# How long the server may take to fork a child beyond its wall clock, and to kill one.
+# How long the server may take to fork a child beyond its wall clock, and to kill one; how long
+# the fresh path's first process may take to kill the script's and what it left.
 START_GRACE = 30.0
 KILL_WAIT_SECONDS = 30.0
+STOP_WAIT_SECONDS = 5.0
 
 
 class ChildOutcome(Enum):
@@ -281,17 +289,38 @@ def _run_fresh(
             time.sleep(POLL_SECONDS)  # a signal handler's exception ends the wait here
     finally:
         # Whatever happened (done, over time, a stop signal): nothing of the child outlives
-        # this call. The leader is reaped; other members of its group, if any, are killed.
-        _kill_group(process.pid)
-        if status is None:
-            _, status, _ = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-        record.unlink(missing_ok=True)
-        spec_path.unlink(missing_ok=True)
+        # this call. Stopped: its first process kills the script's and what that left, then
+        # ends. The leader is reaped; other members of its group, if any, are killed.
+        try:
+            if status is None:
+                status = _stop_fresh(process.pid)
+        finally:
+            _kill_group(process.pid)
+            if status is None:
+                _, status, _ = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+            record.unlink(missing_ok=True)
+            spec_path.unlink(missing_ok=True)
     tail = _tail(stderr_path)
     stderr_path.unlink(missing_ok=True)
     code = process.returncode
     return ChildResult(_outcome(code, tail, timed_out, cpu, limits), code, tail, limits)
+
+
+def _stop_fresh(pid: int) -> int | None:
+    """SIGTERM to the fresh path's first process (child_reaper.stay_as_reaper); its wait
+    status once it ended, None if it took longer than STOP_WAIT_SECONDS (then SIGKILL)."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # ended meanwhile, not yet reaped
+    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        ended, status, _ = os.wait4(pid, os.WNOHANG)
+        if ended:
+            return status
+        time.sleep(POLL_SECONDS)
+    return None
 
 
 def _outcome(
