@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from validator.kit import ChildLimits, ChildOutcome, SubmissionRejected, run_child
+from validator.kit import CHILD_ENV, ChildLimits, ChildOutcome, SubmissionRejected, run_child
 
 CHILD = Path(__file__).with_name("tokenizer_child.py")
 # The result file may exceed the texts' own size by its JSON frame.
@@ -190,15 +190,10 @@ def _run(
         [str(paths["request.json"])],
         cwd=work,
         limits=limits.for_items(count),
-        env={
-            # One thread each: Jinja and one text at a time.
-            "OMP_NUM_THREADS": "1",
-            "RAYON_NUM_THREADS": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "HF_HUB_OFFLINE": "1",  # a local folder: nothing to fetch
-            "TRANSFORMERS_VERBOSITY": "error",
-        },
-        preload=("transformers",),
+        # The kit's child environment (one thread each, offline, quiet) and the preloads of
+        # llm_judge's other children: one pre-imported server serves them all.
+        env=CHILD_ENV,
+        preload=("torch", "transformers"),
     )
     who, doing = PHASES.get(_phase(paths["phase"]), ("the tokenizer", "starting"))
     for name in ("request.json", "phase"):

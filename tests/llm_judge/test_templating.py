@@ -21,9 +21,11 @@ from devkit.tiny_chat_models import build_chat_base
 from devkit.validator_cli import REPO_ROOT
 from modules.llm_judge.conversation import read_prompts
 from modules.llm_judge.generation import tokenize
+from modules.llm_judge.inspection import inspect_model
 from modules.llm_judge.templating import TemplateLimits, encode_prompts
 from tests.helpers.children import gone, record_in, stop_again_until_it_ends, wait_until
 from validator.errors import SubmissionRejected
+from validator.kit import child_server
 
 # Issue 23's three nested loops; the body writes nothing, so that CPU time is what runs out
 # (with an "x" there, the output list reaches the memory limit first: also a rejection).
@@ -155,6 +157,7 @@ from pathlib import Path
 from modules.llm_judge.templating import TemplateLimits, encode_prompts
 from validator.entrypoint import _install_signal_handlers
 from validator.errors import SubmissionRejected
+from validator.kit import child_server
 from validator.runner import Interrupted
 
 _install_signal_handlers(threading.Event())  # the validator's own: a second signal interrupts
@@ -246,3 +249,11 @@ def test_empty_tools_reach_the_template_as_an_empty_list_not_none(base, tmp_path
     items = [(HI[0][0], []), (HI[0][0], None)]
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     assert ids_of(folder, items, tmp_path / "work") == tokenize(tokenizer, ["T0|", "|"])
+
+
+def test_the_renderer_and_the_model_inspector_share_one_pre_imported_server(base, tmp_path):
+    # A server per environment and preloads: the renderer once had its own (~290 MB more).
+    ids_of(base, HI, tmp_path / "render")
+    inspect_model(base, tmp_path / "inspect")
+    with_transformers = [key for key in child_server._servers if "transformers" in key[0]]
+    assert len(with_transformers) == 1, with_transformers

@@ -49,6 +49,7 @@ _WHERE = {
     "ChildOutcome": "validator.kit.child_process",
     "inspect_in_child": "validator.kit.boundary",
     "SUBMISSION_LIMITS": "validator.kit.boundary",
+    "CHILD_ENV": "validator.kit.boundary",
     # the Hugging Face Hub, with deadlines and the failure contract
     "hub": "validator.kit.hub",
     "fetch_base_model": "validator.kit.hub",
@@ -104,6 +105,7 @@ __all__ = [
     "ChildOutcome",
     "inspect_in_child",
     "SUBMISSION_LIMITS",
+    "CHILD_ENV",
     "hub",
     "fetch_base_model",
     "check_lora_against_base",
@@ -162,7 +164,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     )
     from validator.kit.adapter_patterns import check_adapter_patterns
     from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
-    from validator.kit.boundary import SUBMISSION_LIMITS, inspect_in_child
+    from validator.kit.boundary import CHILD_ENV, SUBMISSION_LIMITS, inspect_in_child
     from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
     from validator.kit.deadline import CallAbandoned, overall_deadline, wait_or_stop
     from validator.kit.downloads import fetch_validation_set

@@ -50,8 +50,11 @@ SUBMISSION_LIMITS = ChildLimits(
 # The child's answer is plain data: counts, shapes, names, a few config values.
 MAX_ANSWER_BYTES = 8 * 1024**2
 # The child's environment: one thread, nothing fetched, no library chatter on stderr.
+# One environment for every child that parses a submission, so that children with the same
+# preloads share one pre-imported server (a server per distinct environment).
 CHILD_ENV = {
     "OMP_NUM_THREADS": "1",
+    "RAYON_NUM_THREADS": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_VERBOSITY": "error",
     "TOKENIZERS_PARALLELISM": "false",
