@@ -18,7 +18,6 @@ from docker.errors import APIError, DockerException, ImageNotFound
 from launcher.errors import UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, source_hash
 from validator.errors import ConfigError, ExitCode
-from validator.ledger.client import DEFAULT_API_URL
 from validator.observe.doctor import Row, exit_code, render
 from validator.observe.doctor_checks import (
     DEFAULT_HF_MIN_FREE_GB,
@@ -26,7 +25,7 @@ from validator.observe.doctor_checks import (
     disk_row,
     service_rows,
 )
-from validator.options import gathered_secrets, secret_names
+from validator.options import DEFAULT_API_URL, gathered_secrets, secret_names
 from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder
 
 DEFAULT_MIN_GPU_GB = 16.0

@@ -11,10 +11,9 @@ from pathlib import Path
 import click
 
 from validator.errors import ConfigError, ExitCode
-from validator.ledger.client import DEFAULT_API_URL
 from validator.observe.doctor import exit_code, render
 from validator.observe.doctor_checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_rows
-from validator.options import MIN_FREE_MB_OPTION, gathered_secrets, secret_names
+from validator.options import DEFAULT_API_URL, MIN_FREE_MB_OPTION, gathered_secrets, secret_names
 from validator.registry import REPO_ROOT, load_module_spec
 
 

@@ -23,13 +23,14 @@ from validator.errors import (
 )
 from validator.kit.deadline import set_stop_event
 from validator.kit.run_context import RunContext, install_run
-from validator.ledger.client import DEFAULT_API_URL, FedLedgerClient
+from validator.ledger.client import FedLedgerClient
 from validator.observe import telemetry
 from validator.observe.drift import start_drift_watch
 from validator.observe.logs import adopt_library_loggers, setup_logging
 from validator.observe.observer import Observer
 from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
 from validator.options import (
+    DEFAULT_API_URL,
     HF_CACHE_BUDGET_ENV,
     MIN_FREE_MB_OPTION,
     STATE_DIR_ENV,

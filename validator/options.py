@@ -11,6 +11,8 @@ from validator.disk import DEFAULT_MIN_FREE_MB
 from validator.secrets import normalise_secret
 from validator.spec import CORE_SECRETS, ModuleSpec
 
+# The Fed Ledger the validator and its doctor talk to unless --api-url / FLOCK_API_URL says.
+DEFAULT_API_URL = "https://fed-ledger-prod.flock.io/api/v1"
 TASK_IDS_OPTION = "--task_ids / TASK_IDS"
 FLOCK_API_KEY_OPTION = "--flock-api-key / FLOCK_API_KEY"
 HF_TOKEN_OPTION = "--hf-token / HF_TOKEN"

@@ -31,13 +31,14 @@ from validator.ledger.transport import (
     RequestNotSendable,
     Transport,
 )
+from validator.options import DEFAULT_API_URL
 from validator.text import quoted
 
-__all__ = ["ApiUnavailable", "CallInterrupted", "RequestNotSendable"]
+# DEFAULT_API_URL lives with the options (validator/options.py); named here as before.
+__all__ = ["DEFAULT_API_URL", "ApiUnavailable", "CallInterrupted", "RequestNotSendable"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_API_URL = "https://fed-ledger-prod.flock.io/api/v1"
 NO_SUBMISSIONS = "No task submissions available to validate"
 RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"
 NOT_VALIDATING = "Validation assignment is not in validating status"

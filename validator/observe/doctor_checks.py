@@ -18,8 +18,8 @@ from urllib.parse import quote
 import requests
 
 from validator.disk import DEFAULT_MIN_FREE_MB, MIB, free_bytes
-from validator.ledger.client import DEFAULT_API_URL
 from validator.observe.doctor import Row
+from validator.options import DEFAULT_API_URL
 from validator.spec import ModuleSpec
 
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
