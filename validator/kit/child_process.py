@@ -19,6 +19,10 @@ way:
 - no reach into the validator: the validator, the servers and every child are non-dumpable
   (validator/kit/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
   read their /proc/<pid>/environ or memory, nor ptrace them;
+- writes only in its own folder (Landlock, validator/kit/child_landlock.py; the rules are
+  `confinement` below): beneath `cwd` and to /dev/null, not to the state dir, the HF cache
+  or another work folder; no TCP bind or connect (Linux 6.7 on). Reads are not confined. A
+  kernel without Landlock runs children unconfined, after one warning line;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
   SIGKILL, or one that dies any other way, takes the child with it (through the server, which
   has its own);
@@ -55,7 +59,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from validator.kit import child_server
+from validator.kit import child_landlock, child_server
 from validator.kit.child_entry import EXIT_MEMORY
 
 RECORD_PREFIX = ".child-"
@@ -71,6 +75,12 @@ MEMORY_MARKS = ("MemoryError", "bad_alloc", "Cannot allocate", "memory allocatio
 START_GRACE = 30.0
 KILL_WAIT_SECONDS = 30.0
 STOP_WAIT_SECONDS = 5.0
+# What a child may write besides what lies beneath its own folder (`cwd`: its request, its
+# answer, its temporary files). Nothing else the validator's user may write: a parser exploit
+# must not reach the journal, the HF cache (the base model's files: later submissions' scores)
+# or another submission's folder. No TCP either: a child fetches nothing (HF_HUB_OFFLINE).
+CHILD_WRITABLE_FILES = ("/dev/null",)
+CHILD_NO_TCP = True
 
 
 class ChildOutcome(Enum):
@@ -140,6 +150,12 @@ def run_child(
     return _run_fresh(script, args, cwd, limits, child_env, preload, heartbeat)
 
 
+def confinement(cwd: Path) -> dict | None:
+    """The child's Landlock rules, which validator/kit/child_entry.py applies before it runs the
+    script; None where there is no Landlock (one warning line per process)."""
+    return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP)
+
+
 def _paths(cwd: Path) -> tuple[str, Path, Path]:
     token = uuid.uuid4().hex
     record = cwd / f"{RECORD_PREFIX}{token}{RECORD_SUFFIX}"
@@ -164,6 +180,7 @@ def _run_served(
         "cwd": str(cwd),
         "env": child_env,
         "token": token,
+        "confine": confinement(cwd),
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
@@ -250,6 +267,7 @@ def _run_fresh(
         "args": [str(a) for a in args],
         "parent": os.getpid(),
         "preload": list(preload),
+        "confine": confinement(cwd),
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,

@@ -1,0 +1,107 @@
+"""A bounded child (validator/kit/child_process.py) writes only beneath its own folder and holds
+no TCP, on both paths (forked from the pre-imported server; the fresh-process fallback): the
+Landlock rules of validator/kit/child_landlock.py, applied before the script runs. A sibling
+folder stands in for the HF cache (the base model's files) and the state dir."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from validator.kit import child_landlock, child_server
+from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+
+MODEL = b"the base model's weights"
+# The child: each attempt's outcome, by name, in its own folder.
+WRITER = """
+import json, os, sys
+cache = sys.argv[1]
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except OSError as exc:
+        return type(exc).__name__
+def overwrite():
+    with open(os.path.join(cache, "model.safetensors"), "r+b") as handle:
+        handle.write(b"poisoned")
+def create():
+    open(os.path.join(cache, "planted.py"), "w").write("print('owned')")
+def own():
+    os.makedirs("sub", exist_ok=True)
+    open(os.path.join("sub", "mine.txt"), "w").write("mine")
+    os.replace(os.path.join("sub", "mine.txt"), "mine.txt")
+    open(os.devnull, "w").write("anything")
+seen = {
+    "overwrite": attempt(overwrite),
+    "create": attempt(create),
+    "delete": attempt(lambda: os.unlink(os.path.join(cache, "model.safetensors"))),
+    "own": attempt(own),
+    "parent": open(f"/proc/{os.getppid()}/cmdline", "rb").read().decode(errors="replace"),
+}
+json.dump(seen, open("seen.json", "w"))
+"""
+# The child: connects to the port given, and says how that went.
+CONNECT = """
+import json, os, socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10).close()
+    seen = "connected"
+except OSError as exc:
+    seen = type(exc).__name__
+parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().decode(errors="replace")
+json.dump({"connect": seen, "parent": parent}, open("seen.json", "w"))
+"""
+
+
+def _run(tmp_path: Path, monkeypatch, path: str, script: str, args: list[str]) -> Path:
+    if path == "fresh":
+        monkeypatch.setattr(child_server, "server_for", lambda *_args, **_kwargs: None)
+    child, work = tmp_path / "child.py", tmp_path / "work"
+    child.write_text(script)
+    result = run_child(child, args, cwd=work, limits=ChildLimits(60), preload=("json",))
+    assert result.outcome is ChildOutcome.OK, result
+    return work
+
+
+@pytest.mark.parametrize("path", ["served", "fresh"])
+def test_a_child_writes_only_beneath_its_own_folder(tmp_path, monkeypatch, path):
+    assert child_landlock.abi() >= 1, "this kernel has no Landlock: children run unconfined"
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    (cache / "model.safetensors").write_bytes(MODEL)
+    work = _run(tmp_path, monkeypatch, path, WRITER, [str(cache)])
+    seen = json.loads((work / "seen.json").read_text())
+    assert seen["overwrite"] == "PermissionError", seen
+    assert seen["create"] == "PermissionError", seen
+    assert seen["delete"] == "PermissionError", seen
+    assert (cache / "model.safetensors").read_bytes() == MODEL
+    assert sorted(p.name for p in cache.iterdir()) == ["model.safetensors"]
+    # Its own folder (a subfolder, a rename within it, /dev/null) as before.
+    assert seen["own"] == "done", seen
+    assert (work / "mine.txt").read_text() == "mine"
+    assert _served(seen) == (path == "served"), seen["parent"]
+
+
+@pytest.mark.parametrize("path", ["served", "fresh"])
+def test_a_child_cannot_connect_over_tcp(tmp_path, monkeypatch, path):
+    if child_landlock.abi() < 4:
+        pytest.skip("Landlock's TCP rules need ABI 4 (Linux 6.7); this kernel has an older one")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        work = _run(tmp_path, monkeypatch, path, CONNECT, [str(port)])
+        seen = json.loads((work / "seen.json").read_text())
+        assert seen["connect"] == "PermissionError", seen
+        # A connection the kernel completed would wait in the backlog: there is none.
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()
+    assert _served(seen) == (path == "served"), seen["parent"]
+
+
+def _served(seen: dict) -> bool:
+    """Whether the child's parent was a child server (else the fresh path's first process)."""
+    return "child_entry.py" in seen["parent"] and "serve" in seen["parent"]
