@@ -40,6 +40,7 @@ import select
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import traceback
 import weakref
@@ -219,6 +220,7 @@ def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -
                     pass  # the listing's own descriptor
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # the server's /tmp, cached by a preload: TMPDIR is read again
         os.write(ready, b"1")
         os.close(ready)
         _drop_server_exit_handlers()

@@ -10,8 +10,8 @@ a child is a fork, not seconds of imports); where no server can run, it is a fre
 `python -I child_entry.py run ...` that imports them itself (one warning line says why). Either
 way:
 
-- no secrets: the child's environment is PATH, HOME (its folder) and what the caller adds, and
-  the process it was forked from never held more;
+- no secrets: the child's environment is PATH, HOME and TMPDIR (its folder) and what the
+  caller adds, and the process it was forked from never held more;
 - its own process group (a new session), so that one kill reaches everything it started;
   and what it started in a session of its own (setsid, a double fork) becomes, once its parent
   ends, the child of a subreaper (the server; in the fresh path, the first process, which forks
@@ -140,7 +140,10 @@ def run_child(
 
     heartbeat = current_scope().heartbeat
     cwd.mkdir(parents=True, exist_ok=True)
-    child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), **(env or {})}
+    cwd = cwd.resolve()
+    # Its HOME and temporary files in its folder: the one place it may write.
+    home = {"HOME": str(cwd), "TMPDIR": str(cwd)}
+    child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **home, **(env or {})}
     server = child_server.server_for(preload, env or {}, heartbeat, HEARTBEAT_SECONDS)
     if server is not None:
         try:
