@@ -6,7 +6,10 @@ folder stands in for the HF cache (the base model's files) and the state dir."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import uuid
 from pathlib import Path
 
 import pytest
@@ -44,16 +47,43 @@ seen = {
 }
 json.dump(seen, open("seen.json", "w"))
 """
-# The child: connects to the port given, and says how that went.
+# The child: connects to the TCP port and the abstract Unix socket given, says how that went.
 CONNECT = """
 import json, os, socket, sys
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10).close()
-    seen = "connected"
-except OSError as exc:
-    seen = type(exc).__name__
+def attempt(family, address):
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(address)
+        return "connected"
+    except OSError as exc:
+        return type(exc).__name__
 parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().decode(errors="replace")
-json.dump({"connect": seen, "parent": parent}, open("seen.json", "w"))
+seen = {
+    "tcp": attempt(socket.AF_INET, ("127.0.0.1", int(sys.argv[1]))),
+    "abstract": attempt(socket.AF_UNIX, "\\0" + sys.argv[2]),
+    "parent": parent,
+}
+json.dump(seen, open("seen.json", "w"))
+"""
+# The child: a signal to its own subprocess, to its parent and to the validator (the test).
+SIGNAL = """
+import json, os, signal, subprocess, sys
+def attempt(pid):
+    try:
+        os.kill(pid, signal.SIGCONT)  # harmless wherever it lands
+        return "sent"
+    except OSError as exc:
+        return type(exc).__name__
+own = subprocess.Popen(["sleep", "60"])
+own.kill()
+seen = {
+    "own": own.wait(),
+    "parent": attempt(os.getppid()),
+    "validator": attempt(int(sys.argv[1])),
+    "parent_cmdline": open(f"/proc/{os.getppid()}/cmdline", "rb").read().decode(errors="replace"),
+}
+json.dump(seen, open("seen.json", "w"))
 """
 
 
@@ -87,19 +117,39 @@ def test_a_child_writes_only_beneath_its_own_folder(tmp_path, monkeypatch, path)
 
 
 @pytest.mark.parametrize("path", ["served", "fresh"])
-def test_a_child_cannot_connect_over_tcp(tmp_path, monkeypatch, path):
-    if child_landlock.abi() < 4:
-        pytest.skip("Landlock's TCP rules need ABI 4 (Linux 6.7); this kernel has an older one")
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port = server.getsockname()[1]
-        work = _run(tmp_path, monkeypatch, path, CONNECT, [str(port)])
+def test_a_child_cannot_connect_over_tcp_or_to_an_abstract_socket(tmp_path, monkeypatch, path):
+    if child_landlock.abi() < 6:
+        pytest.skip("Landlock's TCP rules and scopes need ABI 6 (Linux 6.12); this kernel is older")
+    name = f"flock-landlock-test-{uuid.uuid4().hex}"
+    with (
+        socket.create_server(("127.0.0.1", 0)) as tcp,
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as abstract,
+    ):
+        abstract.bind("\0" + name)
+        abstract.listen()
+        port = tcp.getsockname()[1]
+        work = _run(tmp_path, monkeypatch, path, CONNECT, [str(port), name])
         seen = json.loads((work / "seen.json").read_text())
-        assert seen["connect"] == "PermissionError", seen
+        assert seen["tcp"] == "PermissionError", seen
+        assert seen["abstract"] == "PermissionError", seen
         # A connection the kernel completed would wait in the backlog: there is none.
-        server.setblocking(False)
-        with pytest.raises(BlockingIOError):
-            server.accept()
+        for server in (tcp, abstract):
+            server.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                server.accept()
     assert _served(seen) == (path == "served"), seen["parent"]
+
+
+@pytest.mark.parametrize("path", ["served", "fresh"])
+def test_a_child_signals_only_its_own_processes(tmp_path, monkeypatch, path):
+    if child_landlock.abi() < 6:
+        pytest.skip("Landlock's signal scope needs ABI 6 (Linux 6.12); this kernel is older")
+    work = _run(tmp_path, monkeypatch, path, SIGNAL, [str(os.getpid())])
+    seen = json.loads((work / "seen.json").read_text())
+    assert seen["own"] == -signal.SIGKILL, seen
+    assert seen["parent"] == "PermissionError", seen  # the server, or the fresh path's reaper
+    assert seen["validator"] == "PermissionError", seen
+    assert _served({"parent": seen["parent_cmdline"]}) == (path == "served"), seen
 
 
 def _served(seen: dict) -> bool:

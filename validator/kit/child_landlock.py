@@ -1,7 +1,8 @@
 """Landlock (Linux's unprivileged self-sandboxing, since 5.13) for a bounded child: after
 `confine`, the process and everything it starts may write only beneath the folders and to the
-files it was given, and (ABI 4, Linux 6.7) neither bind nor connect a TCP socket. Reads,
-execution and other sockets are left as they were: a child must read the submission, the
+files it was given, neither bind nor connect a TCP socket (ABI 4, Linux 6.7), and neither signal
+a process nor reach an abstract Unix socket outside itself and what it started (ABI 6, 6.12).
+Reads, execution and other sockets are left as they were: a child must read the submission, the
 installed libraries and the base model's files. Standard library only: validator/kit/
 child_entry.py, run as `python -I`, loads this file by its path.
 
@@ -60,6 +61,9 @@ WRITE_ABI1 = (
 FILE_RIGHTS = WRITE_FILE | TRUNCATE
 # Network rights (ABI 4): handled with no rule, so both are denied on every port.
 BIND_TCP, CONNECT_TCP = 1 << 0, 1 << 1
+# Scopes (ABI 6): no connecting to an abstract Unix socket, and no signal to a process, that
+# was made outside this process and what it starts (its parent, the validator).
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -104,7 +108,7 @@ def abi() -> int:
 _probe = {"lock": threading.Lock(), "abi": None}
 
 
-def rules(folders: list[str], files: list[str], no_tcp: bool) -> dict | None:
+def rules(folders: list[str], files: list[str], no_tcp: bool, scoped: bool) -> dict | None:
     """The validator's side: what `confine` gets in the child; None where there is no Landlock,
     said in one warning line per process (the ABI is probed once)."""
     with _probe["lock"]:
@@ -115,7 +119,7 @@ def rules(folders: list[str], files: list[str], no_tcp: bool) -> dict | None:
         version = _probe["abi"]
     if not version:
         return None
-    return {"abi": version, "folders": folders, "files": files, "no_tcp": no_tcp}
+    return {"abi": version, "folders": folders, "files": files, "no_tcp": no_tcp, "scoped": scoped}
 
 
 def write_rights(version: int) -> int:
@@ -127,15 +131,26 @@ def apply(rules: dict | None) -> None:
     refusal raises, and so fails the child's set-up: where the validator found Landlock, a
     child never runs unconfined."""
     if rules:
-        confine(int(rules["abi"]), rules["folders"], rules["files"], bool(rules["no_tcp"]))
+        confine(
+            int(rules["abi"]),
+            rules["folders"],
+            rules["files"],
+            no_tcp=bool(rules["no_tcp"]),
+            scoped=bool(rules["scoped"]),
+        )
 
 
-def confine(version: int, folders: list[str], files: list[str], no_tcp: bool) -> None:
+def confine(
+    version: int, folders: list[str], files: list[str], *, no_tcp: bool, scoped: bool
+) -> None:
     """Restricts this process (and what it starts) to writing beneath `folders` and to `files`;
-    no TCP bind or connect when `no_tcp` and the ABI has it. Raises OSError when the kernel
-    refuses (the caller's ABI probe said it would not)."""
+    no TCP bind or connect when `no_tcp`, and no signal or abstract Unix socket out of its own
+    processes when `scoped`, each where the ABI has it. Raises OSError when the kernel refuses
+    (the caller's ABI probe said it would not)."""
     fs = write_rights(version)
-    attr = _RulesetAttr(fs, BIND_TCP | CONNECT_TCP if no_tcp and version >= 4 else 0, 0)
+    net = BIND_TCP | CONNECT_TCP if no_tcp and version >= 4 else 0
+    scope = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if scoped and version >= 6 else 0
+    attr = _RulesetAttr(fs, net, scope)
     ruleset = _syscall(
         SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
         ctypes.c_uint32(0),

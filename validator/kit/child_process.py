@@ -19,10 +19,10 @@ way:
 - no reach into the validator: the validator, the servers and every child are non-dumpable
   (validator/kit/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
   read their /proc/<pid>/environ or memory, nor ptrace them;
-- writes only in its own folder (Landlock, validator/kit/child_landlock.py; the rules are
-  `confinement` below): beneath `cwd` and to /dev/null, not to the state dir, the HF cache
-  or another work folder; no TCP bind or connect (Linux 6.7 on). Reads are not confined. A
-  kernel without Landlock runs children unconfined, after one warning line;
+- writes only beneath `cwd` and to /dev/null (Landlock, validator/kit/child_landlock.py, with
+  the rules below): not to the state dir, the HF cache or another work folder; no TCP (Linux
+  6.7 on), no signal to its parent or the validator (6.12 on). Reads are not confined. Without
+  Landlock, children run unconfined after one warning line;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
   SIGKILL, or one that dies any other way, takes the child with it (through the server, which
   has its own);
@@ -75,12 +75,13 @@ MEMORY_MARKS = ("MemoryError", "bad_alloc", "Cannot allocate", "memory allocatio
 START_GRACE = 30.0
 KILL_WAIT_SECONDS = 30.0
 STOP_WAIT_SECONDS = 5.0
-# What a child may write besides what lies beneath its own folder (`cwd`: its request, its
-# answer, its temporary files). Nothing else the validator's user may write: a parser exploit
-# must not reach the journal, the HF cache (the base model's files: later submissions' scores)
-# or another submission's folder. No TCP either: a child fetches nothing (HF_HUB_OFFLINE).
+# What a child may write besides what lies beneath its own folder (its request, answer and
+# temporary files): a parser exploit must not reach the journal, the HF cache (the base's files:
+# later submissions' scores) or another submission's folder. No TCP (it fetches nothing), and
+# no signal to its parent (what cleans up after it) or the validator, nor an abstract socket.
 CHILD_WRITABLE_FILES = ("/dev/null",)
 CHILD_NO_TCP = True
+CHILD_SCOPED = True
 
 
 class ChildOutcome(Enum):
@@ -156,7 +157,7 @@ def run_child(
 def confinement(cwd: Path) -> dict | None:
     """The child's Landlock rules, which validator/kit/child_entry.py applies before it runs the
     script; None where there is no Landlock (one warning line per process)."""
-    return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP)
+    return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP, CHILD_SCOPED)
 
 
 def _paths(cwd: Path) -> tuple[str, Path, Path]:
