@@ -1,7 +1,8 @@
 """A bounded child (validator/kit/child_process.py) writes only beneath its own folder and holds
 no TCP, on both paths (forked from the pre-imported server; the fresh-process fallback): the
 Landlock rules of validator/kit/child_landlock.py, applied before the script runs. A sibling
-folder stands in for the HF cache (the base model's files) and the state dir."""
+folder stands in for the HF cache (the base model's files) and the state dir. Where the kernel
+refuses Landlock (a real seccomp filter here), children run unconfined after one warning line."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -155,3 +158,68 @@ def test_a_child_signals_only_its_own_processes(tmp_path, monkeypatch, path):
 def _served(seen: dict) -> bool:
     """Whether the child's parent was a child server (else the fresh path's first process)."""
     return "child_entry.py" in seen["parent"] and "serve" in seen["parent"]
+
+
+# A validator on a kernel that refuses Landlock: a seccomp filter (set up with ctypes) answers
+# its create_ruleset with ENOSYS, as an old kernel does; then three children, the last fresh.
+NO_LANDLOCK = """
+import ctypes, json, logging, sys
+sys.path.insert(0, {root!r})
+
+class Filter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+class Program(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+ENOSYS, ERRNO, ALLOW = 38, 0x00050000, 0x7FFF0000
+rules = (Filter * 4)(
+    Filter(0x20, 0, 0, 0),  # load the syscall's number
+    Filter(0x15, 0, 1, 444),  # landlock_create_ruleset?
+    Filter(0x06, 0, 0, ERRNO | ENOSYS),
+    Filter(0x06, 0, 0, ALLOW),
+)
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(Program(4, rules)), 0, 0) == 0  # the filter
+from pathlib import Path
+from validator.kit import child_landlock, child_server
+from validator.kit.child_process import ChildLimits, run_child
+
+warnings = []
+handler = logging.Handler()
+handler.emit = lambda record: warnings.append(record.getMessage())
+logging.getLogger("validator").addHandler(handler)
+outside = Path({outside!r})
+child = Path({child!r})
+codes = []
+for n in range(3):
+    if n == 2:
+        child_server.server_for = lambda *_args, **_kwargs: None
+    result = run_child(child, [str(outside / str(n))], cwd=Path({work!r}), limits=ChildLimits(60),
+                       preload=("json",))
+    codes.append(result.exit_code)
+print(json.dumps({{"abi": child_landlock.abi(), "codes": codes, "warnings": warnings}}))
+"""
+
+
+def test_without_landlock_children_run_unconfined_after_one_warning_line(tmp_path):
+    outside, child, validator = tmp_path / "outside", tmp_path / "child.py", tmp_path / "v.py"
+    outside.mkdir()
+    child.write_text("import sys\nopen(sys.argv[1], 'w').write('written')\n")
+    root = str(Path(__file__).resolve().parents[1])
+    validator.write_text(
+        NO_LANDLOCK.format(
+            root=root, outside=str(outside), child=str(child), work=str(tmp_path / "work")
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(validator)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["abi"] == 0  # as an old kernel answers
+    assert seen["codes"] == [0, 0, 0], (seen, done.stderr)
+    assert [p.read_text() for p in sorted(outside.iterdir())] == ["written"] * 3
+    assert seen["warnings"] == [child_landlock.NOT_AVAILABLE], seen
