@@ -24,7 +24,7 @@ import threading
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446
 ARCHES = ("x86_64", "aarch64")
 CREATE_RULESET_VERSION = 1 << 0
-RULE_PATH_BENEATH, RULE_NET_PORT = 1, 2
+RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
 NOT_AVAILABLE = (
     "Landlock is not available (an old kernel, Landlock off, or a seccomp profile refusing "
@@ -126,17 +126,17 @@ def write_rights(version: int) -> int:
     return WRITE_ABI1 | (REFER if version >= 2 else 0) | (TRUNCATE if version >= 3 else 0)
 
 
-def apply(rules: dict | None) -> None:
-    """The child's side: `rules` (from `rules`) applied, before the submission's first byte. A
+def apply(given: dict | None) -> None:
+    """The child's side: what `rules` gave, applied before the submission's first byte. A
     refusal raises, and so fails the child's set-up: where the validator found Landlock, a
     child never runs unconfined."""
-    if rules:
+    if given:
         confine(
-            int(rules["abi"]),
-            rules["folders"],
-            rules["files"],
-            no_tcp=bool(rules["no_tcp"]),
-            scoped=bool(rules["scoped"]),
+            int(given["abi"]),
+            given["folders"],
+            given["files"],
+            no_tcp=bool(given["no_tcp"]),
+            scoped=bool(given["scoped"]),
         )
 
 
