@@ -166,21 +166,30 @@ def test_threads_share_a_server_and_each_gets_its_own_end(tmp_path):
 
 
 def test_a_server_that_dies_under_a_child_gives_way_to_a_fresh_process(tmp_path, caplog):
-    # The child kills the server it was forked from; a fresh process then runs it to its end.
+    # The server dies under its child (killed from here: a child may not signal it, see
+    # tests/test_child_landlock.py); a fresh process then runs the child to its end.
     body = (
         "import os, signal\n"
         "cmdline = open(f'/proc/{os.getppid()}/cmdline', 'rb').read().split(b'\\0')\n"
         "if b'serve' in cmdline:\n"
-        "    os.kill(os.getppid(), signal.SIGKILL)\n"
+        "    open('server', 'w').write(str(os.getppid()))\n"
         "    signal.pause()\n"
         f"{GRANDPARENT}open('ran-fresh', 'w').write(grandparent())\n"
     )
     run = tmp_path / "run"
     preload = ("json", "csv")
+
+    def kill_the_server() -> None:
+        if wait_until(lambda: (run / "server").exists() and (run / "server").read_text()):
+            os.kill(int((run / "server").read_text()), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_server)
+    killer.start()
     with caplog.at_level(logging.WARNING, logger="validator.kit.child_server"):
         result = run_child(
             script(tmp_path, body), [], cwd=run, limits=ChildLimits(60), preload=preload
         )
+    killer.join()
     assert result.outcome is ChildOutcome.OK, result
     # Forked by the fresh process that the validator started (and that reaps what it leaves).
     assert (run / "ran-fresh").read_text() == str(os.getpid())

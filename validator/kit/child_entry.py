@@ -40,18 +40,21 @@ import select
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import traceback
 import weakref
 
 if __package__:  # imported by the validator
+    from validator.kit import child_landlock as landlock
     from validator.kit import child_reaper as reaper
-else:  # run as `python -I child_entry.py`: no folder on sys.path; the file beside it, unlisted
-    _spec = importlib.util.spec_from_file_location(
-        "child_reaper", os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_reaper.py")
-    )
-    reaper = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(reaper)
+else:  # run as `python -I child_entry.py`: no folder on sys.path; the files beside it, unlisted
+    for _as, _name in (("reaper", "child_reaper"), ("landlock", "child_landlock")):
+        _spec = importlib.util.spec_from_file_location(
+            _name, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{_name}.py")
+        )
+        globals()[_as] = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(globals()[_as])
 
 # The exit code of a script that ran out of memory (child_reaper.EXIT_ORPHAN: of a set-up whose
 # parent was already gone).
@@ -115,6 +118,7 @@ def run_fresh(spec_path: str) -> None:
     reaper.stay_as_reaper()  # returns in the script's process only
     for name in spec["preload"]:
         importlib.import_module(name)
+    landlock.apply(spec.get("confine"))  # before the first byte of the submission
     arm_limits(spec)
     sys.argv = [spec["script"], *spec["args"]]
     try:
@@ -216,9 +220,11 @@ def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -
                     pass  # the listing's own descriptor
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # the server's /tmp, cached by a preload: TMPDIR is read again
         os.write(ready, b"1")
         os.close(ready)
         _drop_server_exit_handlers()
+        landlock.apply(request.get("confine"))  # before the first byte of the submission
         arm_limits(request)
         sys.argv = [request["script"], *request["args"]]
         code = _run_script(request["script"])

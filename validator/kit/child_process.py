@@ -10,8 +10,8 @@ a child is a fork, not seconds of imports); where no server can run, it is a fre
 `python -I child_entry.py run ...` that imports them itself (one warning line says why). Either
 way:
 
-- no secrets: the child's environment is PATH, HOME (its folder) and what the caller adds, and
-  the process it was forked from never held more;
+- no secrets: the child's environment is PATH, HOME and TMPDIR (its folder) and what the
+  caller adds, and the process it was forked from never held more;
 - its own process group (a new session), so that one kill reaches everything it started;
   and what it started in a session of its own (setsid, a double fork) becomes, once its parent
   ends, the child of a subreaper (the server; in the fresh path, the first process, which forks
@@ -19,6 +19,10 @@ way:
 - no reach into the validator: the validator, the servers and every child are non-dumpable
   (validator/kit/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
   read their /proc/<pid>/environ or memory, nor ptrace them;
+- writes only beneath `cwd` and to /dev/null (Landlock, validator/kit/child_landlock.py, with
+  the rules below): not to the state dir, the HF cache or another work folder; no TCP (Linux
+  6.7 on), no signal to its parent or the validator (6.12 on). Reads are not confined. Without
+  Landlock, children run unconfined after one warning line;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
   SIGKILL, or one that dies any other way, takes the child with it (through the server, which
   has its own);
@@ -55,7 +59,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from validator.kit import child_server
+from validator.kit import child_landlock, child_server
 from validator.kit.child_entry import EXIT_MEMORY
 
 RECORD_PREFIX = ".child-"
@@ -71,6 +75,13 @@ MEMORY_MARKS = ("MemoryError", "bad_alloc", "Cannot allocate", "memory allocatio
 START_GRACE = 30.0
 KILL_WAIT_SECONDS = 30.0
 STOP_WAIT_SECONDS = 5.0
+# What a child may write besides what lies beneath its own folder (its request, answer and
+# temporary files): a parser exploit must not reach the journal, the HF cache (the base's files:
+# later submissions' scores) or another submission's folder. No TCP (it fetches nothing), and
+# no signal to its parent (what cleans up after it) or the validator, nor an abstract socket.
+CHILD_WRITABLE_FILES = ("/dev/null",)
+CHILD_NO_TCP = True
+CHILD_SCOPED = True
 
 
 class ChildOutcome(Enum):
@@ -130,7 +141,10 @@ def run_child(
 
     heartbeat = current_scope().heartbeat
     cwd.mkdir(parents=True, exist_ok=True)
-    child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), **(env or {})}
+    cwd = cwd.resolve()
+    # Its HOME and temporary files in its folder: the one place it may write.
+    home = {"HOME": str(cwd), "TMPDIR": str(cwd)}
+    child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **home, **(env or {})}
     server = child_server.server_for(preload, env or {}, heartbeat, HEARTBEAT_SECONDS)
     if server is not None:
         try:
@@ -138,6 +152,12 @@ def run_child(
         except child_server.ServerGone as exc:
             child_server.report_gone(server, str(exc))  # the one warning line; then afresh
     return _run_fresh(script, args, cwd, limits, child_env, preload, heartbeat)
+
+
+def confinement(cwd: Path) -> dict | None:
+    """The child's Landlock rules, which validator/kit/child_entry.py applies before it runs the
+    script; None where there is no Landlock (one warning line per process)."""
+    return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP, CHILD_SCOPED)
 
 
 def _paths(cwd: Path) -> tuple[str, Path, Path]:
@@ -164,6 +184,7 @@ def _run_served(
         "cwd": str(cwd),
         "env": child_env,
         "token": token,
+        "confine": confinement(cwd),
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
@@ -250,6 +271,7 @@ def _run_fresh(
         "args": [str(a) for a in args],
         "parent": os.getpid(),
         "preload": list(preload),
+        "confine": confinement(cwd),
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
