@@ -253,6 +253,7 @@ def test_empty_tools_reach_the_template_as_an_empty_list_not_none(base, tmp_path
 
 def test_the_renderer_and_the_model_inspector_share_one_pre_imported_server(base, tmp_path):
     # A server per environment and preloads: the renderer once had its own (~290 MB more).
+    child_server.shutdown()  # what earlier tests in this process started
     ids_of(base, HI, tmp_path / "render")
     inspect_model(base, tmp_path / "inspect")
     with_transformers = [key for key in child_server._servers if "transformers" in key[0]]
