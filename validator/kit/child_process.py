@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from validator.kit import child_landlock, child_server
+from validator.kit import child_landlock, child_seccomp, child_server
 from validator.kit.child_entry import EXIT_MEMORY
 
 RECORD_PREFIX = ".child-"
@@ -82,6 +82,13 @@ STOP_WAIT_SECONDS = 5.0
 CHILD_WRITABLE_FILES = ("/dev/null",)
 CHILD_NO_TCP = True
 CHILD_SCOPED = True
+# What the seccomp filter (validator/kit/child_seccomp.py) leaves a child, on any kernel: sockets
+# of these families only (no UDP, no MPTCP, which Landlock's TCP rule does not see), no new
+# process (threads only: RLIMIT_AS then bounds all its memory, and no fork bomb), and no change
+# of a file's mode, owner, times or extended attributes (Landlock does not cover them).
+CHILD_SOCKET_FAMILIES = (socket.AF_UNIX,)
+CHILD_NO_PROCESSES = True
+CHILD_NO_METADATA = True
 
 
 class ChildOutcome(Enum):
@@ -160,6 +167,12 @@ def confinement(cwd: Path) -> dict | None:
     return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP, CHILD_SCOPED)
 
 
+def syscall_filter() -> dict | None:
+    """The child's seccomp filter, which validator/kit/child_entry.py installs right after the
+    Landlock rules; None where seccomp is not available (one warning line per process)."""
+    return child_seccomp.rules(CHILD_SOCKET_FAMILIES, CHILD_NO_PROCESSES, CHILD_NO_METADATA)
+
+
 def _paths(cwd: Path) -> tuple[str, Path, Path]:
     token = uuid.uuid4().hex
     record = cwd / f"{RECORD_PREFIX}{token}{RECORD_SUFFIX}"
@@ -185,6 +198,7 @@ def _run_served(
         "env": child_env,
         "token": token,
         "confine": confinement(cwd),
+        "syscalls": syscall_filter(),
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
@@ -272,6 +286,7 @@ def _run_fresh(
         "parent": os.getpid(),
         "preload": list(preload),
         "confine": confinement(cwd),
+        "syscalls": syscall_filter(),
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
