@@ -50,6 +50,13 @@ json.dump(seen, open("seen.json", "w"))
 METADATA = (
     ATTEMPT
     + """
+import fcntl, struct
+def set_flags(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, 0x40086602, struct.pack("l", 0x40))  # FS_IOC_SETFLAGS: no dump
+    finally:
+        os.close(fd)
 seen = {}
 for where, path in (("outside", sys.argv[1]), ("inside", "mine.txt")):
     if where == "inside":
@@ -59,6 +66,7 @@ for where, path in (("outside", sys.argv[1]), ("inside", "mine.txt")):
         "utime": attempt(lambda: os.utime(path, (0, 0))),
         "chown": attempt(lambda: os.chown(path, os.getuid(), os.getgid())),
         "xattr": attempt(lambda: os.setxattr(path, "user.planted", b"1")),
+        "flags": attempt(lambda: set_flags(path)),
     }
 json.dump(seen, open("seen.json", "w"))
 """
@@ -119,7 +127,7 @@ def test_a_child_changes_no_files_mode_owner_or_times(tmp_path, monkeypatch, pat
     outside.write_bytes(b"weights")
     before = os.stat(outside)
     seen = _run(tmp_path, monkeypatch, path, METADATA, [str(outside)])
-    refused = {name: "PermissionError" for name in ("chmod", "utime", "chown", "xattr")}
+    refused = {name: "PermissionError" for name in ("chmod", "utime", "chown", "xattr", "flags")}
     assert seen == {"outside": refused, "inside": refused}, seen
     after = os.stat(outside)
     assert (after.st_mode, after.st_mtime_ns) == (before.st_mode, before.st_mtime_ns)

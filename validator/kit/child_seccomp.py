@@ -5,8 +5,9 @@ submission's first byte: it closes what Landlock leaves open (issue 32, the seco
   MPTCP (IPPROTO_MPTCP is a TCP that Landlock's TCP rule does not see), UDP, raw, netlink or
   any other family, on every kernel, Landlock or not; io_uring, which can open a socket or set
   an extended attribute without these syscalls, answers ENOSYS;
-- file metadata: the chmod, chown, utime and xattr-setting families fail with EPERM (Landlock
-  does not cover them: a child could make the base model in the HF cache unreadable);
+- file metadata: the chmod, chown, utime and xattr-setting families, and the ioctls setting a
+  file's flags, fail with EPERM (Landlock does not cover them: a child could make the base
+  model in the HF cache unreadable);
 - processes: fork, vfork, and clone without CLONE_THREAD fail with EPERM; clone3 answers ENOSYS
   (glibc then starts threads with clone). Threads still start; so RLIMIT_AS, per process,
   bounds a child's memory whole, and there is no fork bomb;
@@ -41,13 +42,16 @@ SECCOMP_SET_MODE_FILTER, SECCOMP_GET_ACTION_AVAIL = 1, 2
 SECCOMP_FILTER_FLAG_TSYNC = 1
 RET_KILL_PROCESS, RET_ERRNO, RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
 CLONE_THREAD = 0x00010000
+# The ioctls that set a file's flags (FS_IOC_SETFLAGS, its 32-bit twin, FS_IOC_FSSETXATTR): on a
+# file of this user's, even one opened read-only, and Landlock does not see them.
+SET_FLAGS_IOCTLS = (0x40086602, 0x40046602, 0x401C5820)
 X32_BIT = 0x40000000
 
 # BPF opcodes: load a word at an offset of struct seccomp_data, jump on equal / >= / bits set,
 # return. seccomp_data: nr at 0, arch at 4, args at 16 + 8 * i (the low half first: both arches
 # are little-endian).
 LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
-NR, ARCH, ARG0 = 0, 4, 16
+NR, ARCH, ARG0, ARG1 = 0, 4, 16, 24
 
 # Per architecture: the AUDIT_ARCH value, the seccomp syscall's number, and the numbers of the
 # syscalls in each group (aarch64's generic table has no fork, chmod, chown or utime of old).
@@ -87,6 +91,7 @@ TABLES = {
             466,
             469,
         ),  # fmt: skip
+        "ioctl": 16,
         "x32": True,
     },
     "aarch64": {
@@ -101,6 +106,7 @@ TABLES = {
         # setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr setxattrat
         # removexattrat file_setattr
         "metadata": (52, 53, 452, 55, 54, 88, 5, 6, 7, 14, 15, 16, 463, 466, 469),
+        "ioctl": 29,
         "x32": False,
     },
 }
@@ -190,6 +196,10 @@ def program(arch: str, families: list[int], no_processes: bool, no_metadata: boo
         when(table["clone"], [*thread, (RET, 0, 0, RET_ERRNO | errno.EPERM)])
     if no_metadata:
         deny(table["metadata"], errno.EPERM)
+        block = [(LD_ABS, 0, 0, ARG1)]
+        for request in SET_FLAGS_IOCTLS:
+            block += [(JEQ, 0, 1, request), (RET, 0, 0, RET_ERRNO | errno.EPERM)]
+        when(table["ioctl"], [*block, (RET, 0, 0, allow)])
     code.append((RET, 0, 0, allow))
     return code
 
