@@ -2,9 +2,10 @@
 `confine`, the process and everything it starts may write only beneath the folders and to the
 files it was given, neither bind nor connect a TCP socket (ABI 4, Linux 6.7), and neither signal
 a process nor reach an abstract Unix socket outside itself and what it started (ABI 6, 6.12).
-Reads, execution and other sockets are left as they were: a child must read the submission, the
-installed libraries and the base model's files. Standard library only: validator/kit/
-child_entry.py, run as `python -I`, loads this file by its path.
+Reads, execution and other sockets are left as they were (other sockets, file modes and new
+processes are the seccomp filter's, validator/kit/child_seccomp.py): a child must read the
+submission, the installed libraries and the base model's files. Standard library only:
+validator/kit/child_entry.py, run as `python -I`, loads this file by its path.
 
 What a child may write is decided in one place, validator/kit/child_process.py (`confinement`);
 the validator probes the ABI once (`abi`), and where there is none (an old kernel, Landlock off,

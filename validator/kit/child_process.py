@@ -15,14 +15,20 @@ way:
 - its own process group (a new session), so that one kill reaches everything it started;
   and what it started in a session of its own (setsid, a double fork) becomes, once its parent
   ends, the child of a subreaper (the server; in the fresh path, the first process, which forks
-  the script's), which kills it when the child ends: nothing a child started outlives it;
+  the script's), which kills it when the child ends: nothing a child started outlives it (the
+  seccomp filter below lets it start none; the subreaper covers a kernel without seccomp);
 - no reach into the validator: the validator, the servers and every child are non-dumpable
   (validator/kit/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
   read their /proc/<pid>/environ or memory, nor ptrace them;
 - writes only beneath `cwd` and to /dev/null (Landlock, validator/kit/child_landlock.py, with
   the rules below): not to the state dir, the HF cache or another work folder; no TCP (Linux
   6.7 on), no signal to its parent or the validator (6.12 on). Reads are not confined. Without
-  Landlock, children run unconfined after one warning line;
+  Landlock, children run unconfined after one warning line (one more for each feature an
+  older Landlock lacks);
+- a seccomp filter (validator/kit/child_seccomp.py, after the Landlock rules): no socket but a
+  Unix one (no MPTCP, UDP), no new process (threads only: its memory limit is its whole memory),
+  no change of a file's mode, owner, times, flags or extended attributes. Without seccomp, one
+  warning line;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
   SIGKILL, or one that dies any other way, takes the child with it (through the server, which
   has its own);
