@@ -167,3 +167,12 @@ def test_each_missing_landlock_feature_is_one_warning_line(monkeypatch, caplog, 
 def test_the_filter_is_there_to_test():
     # These tests run where children are filtered: a kernel without seccomp fails here, loudly.
     assert child_seccomp.available()
+
+
+def test_without_seccomp_one_warning_line_and_no_filter(monkeypatch, caplog):
+    # The probe's answer on a kernel or container profile without seccomp filters.
+    monkeypatch.setattr(child_seccomp, "available", lambda: False)
+    monkeypatch.setitem(child_seccomp._probe, "available", None)
+    with caplog.at_level(logging.WARNING, logger=child_seccomp.__name__):
+        assert [child_seccomp.rules((socket.AF_UNIX,), True, True) for _ in range(3)] == [None] * 3
+    assert [record.getMessage() for record in caplog.records] == [child_seccomp.NOT_AVAILABLE]
