@@ -9,8 +9,10 @@ server; the fresh-process fallback):
   with every capability dropped from its bounding set (it stays uid 0: an interpreter under
   /root, as in a root sandbox, cannot be started as another user). It checks that it holds no
   capability; the drop is never skipped;
-- nothing it starts outlives it: a sleeper double-forked into a session of its own is gone
-  once the call returns, whether the child returned or was killed at its wall clock.
+- nothing it starts outlives it: a child may not start a process at all (its seccomp filter,
+  tests/test_child_seccomp.py); on a kernel without seccomp the subreaper still covers it: with
+  the filter off, a sleeper double-forked into a session of its own is gone once the call
+  returns, whether the child returned or was killed at its wall clock.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import pytest
 
 from devkit.validator_cli import API_KEY, validator_env, write_config
 from tests.helpers.children import wait_until
-from validator.kit import child_server
+from validator.kit import child_seccomp, child_server
 from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +55,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from validator.kit.child_reaper import make_undumpable
 make_undumpable()  # what validator/__main__.py does first
-from validator.kit import child_server
+from validator.kit import child_seccomp, child_server
 from validator.kit.boundary import inspect_in_child
 
 class Seen(BaseModel):
@@ -202,6 +204,8 @@ def sleeping(pid: int) -> bool:
     ids=["returned", "killed-over-time"],
 )
 def test_nothing_a_child_starts_outlives_it(tmp_path, monkeypatch, path, how, limits, outcome):
+    # As on a kernel without seccomp: the validator's probe found none, so no filter is sent.
+    monkeypatch.setitem(child_seccomp._probe, "available", False)
     if path == "fresh":
         monkeypatch.setattr(child_server, "server_for", lambda *_args, **_kwargs: None)
     child, run = tmp_path / "escape.py", tmp_path / "run"

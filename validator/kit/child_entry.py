@@ -48,8 +48,13 @@ import weakref
 if __package__:  # imported by the validator
     from validator.kit import child_landlock as landlock
     from validator.kit import child_reaper as reaper
+    from validator.kit import child_seccomp as seccomp
 else:  # run as `python -I child_entry.py`: no folder on sys.path; the files beside it, unlisted
-    for _as, _name in (("reaper", "child_reaper"), ("landlock", "child_landlock")):
+    for _as, _name in (
+        ("reaper", "child_reaper"),
+        ("landlock", "child_landlock"),
+        ("seccomp", "child_seccomp"),
+    ):
         _spec = importlib.util.spec_from_file_location(
             _name, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{_name}.py")
         )
@@ -119,6 +124,7 @@ def run_fresh(spec_path: str) -> None:
     for name in spec["preload"]:
         importlib.import_module(name)
     landlock.apply(spec.get("confine"))  # before the first byte of the submission
+    seccomp.apply(spec.get("syscalls"))  # after the preloads: their imports may open sockets
     arm_limits(spec)
     sys.argv = [spec["script"], *spec["args"]]
     try:
@@ -225,6 +231,7 @@ def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -
         os.close(ready)
         _drop_server_exit_handlers()
         landlock.apply(request.get("confine"))  # before the first byte of the submission
+        seccomp.apply(request.get("syscalls"))
         arm_limits(request)
         sys.argv = [request["script"], *request["args"]]
         code = _run_script(request["script"])

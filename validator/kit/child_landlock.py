@@ -2,9 +2,10 @@
 `confine`, the process and everything it starts may write only beneath the folders and to the
 files it was given, neither bind nor connect a TCP socket (ABI 4, Linux 6.7), and neither signal
 a process nor reach an abstract Unix socket outside itself and what it started (ABI 6, 6.12).
-Reads, execution and other sockets are left as they were: a child must read the submission, the
-installed libraries and the base model's files. Standard library only: validator/kit/
-child_entry.py, run as `python -I`, loads this file by its path.
+Reads, execution and other sockets are left as they were (other sockets, file modes and new
+processes are the seccomp filter's, validator/kit/child_seccomp.py): a child must read the
+submission, the installed libraries and the base model's files. Standard library only:
+validator/kit/child_entry.py, run as `python -I`, loads this file by its path.
 
 What a child may write is decided in one place, validator/kit/child_process.py (`confinement`);
 the validator probes the ABI once (`abi`), and where there is none (an old kernel, Landlock off,
@@ -29,6 +30,14 @@ PR_SET_NO_NEW_PRIVS = 38
 NOT_AVAILABLE = (
     "Landlock is not available (an old kernel, Landlock off, or a seccomp profile refusing "
     "it): bounded children run unconfined, able to write wherever this user can"
+)
+NO_TCP_RULE = (
+    "Landlock ABI {abi} has no TCP rule (Linux 6.7): bounded children's TCP is closed only by "
+    "the seccomp filter (Unix sockets only), and is open where seccomp is not available"
+)
+NO_SCOPES = (
+    "Landlock ABI {abi} has no scopes (Linux 6.12): bounded children may signal the validator, "
+    "its child servers and any other process of this user, and reach abstract Unix sockets"
 )
 
 # Filesystem rights: the write-type ones only (EXECUTE 1<<0, READ_FILE 1<<2 and READ_DIR 1<<3
@@ -114,12 +123,23 @@ def rules(folders: list[str], files: list[str], no_tcp: bool, scoped: bool) -> d
     with _probe["lock"]:
         if _probe["abi"] is None:
             _probe["abi"] = abi()
-            if not _probe["abi"]:
-                logging.getLogger(__name__).warning(NOT_AVAILABLE)
+            _warn_missing(_probe["abi"], no_tcp, scoped)
         version = _probe["abi"]
     if not version:
         return None
     return {"abi": version, "folders": folders, "files": files, "no_tcp": no_tcp, "scoped": scoped}
+
+
+def _warn_missing(version: int, no_tcp: bool, scoped: bool) -> None:
+    """One warning line for each part of the rules this kernel cannot apply."""
+    log = logging.getLogger(__name__)
+    if not version:
+        log.warning(NOT_AVAILABLE)
+        return
+    if no_tcp and version < 4:
+        log.warning(NO_TCP_RULE.format(abi=version))
+    if scoped and version < 6:
+        log.warning(NO_SCOPES.format(abi=version))
 
 
 def write_rights(version: int) -> int:

@@ -15,14 +15,20 @@ way:
 - its own process group (a new session), so that one kill reaches everything it started;
   and what it started in a session of its own (setsid, a double fork) becomes, once its parent
   ends, the child of a subreaper (the server; in the fresh path, the first process, which forks
-  the script's), which kills it when the child ends: nothing a child started outlives it;
+  the script's), which kills it when the child ends: nothing a child started outlives it (the
+  seccomp filter below lets it start none; the subreaper covers a kernel without seccomp);
 - no reach into the validator: the validator, the servers and every child are non-dumpable
   (validator/kit/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
   read their /proc/<pid>/environ or memory, nor ptrace them;
 - writes only beneath `cwd` and to /dev/null (Landlock, validator/kit/child_landlock.py, with
   the rules below): not to the state dir, the HF cache or another work folder; no TCP (Linux
   6.7 on), no signal to its parent or the validator (6.12 on). Reads are not confined. Without
-  Landlock, children run unconfined after one warning line;
+  Landlock, children run unconfined after one warning line (one more for each feature an
+  older Landlock lacks);
+- a seccomp filter (validator/kit/child_seccomp.py, after the Landlock rules): no socket but a
+  Unix one (no MPTCP, UDP), no new process (threads only: its memory limit is its whole memory),
+  no change of a file's mode, owner, times, flags or extended attributes. Without seccomp, one
+  warning line;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
   SIGKILL, or one that dies any other way, takes the child with it (through the server, which
   has its own);
@@ -59,7 +65,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from validator.kit import child_landlock, child_server
+from validator.kit import child_landlock, child_seccomp, child_server
 from validator.kit.child_entry import EXIT_MEMORY
 
 RECORD_PREFIX = ".child-"
@@ -82,6 +88,13 @@ STOP_WAIT_SECONDS = 5.0
 CHILD_WRITABLE_FILES = ("/dev/null",)
 CHILD_NO_TCP = True
 CHILD_SCOPED = True
+# What the seccomp filter (validator/kit/child_seccomp.py) leaves a child, on any kernel: sockets
+# of these families only (no UDP, no MPTCP, which Landlock's TCP rule does not see), no new
+# process (threads only: RLIMIT_AS then bounds all its memory, and no fork bomb), and no change
+# of a file's mode, owner, times or extended attributes (Landlock does not cover them).
+CHILD_SOCKET_FAMILIES = (socket.AF_UNIX,)
+CHILD_NO_PROCESSES = True
+CHILD_NO_METADATA = True
 
 
 class ChildOutcome(Enum):
@@ -160,6 +173,12 @@ def confinement(cwd: Path) -> dict | None:
     return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP, CHILD_SCOPED)
 
 
+def syscall_filter() -> dict | None:
+    """The child's seccomp filter, which validator/kit/child_entry.py installs right after the
+    Landlock rules; None where seccomp is not available (one warning line per process)."""
+    return child_seccomp.rules(CHILD_SOCKET_FAMILIES, CHILD_NO_PROCESSES, CHILD_NO_METADATA)
+
+
 def _paths(cwd: Path) -> tuple[str, Path, Path]:
     token = uuid.uuid4().hex
     record = cwd / f"{RECORD_PREFIX}{token}{RECORD_SUFFIX}"
@@ -185,6 +204,7 @@ def _run_served(
         "env": child_env,
         "token": token,
         "confine": confinement(cwd),
+        "syscalls": syscall_filter(),
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
@@ -272,6 +292,7 @@ def _run_fresh(
         "parent": os.getpid(),
         "preload": list(preload),
         "confine": confinement(cwd),
+        "syscalls": syscall_filter(),
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,

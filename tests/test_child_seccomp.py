@@ -1,0 +1,178 @@
+"""A bounded child's seccomp filter (validator/kit/child_seccomp.py, installed by
+validator/kit/child_entry.py after the Landlock rules), on both paths (forked from the
+pre-imported server; the fresh-process fallback), with real children: what Landlock leaves open
+is closed. No socket but a Unix one (MPTCP, a TCP that Landlock's TCP rule does not see, and UDP
+reach no listener); no change of a file's mode or times, in its folder or outside; no new
+process (threads still start). And one warning line for each Landlock feature a kernel lacks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from validator.kit import child_landlock, child_seccomp, child_server
+from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+
+# The child's helper: each attempt's outcome, by name, in seen.json in its folder.
+ATTEMPT = """
+import json, os, socket, sys, threading
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except OSError as exc:
+        return type(exc).__name__
+"""
+SOCKETS = (
+    ATTEMPT
+    + """
+def mptcp():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262) as sock:  # IPPROTO_MPTCP
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", int(sys.argv[1])))
+def udp():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(b"out", ("127.0.0.1", int(sys.argv[2])))
+def unix():
+    left, right = socket.socketpair()
+    left.sendall(b"x")
+    assert right.recv(1) == b"x"
+seen = {"mptcp": attempt(mptcp), "udp": attempt(udp), "netlink":
+        attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)), "unix": attempt(unix)}
+json.dump(seen, open("seen.json", "w"))
+"""
+)
+METADATA = (
+    ATTEMPT
+    + """
+import fcntl, struct
+def set_flags(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, 0x40086602, struct.pack("l", 0x40))  # FS_IOC_SETFLAGS: no dump
+    finally:
+        os.close(fd)
+seen = {}
+for where, path in (("outside", sys.argv[1]), ("inside", "mine.txt")):
+    if where == "inside":
+        open(path, "w").write("mine")
+    seen[where] = {
+        "chmod": attempt(lambda: os.chmod(path, 0)),
+        "utime": attempt(lambda: os.utime(path, (0, 0))),
+        "chown": attempt(lambda: os.chown(path, os.getuid(), os.getgid())),
+        "xattr": attempt(lambda: os.setxattr(path, "user.planted", b"1")),
+        "flags": attempt(lambda: set_flags(path)),
+    }
+json.dump(seen, open("seen.json", "w"))
+"""
+)
+PROCESSES = (
+    ATTEMPT
+    + """
+import subprocess
+def fork():
+    if os.fork() == 0:
+        os._exit(0)
+ran = []
+def thread():
+    worker = threading.Thread(target=lambda: ran.append(1))
+    worker.start()
+    worker.join()
+seen = {"fork": attempt(fork), "subprocess": attempt(lambda: subprocess.run(["true"])),
+        "thread": attempt(thread), "ran": ran}
+json.dump(seen, open("seen.json", "w"))
+"""
+)
+
+
+def _run(tmp_path: Path, monkeypatch, path: str, script: str, args: list[str]) -> dict:
+    if path == "fresh":
+        monkeypatch.setattr(child_server, "server_for", lambda *_args, **_kwargs: None)
+    child, work = tmp_path / "child.py", tmp_path / "work"
+    child.write_text(script)
+    result = run_child(child, args, cwd=work, limits=ChildLimits(60), preload=("json",))
+    assert result.outcome is ChildOutcome.OK, result
+    return json.loads((work / "seen.json").read_text())
+
+
+@pytest.mark.parametrize("path", ["served", "fresh"])
+def test_a_child_opens_no_socket_but_a_unix_one(tmp_path, monkeypatch, path):
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with socket.create_server(("127.0.0.1", 0)) as tcp, udp:
+        udp.bind(("127.0.0.1", 0))
+        ports = [str(tcp.getsockname()[1]), str(udp.getsockname()[1])]
+        seen = _run(tmp_path, monkeypatch, path, SOCKETS, ports)
+        tcp.setblocking(False)
+        udp.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            tcp.accept()  # no MPTCP connection reached the TCP listener
+        with pytest.raises(BlockingIOError):
+            udp.recv(10)
+    assert seen == {
+        "mptcp": "PermissionError",
+        "udp": "PermissionError",
+        "netlink": "PermissionError",
+        "unix": "done",
+    }, seen
+
+
+@pytest.mark.parametrize("path", ["served", "fresh"])
+def test_a_child_changes_no_files_mode_owner_or_times(tmp_path, monkeypatch, path):
+    outside = tmp_path / "model.safetensors"  # stands in for the base model in the HF cache
+    outside.write_bytes(b"weights")
+    before = os.stat(outside)
+    seen = _run(tmp_path, monkeypatch, path, METADATA, [str(outside)])
+    refused = {name: "PermissionError" for name in ("chmod", "utime", "chown", "xattr", "flags")}
+    assert seen == {"outside": refused, "inside": refused}, seen
+    after = os.stat(outside)
+    assert (after.st_mode, after.st_mtime_ns) == (before.st_mode, before.st_mtime_ns)
+    inside = os.stat(tmp_path / "work" / "mine.txt")
+    assert inside.st_mode & 0o777 and inside.st_mtime > 0
+
+
+@pytest.mark.parametrize("path", ["served", "fresh"])
+def test_a_child_starts_no_process_but_threads_run(tmp_path, monkeypatch, path):
+    seen = _run(tmp_path, monkeypatch, path, PROCESSES, [])
+    assert seen == {
+        "fork": "PermissionError",
+        "subprocess": "PermissionError",
+        "thread": "done",
+        "ran": [1],
+    }, seen
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        (3, [child_landlock.NO_TCP_RULE.format(abi=3), child_landlock.NO_SCOPES.format(abi=3)]),
+        (5, [child_landlock.NO_SCOPES.format(abi=5)]),
+        (7, []),
+    ],
+)
+def test_each_missing_landlock_feature_is_one_warning_line(monkeypatch, caplog, version, expected):
+    # The kernel's answer to the ABI probe, as an older kernel gives it; probed once a process.
+    monkeypatch.setattr(child_landlock, "abi", lambda: version)
+    monkeypatch.setitem(child_landlock._probe, "abi", None)
+    with caplog.at_level(logging.WARNING, logger=child_landlock.__name__):
+        for _ in range(3):
+            assert child_landlock.rules(["/x"], [], no_tcp=True, scoped=True)["abi"] == version
+    assert [record.getMessage() for record in caplog.records] == expected
+
+
+def test_the_filter_is_there_to_test():
+    # These tests run where children are filtered: a kernel without seccomp fails here, loudly.
+    assert child_seccomp.available()
+
+
+def test_without_seccomp_one_warning_line_and_no_filter(monkeypatch, caplog):
+    # The probe's answer on a kernel or container profile without seccomp filters.
+    monkeypatch.setattr(child_seccomp, "available", lambda: False)
+    monkeypatch.setitem(child_seccomp._probe, "available", None)
+    with caplog.at_level(logging.WARNING, logger=child_seccomp.__name__):
+        assert [child_seccomp.rules((socket.AF_UNIX,), True, True) for _ in range(3)] == [None] * 3
+    assert [record.getMessage() for record in caplog.records] == [child_seccomp.NOT_AVAILABLE]
