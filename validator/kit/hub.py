@@ -208,18 +208,47 @@ def download(
     size: int | None = None,
     **kwargs: Any,
 ) -> Path:
-    """One file of a repo; `size` (from the listing) sets the overall deadline."""
+    """One file of a repo; `size` (from the listing) sets the overall deadline. A `name` that
+    would be written outside the download folder is refused before any request for it, and the
+    written path is checked to lie inside it (`unsafe_name`)."""
+    local_dir = Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None
+    folder = local_dir or Path(kwargs.get("cache_dir") or cache_dir() or constants.HF_HUB_CACHE)
+    blame = SubmissionRejected if submission else RecoverableException
+    problem = unsafe_name(name, folder)
+    if problem is not None:
+        raise blame(f"{what}: the Hub lists the file name {name[:200]!r}, which {problem}")
     call = partial(hf_hub_download, repo_id, name, endpoint=endpoint(), **_with_token(kwargs))
-    return Path(
+    path = Path(
         hub_call(
             call,
             what,
             submission=submission,
             deadline_s=download_deadline(size),
             deadline_what=f"{what}: {name} from {endpoint() or 'the Hub'}",
-            local_dir=Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None,
+            local_dir=local_dir,
         )
     )
+    if not _inside(path, folder):
+        raise blame(f"{what}: {name[:200]!r} was written at {path}, outside {folder}")
+    return path
+
+
+def unsafe_name(name: str, folder: Path) -> str | None:
+    """Why a listed file name may not be downloaded into `folder` (None: it may). The library
+    joins the name to the folder as it is and checks for `..` only on Windows, and the real Hub
+    never lists such names: a hostile or intercepted Hub would write wherever its name leads."""
+    if not name or "\0" in name or "\\" in name:
+        return "is empty or holds a NUL or a backslash"
+    if name.startswith("/") or any(part == ".." for part in name.split("/")):
+        return "is absolute or has a '..' component"
+    if not _inside(folder / name, folder):
+        return f"resolves outside {folder}"
+    return None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, its links followed, lies beneath `folder` (its links followed too)."""
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
 def commit_of(sha: str | None, what: str) -> str:
