@@ -69,6 +69,7 @@ class LocalHub:
         self._holds: list[tuple[str, threading.Event]] = []
         # (repo, commit) -> names listed as they are, served at any path ending in their last part
         self._listed_only: dict[tuple[str, str], dict[str, bytes]] = {}
+        self._oversend: list[tuple[str, int]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -178,6 +179,12 @@ class LocalHub:
         with self._lock:
             self._holds.append((match, release))
         return release
+
+    def oversend(self, match: str, extra: int) -> None:
+        """A hostile Hub: files whose URL contains `match` are sent with `extra` more bytes
+        (spaces) than the listing says, the length header saying so too."""
+        with self._lock:
+            self._oversend.append((match, extra))
 
     def bodies_served(self) -> list[str]:
         """Repo-relative names of the files whose content was sent (a GET answered 200 or 206,
@@ -420,7 +427,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- responses -----------------------------------------------------------------------------
 
     def _send_file(self, path: Path, headers: dict[str, str], body: bool) -> int:
-        size = path.stat().st_size
+        with self.hub._lock:
+            extra = sum(n for match, n in self.hub._oversend if match in self.path)
+        size = path.stat().st_size + extra
         start, status = _range_start(self.headers.get("Range"), size)
         headers = {
             **headers,
@@ -439,6 +448,8 @@ class _Handler(BaseHTTPRequestHandler):
             with path.open("rb") as f:
                 f.seek(start)
                 shutil.copyfileobj(f, self.wfile, CHUNK)
+            for sent in range(max(start - (size - extra), 0), extra, CHUNK):
+                self.wfile.write(b" " * min(CHUNK, extra - sent))
         return status
 
     def _wait_for_release(self) -> None:
