@@ -293,6 +293,29 @@ def test_gated_base_model_needs_hf_token(hub: LocalHub, monkeypatch: pytest.Monk
     assert (fetch_base_model("base/gated") / "config.json").is_file()
 
 
+def test_a_base_that_cannot_be_read_is_the_hosts_fault(hub: LocalHub, tmp_path: Path) -> None:
+    # If the operator's base in the HF cache cannot be read (a child that made its files
+    # unreadable; here, as root ignores modes, its weights' blob replaced with a folder: EISDIR),
+    # no submission is at fault: an operator error (kept, exit 3), not a failed assignment or a
+    # module bug counted against it.
+    import torch  # noqa: PLC0415 - this file's other tests need no torch
+
+    from devkit.tiny_repos import build_base, files_of  # noqa: PLC0415
+    from modules.lora.base_models import read_base  # noqa: PLC0415
+    from validator.errors import Verdict, classify  # noqa: PLC0415
+
+    hub.add_repo("Qwen/Qwen2.5-0.5B", files_of(build_base(tmp_path / "base")))
+    weights = fetch_base_model("Qwen/Qwen2.5-0.5B") / "model.safetensors"
+    blob = weights.resolve()
+    blob.unlink()
+    blob.mkdir()
+    with pytest.raises(
+        RecoverableException, match="base model Qwen/Qwen2.5-0.5B cannot be read"
+    ) as caught:
+        read_base("Qwen/Qwen2.5-0.5B", fetch=fetch_base_model, device="cpu", dtype=torch.float32)
+    assert classify(caught.value) is Verdict.OPERATOR
+
+
 def test_base_model_falls_back_to_cache_when_hub_is_down(hub: LocalHub) -> None:
     hub.add_repo("base/model", base_files())
     path = fetch_base_model("base/model")
