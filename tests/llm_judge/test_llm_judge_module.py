@@ -196,23 +196,33 @@ def test_a_judge_that_goes_away_keeps_the_assignment(world):
         judged.cleanup()
 
 
-def test_a_base_that_cannot_be_read_keeps_the_assignment_never_minus_999(world):
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("model.safetensors", f"base model {BASE} cannot be read"),
+        ("tokenizer.json", "the tokenizer does not load: .*the base model's"),
+    ],
+)
+def test_a_base_that_cannot_be_read_keeps_the_assignment_never_minus_999(world, name, message):
     # A LoRA's base is the operator's: if its files in the HF cache cannot be read (a child that
-    # made them unreadable; as root ignores modes, here its weights' blob is a folder: EISDIR),
-    # the honest submission scored -999. Now an operator error: kept, exit 3.
-    snapshot = fetch_base_model(BASE)
-    pointer = next(snapshot.glob("*.safetensors"))
-    blob = pointer.resolve()
-    weights = blob.read_bytes()
+    # made them unreadable; as root ignores modes, here its weights' blob is a folder: EISDIR)
+    # or load (its tokenizer overwritten), the honest submission scored -999, or failed. Now an
+    # operator error: kept, exit 3.
+    blob = (fetch_base_model(BASE) / name).resolve()
+    kept = blob.read_bytes()
     blob.unlink()
-    blob.mkdir()
+    if name.endswith(".safetensors"):
+        blob.mkdir()
+    else:
+        blob.write_bytes(b"\0 not a tokenizer")
     try:
-        with pytest.raises(RecoverableException, match=f"base model {BASE} cannot be read") as err:
+        with pytest.raises(RecoverableException, match=message) as err:
             scored(world)
         assert classify(err.value) is Verdict.OPERATOR
     finally:
-        blob.rmdir()
-        blob.write_bytes(weights)
+        if blob.is_dir():
+            blob.rmdir()
+        blob.write_bytes(kept)
 
 
 def test_check_as_a_subprocess_prints_the_score_and_no_secret(world, tmp_path):
