@@ -220,7 +220,7 @@ def download(
     local_dir = Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None
     folder = local_dir or Path(kwargs.get("cache_dir") or cache_dir() or constants.HF_HUB_CACHE)
     blame = SubmissionRejected if submission else RecoverableException
-    problem = unsafe_name(name, folder)
+    problem = unsafe_name(name, local_dir)
     if problem is not None:
         raise blame(f"{what}: the Hub lists the file name {name[:200]!r}, which {problem}")
     call = partial(hf_hub_download, repo_id, name, endpoint=endpoint(), **_with_token(kwargs))
@@ -241,7 +241,9 @@ def download(
         )
     except CallOverLimit as exc:
         raise blame(str(exc)) from exc
-    if not _inside(path, folder):
+    # In the cache, links lead from a snapshot to its blobs, which an operator may keep on
+    # another disk: there the written path is checked as written, links not followed.
+    if not _inside(path, folder, follow=local_dir is not None):
         raise blame(f"{what}: {name[:200]!r} was written at {path}, outside {folder}")
     if size is not None and local_dir is not None and path.stat().st_size > size:
         written = path.stat().st_size
@@ -271,21 +273,24 @@ def _growth_guard(local_dir: Path, size: int) -> Callable[[], str | None]:
     return grown
 
 
-def unsafe_name(name: str, folder: Path) -> str | None:
-    """Why a listed file name may not be downloaded into `folder` (None: it may). The library
-    joins the name to the folder as it is and checks for `..` only on Windows, and the real Hub
-    never lists such names: a hostile or intercepted Hub would write wherever its name leads."""
+def unsafe_name(name: str, folder: Path | None = None) -> str | None:
+    """Why a listed file name may not be downloaded into `folder` (None: it may; without a
+    folder, into the HF cache, the name alone is looked at). The library joins the name to the
+    folder as it is and checks for `..` only on Windows, and the real Hub never lists such
+    names: a hostile or intercepted Hub would write wherever its name leads."""
     if not name or "\0" in name or "\\" in name:
         return "is empty or holds a NUL or a backslash"
     if name.startswith("/") or any(part == ".." for part in name.split("/")):
         return "is absolute or has a '..' component"
-    if not _inside(folder / name, folder):
+    if folder is not None and not _inside(folder / name, folder):
         return f"resolves outside {folder}"
     return None
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    """Whether `path`, its links followed, lies beneath `folder` (its links followed too)."""
+def _inside(path: Path, folder: Path, *, follow: bool = True) -> bool:
+    """Whether `path` lies beneath `folder`, the links of both followed (`follow`) or not."""
+    if not follow:
+        return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))
     return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
