@@ -67,6 +67,9 @@ class LocalHub:
         self._hash_cache: dict[tuple[Path, int, int], tuple[str, str]] = {}
         self._faults: list[tuple[int, str | None]] = []
         self._holds: list[tuple[str, threading.Event]] = []
+        # (repo, commit) -> names listed as they are, served at any path ending in their last part
+        self._listed_only: dict[tuple[str, str], dict[str, bytes]] = {}
+        self._oversend: list[tuple[str, int]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -147,6 +150,14 @@ class LocalHub:
                 self._tokens[repo_id] = require_token
         return commit
 
+    def list_name(self, repo_id: str, name: str, data: bytes, revision: str = "main") -> None:
+        """A hostile Hub: `revision`'s listing also names `name` as it is (`../x`, `/x`: names
+        no tree can hold), and `data` is served at every URL whose path ends in the name's last
+        part (a client normalises the `..` of a URL away and asks elsewhere)."""
+        with self._lock:
+            commit = self._refs[(repo_id, revision)]
+            self._listed_only.setdefault((repo_id, commit), {})[name] = data
+
     def require_token(self, repo_id: str, token: str | None) -> None:
         """Make the repo gated: 401 unless `Authorization: Bearer <token>` is sent."""
         with self._lock:
@@ -168,6 +179,12 @@ class LocalHub:
         with self._lock:
             self._holds.append((match, release))
         return release
+
+    def oversend(self, match: str, extra: int) -> None:
+        """A hostile Hub: files whose URL contains `match` are sent with `extra` more bytes
+        (spaces) than the listing says, the length header saying so too."""
+        with self._lock:
+            self._oversend.append((match, extra))
 
     def bodies_served(self) -> list[str]:
         """Repo-relative names of the files whose content was sent (a GET answered 200 or 206,
@@ -311,6 +328,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if status is not None:
                 self._send_error(_HubError(status, None, "injected fault"), body)
+            elif (listed := self._listed_only(path)) is not None:
+                headers = {"X-Repo-Commit": listed[0], "ETag": '"listed-only"'}
+                self._send(
+                    200, {**headers, "Content-Type": "application/octet-stream"}, listed[1], body
+                )
+                status = 200
             elif path.startswith("/api/models/"):
                 status = self._model_info(split.path, parse_qs(split.query), body)
             elif path.startswith("/cdn-lfs/"):
@@ -326,6 +349,15 @@ class _Handler(BaseHTTPRequestHandler):
             status = status or 499
         with self.hub._lock:
             self.hub.requests.append((self.command, path, status or 500))
+
+    def _listed_only(self, path: str) -> tuple[str, bytes] | None:
+        """(commit, data) of a name listed by `LocalHub.list_name` that `path` ends in."""
+        with self.hub._lock:
+            for (_repo, commit), names in self.hub._listed_only.items():
+                for name, data in names.items():
+                    if path.endswith("/" + name.rsplit("/", 1)[-1]):
+                        return commit, data
+        return None
 
     def _model_info(self, raw_path: str, query: dict[str, list[str]], body: bool) -> int:
         rest = raw_path[len("/api/models/") :].split("/")
@@ -354,6 +386,9 @@ class _Handler(BaseHTTPRequestHandler):
             "tags": [],
             "siblings": [_sibling(f, blobs) for f in self.hub._files(snapshot)],
         }
+        with self.hub._lock:
+            extra = self.hub._listed_only.get((repo_id, commit), {})
+            info["siblings"] += [{"rfilename": n, "size": len(d)} for n, d in extra.items()]
         payload = json.dumps(info).encode()
         self._send(200, {"Content-Type": "application/json"}, payload, body)
         return 200
@@ -392,7 +427,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- responses -----------------------------------------------------------------------------
 
     def _send_file(self, path: Path, headers: dict[str, str], body: bool) -> int:
-        size = path.stat().st_size
+        with self.hub._lock:
+            extra = sum(n for match, n in self.hub._oversend if match in self.path)
+        size = path.stat().st_size + extra
         start, status = _range_start(self.headers.get("Range"), size)
         headers = {
             **headers,
@@ -411,6 +448,8 @@ class _Handler(BaseHTTPRequestHandler):
             with path.open("rb") as f:
                 f.seek(start)
                 shutil.copyfileobj(f, self.wfile, CHUNK)
+            for sent in range(max(start - (size - extra), 0), extra, CHUNK):
+                self.wfile.write(b" " * min(CHUNK, extra - sent))
         return status
 
     def _wait_for_release(self) -> None:

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -20,11 +21,13 @@ from transformers import AutoModelForCausalLM
 from modules.llm_judge.submission import Submission
 from validator.kit import (
     ConfigError,
+    OperatorError,
     WarmBase,
     check_adapter_patterns,
     check_lora_against_base,
     fetch_base_model,
     ranks_of,
+    reading_base,
 )
 from validator.kit import pick_device as kit_pick_device  # `pick_device` here is the old alias
 
@@ -150,10 +153,11 @@ def load(
         warm.drop()  # a full model, or a GPU host: nothing is kept beside it
         warm = None
     try:
-        if warm is not None:
-            model = warm.get(source).model
-        else:
-            model = read_model(source, dtype)
+        # A LoRA's base is the operator's: what stops reading it (its files in the HF cache
+        # unreadable, say) is a host fault (OperatorError: the assignment is kept), never -999.
+        reading = reading_base(submission.base_model) if submission.base_model else nullcontext()
+        with reading:
+            model = warm.get(source).model if warm is not None else read_model(source, dtype)
         if submission.base_model is not None:
             # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
             # The ranks and tensors are the child's reading of the adapter's files (inspection.py).
@@ -179,8 +183,8 @@ def load(
     except Exception as exc:
         if warm is not None:  # whatever peft left in the base must not reach the next one
             warm.release(user)
-        if isinstance(exc, (torch.OutOfMemoryError, ModelCannotLoad)):
-            raise  # out of memory: the host's limit, not the submission's fault
+        if isinstance(exc, (torch.OutOfMemoryError, ModelCannotLoad, OperatorError)):
+            raise  # out of memory, or the base unreadable: the host's, not the submission's
         # whatever else stops loading scores -999, as upstream
         raise ModelCannotLoad(f"{type(exc).__name__}: {str(exc)[:500]}") from exc
     model = model.to(device).eval()

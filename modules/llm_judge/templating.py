@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from validator.kit import CHILD_ENV, ChildLimits, ChildOutcome, SubmissionRejected, run_child
+from validator.kit import (
+    CHILD_ENV,
+    ChildLimits,
+    ChildOutcome,
+    OperatorError,
+    SubmissionRejected,
+    run_child,
+)
 
 CHILD = Path(__file__).with_name("tokenizer_child.py")
 # The result file may exceed the texts' own size by its JSON frame.
@@ -102,7 +109,8 @@ def encode_prompts(
     template raises on `messages` and there is a `fallback` (conversation.Prompt.fallback: the
     calls' arguments read as objects), the fallback's. `submitted`: the tokenizer is the
     submission's (a full model), so its failures reject the submission (SubmissionRejected;
-    TokenizerCannotLoad when it does not load); otherwise ValueErrors."""
+    TokenizerCannotLoad when it does not load); otherwise ValueErrors, and OperatorError when
+    the base's tokenizer does not load (the host's fault)."""
 
     def write(path: Path) -> None:
         rows = [[item[0], item[1], item[2] if len(item) > 2 else None] for item in items]
@@ -208,9 +216,12 @@ def _run(
     result = _read_result(paths["result.json"], limits)
     item = "generated answer" if op == "decode" else "validation set prompt"
     if "load_error" in result:
-        raise (TokenizerCannotLoad if submitted else ValueError)(
-            f"the tokenizer does not load: {result['load_error']}"
-        )
+        message = f"the tokenizer does not load: {result['load_error']}"
+        if submitted:
+            raise TokenizerCannotLoad(message)
+        # The base's (a LoRA's), in the HF cache: nothing of the submission's is read to load
+        # it, so its files not loading is the host's fault (kept, exit 3), never a failure.
+        raise OperatorError(f"{message} (the base model's, at {tokenizer_dir})")
     if "failed" in result:
         failed = result["failed"]
         who, doing = PHASES.get(failed.get("stage"), ("the tokenizer", ""))

@@ -18,6 +18,7 @@ from transformers import (
 )
 
 from modules.lora.dataset import load_tokenizer
+from validator.kit import reading_base
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,17 @@ def read_base(
     dtype: torch.dtype,
     quantization: str = "none",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The base `repo_id` from disk (`fetch` gives its folder): its model and its tokenizer."""
+    """The base `repo_id` from disk (`fetch` gives its folder): its model and its tokenizer.
+    The base is the operator's: what stops reading it is a host fault (the kit's
+    `reading_base`: OperatorError), never the submission's."""
     path = fetch(repo_id)
+    with reading_base(repo_id):
+        return _read(path, repo_id, device, dtype, quantization)
+
+
+def _read(
+    path: Path, repo_id: str, device: str, dtype: torch.dtype, quantization: str
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     log.info("loading base model %s (%s on %s)", repo_id, dtype, device)
     quantized = quantization_config(quantization, dtype)
     placement = {"quantization_config": quantized, "device_map": {"": device}}

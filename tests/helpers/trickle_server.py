@@ -106,7 +106,7 @@ def hub_download_meets_its_deadline(tmp: Path, monkeypatch: pytest.MonkeyPatch) 
         with pytest.raises(TransientError) as caught:
             hub.download(
                 "alice/slow", "model.safetensors", "submission alice/slow", submission=True,
-                size=0, revision=COMMIT, local_dir=tmp / "dest", force_download=True,
+                size=None, revision=COMMIT, local_dir=tmp / "dest", force_download=True,
             )  # fmt: skip
         message = str(caught.value)
         assert "model.safetensors" in message and trickle.url in message, message
@@ -132,7 +132,7 @@ def hub_reused_connection_meets_its_deadline(tmp: Path, monkeypatch: pytest.Monk
 
         def fetch(name: str) -> Path:
             return hub.download(
-                "alice/m", name, "submission alice/m", submission=True, size=0,
+                "alice/m", name, "submission alice/m", submission=True, size=None,
                 revision=COMMIT, local_dir=tmp / "dest", force_download=True,
             )  # fmt: skip
 

@@ -25,7 +25,8 @@ from modules.llm_judge.loading import read_model
 from modules.llm_judge.schemas import EvalArgs, LlmJudgeInput
 from tests.helpers.served_hub import served_hub
 from tests.llm_judge.test_submission import sharded
-from validator.errors import RecoverableException, SubmissionRejected
+from validator.errors import RecoverableException, SubmissionRejected, Verdict, classify
+from validator.kit import fetch_base_model
 from validator.scoring import score
 
 BASE = "Qwen/Qwen3.5-0.8B"
@@ -193,6 +194,35 @@ def test_a_judge_that_goes_away_keeps_the_assignment(world):
     finally:
         judge.fail_next(0)
         judged.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("model.safetensors", f"base model {BASE} cannot be read"),
+        ("tokenizer.json", "the tokenizer does not load: .*the base model's"),
+    ],
+)
+def test_a_base_that_cannot_be_read_keeps_the_assignment_never_minus_999(world, name, message):
+    # A LoRA's base is the operator's: if its files in the HF cache cannot be read (a child that
+    # made them unreadable; as root ignores modes, here its weights' blob is a folder: EISDIR)
+    # or load (its tokenizer overwritten), the honest submission scored -999, or failed. Now an
+    # operator error: kept, exit 3.
+    blob = (fetch_base_model(BASE) / name).resolve()
+    kept = blob.read_bytes()
+    blob.unlink()
+    if name.endswith(".safetensors"):
+        blob.mkdir()
+    else:
+        blob.write_bytes(b"\0 not a tokenizer")
+    try:
+        with pytest.raises(RecoverableException, match=message) as err:
+            scored(world)
+        assert classify(err.value) is Verdict.OPERATOR
+    finally:
+        if blob.is_dir():
+            blob.rmdir()
+        blob.write_bytes(kept)
 
 
 def test_check_as_a_subprocess_prints_the_score_and_no_secret(world, tmp_path):

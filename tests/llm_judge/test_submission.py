@@ -87,6 +87,23 @@ def test_a_sharded_full_model_loads_the_shards_its_index_names(world):
     assert load(submission).parameter_count == submission.parameter_count
 
 
+def test_an_index_naming_a_shard_out_of_the_work_folder_is_the_submissions(world):
+    # A hostile or intercepted Hub that lists `../../x` (huggingface_hub writes where a listed
+    # name leads; it looks for `..` only on Windows): refused before any request for it.
+    hub, base, _, tmp = world
+    files = sharded(base)
+    index = json.loads(files["model.safetensors.index.json"])
+    first = next(iter(index["weight_map"]))
+    index["weight_map"][first] = "../../escaped.safetensors"
+    files["model.safetensors.index.json"] = json.dumps(index).encode()
+    hub.add_repo("mallory/escape", files)
+    hub.list_name("mallory/escape", "../../escaped.safetensors", b"outside")
+    with pytest.raises(SubmissionRejected, match="'..' component"):
+        fetch(world, "mallory/escape")
+    assert not [p for p in tmp.rglob("escaped*")]
+    assert not [path for _m, path, _s in hub.requests if "escaped" in path]
+
+
 def test_a_full_model_over_max_params_is_never_downloaded(world):
     hub, base, _, tmp = world
     hub.add_repo("carol/big", files_of(base))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,6 +16,7 @@ from devkit.hf_hub import LocalHub
 from modules.lora.hub import DownloadLimits, SubmissionRejected, fetch_adapter
 from modules.lora.reading import read_adapter
 from validator.errors import RecoverableException, TransientError
+from validator.kit import hub as kit_hub
 from validator.kit.downloads import fetch_validation_set
 from validator.kit.hub import fetch_base_model
 
@@ -116,6 +118,30 @@ def test_oversized_file_is_rejected_before_download(hub: LocalHub, tmp_path: Pat
     with pytest.raises(SubmissionRejected, match=r"adapter_model\.safetensors is 10001 bytes"):
         fetch_adapter("trainer/big", "main", tmp_path / "a", LIMITS)
     assert hub.file_requests("GET") == [] and hub.file_requests("HEAD") == []
+
+
+def test_a_file_sent_past_its_listed_size_is_cut_off_while_it_arrives(
+    hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A hostile Hub lists adapter_config.json at its size and streams 2 GiB more: the bytes on
+    # disk were checked only once all had arrived, bounded by the deadline alone. The kit's
+    # watcher ends the download once its partial file passes the listed size plus 1 MiB.
+    monkeypatch.setattr(kit_hub, "HUB_CALL_DEADLINE_S", 30.0)  # the old bound, kept short
+    hub.add_repo("trainer/flood", adapter_files())
+    hub.oversend("/adapter_config.json", 2 << 30)
+    dest = tmp_path / "a"
+    with pytest.raises(SubmissionRejected, match="the Hub sent more than .* listed at"):
+        fetch_adapter("trainer/flood", "main", dest, LIMITS)
+    # The server could not send it all: the client closed the connection under it (the
+    # server's thread records the request once its write fails).
+    statuses: list[int] = []
+    for _ in range(200):
+        statuses = [s for m, p, s in hub.requests if m == "GET" and "adapter_config" in p]
+        if statuses:
+            break
+        time.sleep(0.05)
+    assert statuses == [499]
+    assert sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) < 1 << 30
 
 
 def test_total_size_is_capped(hub: LocalHub, tmp_path: Path) -> None:
@@ -265,6 +291,29 @@ def test_gated_base_model_needs_hf_token(hub: LocalHub, monkeypatch: pytest.Monk
         fetch_base_model("base/gated")
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     assert (fetch_base_model("base/gated") / "config.json").is_file()
+
+
+def test_a_base_that_cannot_be_read_is_the_hosts_fault(hub: LocalHub, tmp_path: Path) -> None:
+    # If the operator's base in the HF cache cannot be read (a child that made its files
+    # unreadable; here, as root ignores modes, its weights' blob replaced with a folder: EISDIR),
+    # no submission is at fault: an operator error (kept, exit 3), not a failed assignment or a
+    # module bug counted against it.
+    import torch  # noqa: PLC0415 - this file's other tests need no torch
+
+    from devkit.tiny_repos import build_base, files_of  # noqa: PLC0415
+    from modules.lora.base_models import read_base  # noqa: PLC0415
+    from validator.errors import Verdict, classify  # noqa: PLC0415
+
+    hub.add_repo("Qwen/Qwen2.5-0.5B", files_of(build_base(tmp_path / "base")))
+    weights = fetch_base_model("Qwen/Qwen2.5-0.5B") / "model.safetensors"
+    blob = weights.resolve()
+    blob.unlink()
+    blob.mkdir()
+    with pytest.raises(
+        RecoverableException, match="base model Qwen/Qwen2.5-0.5B cannot be read"
+    ) as caught:
+        read_base("Qwen/Qwen2.5-0.5B", fetch=fetch_base_model, device="cpu", dtype=torch.float32)
+    assert classify(caught.value) is Verdict.OPERATOR
 
 
 def test_base_model_falls_back_to_cache_when_hub_is_down(hub: LocalHub) -> None:

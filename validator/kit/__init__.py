@@ -70,6 +70,7 @@ _WHERE = {
     "WarmBase": "validator.kit.warm_base",
     "HeldBase": "validator.kit.warm_base",
     "adapter_applied": "validator.kit.warm_base",
+    "reading_base": "validator.kit.warm_base",
     "pick_device": "validator.kit.warm_base",
     # text in reasons and logs
     "quoted": "validator.text",
@@ -123,6 +124,7 @@ __all__ = [
     "WarmBase",
     "HeldBase",
     "adapter_applied",
+    "reading_base",
     "pick_device",
     "quoted",
     "one_line",
@@ -174,6 +176,12 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from validator.kit.run_context import RunContext, current_run
     from validator.kit.safe_json import loads_bounded
     from validator.kit.scope import HostPhase, Progress, Scope, current_scope
-    from validator.kit.warm_base import HeldBase, WarmBase, adapter_applied, pick_device
+    from validator.kit.warm_base import (
+        HeldBase,
+        WarmBase,
+        adapter_applied,
+        pick_device,
+        reading_base,
+    )
     from validator.kit.workdirs import WorkArea
     from validator.text import one_line, quoted

@@ -33,7 +33,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -52,6 +52,11 @@ class CallAbandoned(TransientError):
     def __init__(self, message: str, *, stopped: bool = False) -> None:
         super().__init__(message)
         self.stopped = stopped
+
+
+class CallOverLimit(CallAbandoned):
+    """An outbound call ended by its `guard` (overall_deadline): the caller decides whose fault
+    that is; left uncaught it is transient, as any abandoned call."""
 
 
 _NEVER = threading.Event()  # the stop event outside the validator's loop: never set
@@ -84,6 +89,7 @@ class _Watch:
     outer: _Watch | None = None  # a deadline around this one: it covers these sockets too
     expired: bool = False
     stopped: bool = False  # expired by the stop event, not the deadline
+    over: str | None = None  # expired by the guard, which said this
     # (socket object, its file descriptor, the address it connected to); see _shut.
     sockets: list[tuple[socket.socket, int, object]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -96,9 +102,9 @@ class _Watch:
         if self.outer is not None:
             self.outer.add(sock, address)
 
-    def expire(self, stopped: bool = False) -> None:
+    def expire(self, stopped: bool = False, over: str | None = None) -> None:
         with self.lock:
-            self.expired, self.stopped = True, stopped
+            self.expired, self.stopped, self.over = True, stopped, over
             for sock, fd, address in self.sockets:
                 _shut(sock, fd, address)
 
@@ -154,12 +160,21 @@ def _same_peer(sock: socket.socket, address: object) -> bool:
     return isinstance(address, tuple) and tuple(peer[:2]) == tuple(address[:2])
 
 
-def _watch_over(watch: _Watch, done: threading.Event, stop: threading.Event, grace: float) -> None:
-    """The watcher: expires `watch` at its deadline, or `grace` after `stop` is set, unless the
-    body is `done` first."""
+def _watch_over(
+    watch: _Watch,
+    done: threading.Event,
+    stop: threading.Event,
+    grace: float,
+    guard: Callable[[], str | None] | None = None,
+) -> None:
+    """The watcher: expires `watch` at its deadline, `grace` after `stop` is set, or as soon as
+    `guard` (asked every POLL_S) gives a reason, unless the body is `done` first."""
     end = time.monotonic() + watch.seconds
     stop_by = math.inf
     while True:
+        if guard is not None and (reason := guard()) is not None:
+            watch.expire(over=reason)
+            return
         now = time.monotonic()
         if stop_by == math.inf and stop.is_set():
             stop_by = now + grace
@@ -168,7 +183,8 @@ def _watch_over(watch: _Watch, done: threading.Event, stop: threading.Event, gra
             watch.expire(stopped=stop_by <= end)
             return
         # Until the stop event is set, it is looked at every POLL_S (unless it never can be).
-        wait = by - now if stop is _NEVER or stop_by < math.inf else min(by - now, POLL_S)
+        polled = guard is not None or (stop is not _NEVER and stop_by == math.inf)
+        wait = min(by - now, POLL_S) if polled else by - now
         if done.wait(wait):
             return
 
@@ -180,18 +196,21 @@ def overall_deadline(
     *,
     stop: threading.Event | None = None,
     stop_grace: float = STOP_GRACE_S,
+    guard: Callable[[], str | None] | None = None,
 ) -> Iterator[None]:
     """Runs the body with an overall deadline of `seconds` for its outbound calls (the sockets
     this thread connects), ended also `stop_grace` seconds after `stop` (default: the process's
     stop event) is set; past either, raises CallAbandoned (a TransientError) naming `what`,
-    whether the body failed from the shut socket or returned."""
+    whether the body failed from the shut socket or returned. `guard`, asked every POLL_S from
+    the watcher thread, ends the calls the same way when it gives a reason (a download grown
+    past its listed size): CallOverLimit with that reason."""
     _install_hook()
     outer = getattr(_local, "watch", None)
     watch = _Watch(what, seconds, outer)
     done = threading.Event()
     watcher = threading.Thread(
         target=_watch_over,
-        args=(watch, done, _process_stop if stop is None else stop, stop_grace),
+        args=(watch, done, _process_stop if stop is None else stop, stop_grace, guard),
         name=WATCHER_NAME,
         daemon=True,
     )
@@ -212,6 +231,8 @@ def overall_deadline(
 
 
 def _abandoned(watch: _Watch) -> CallAbandoned:
+    if watch.over is not None:
+        return CallOverLimit(f"{watch.what}: {watch.over}")
     if watch.stopped:
         return CallAbandoned(f"{watch.what}: abandoned: stopping", stopped=True)
     return CallAbandoned(f"{watch.what}: not complete within its {watch.seconds:g} s deadline")

@@ -37,7 +37,7 @@ from validator.errors import (
     exception_chain,
 )
 from validator.kit import hf_cache
-from validator.kit.deadline import overall_deadline
+from validator.kit.deadline import CallOverLimit, overall_deadline
 from validator.kit.downloads import TRANSIENT_STATUSES
 from validator.kit.progress import watch_bytes
 from validator.kit.run_context import current_run
@@ -63,6 +63,9 @@ COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 # size gets that plus its size at HUB_MIN_BYTES_PER_S (a 16 GB model: about 4.6 hours).
 HUB_CALL_DEADLINE_S = 10 * 60.0
 HUB_MIN_BYTES_PER_S = 1024 * 1024
+# A download into a work folder whose partial file grows past its listed size by more than this
+# is ended there (`_growth_guard`): a hostile Hub that lists 2 bytes and streams 200 MiB.
+OVERSEND_SLACK_BYTES = 1024 * 1024
 
 T = TypeVar("T")
 
@@ -155,14 +158,17 @@ def hub_call(
     deadline_s: float | None = None,
     deadline_what: str | None = None,
     local_dir: Path | None = None,
+    guard: Callable[[], str | None] | None = None,
 ) -> T:
     """`call()` within an overall deadline (HUB_CALL_DEADLINE_S unless given; past it,
     TransientError naming `deadline_what`, or `what`), its hub errors translated; `what` names
     the repo in messages, `submission` says whose fault a missing repo or file is, `local_dir`
-    where the call downloads to when not the HF cache (a full disk names it)."""
+    where the call downloads to when not the HF cache (a full disk names it); `guard` as in
+    overall_deadline (CallOverLimit passes through)."""
     _fresh_connections()
     try:
-        with overall_deadline(deadline_s or HUB_CALL_DEADLINE_S, deadline_what or what):
+        deadline = deadline_s or HUB_CALL_DEADLINE_S
+        with overall_deadline(deadline, deadline_what or what, guard=guard):
             return call()
     except TransientError:
         raise
@@ -208,18 +214,84 @@ def download(
     size: int | None = None,
     **kwargs: Any,
 ) -> Path:
-    """One file of a repo; `size` (from the listing) sets the overall deadline."""
+    """One file of a repo; `size` (from the listing) sets the overall deadline. A `name` that
+    would be written outside the download folder is refused before any request for it, and the
+    written path is checked to lie inside it (`unsafe_name`)."""
+    local_dir = Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None
+    folder = local_dir or Path(kwargs.get("cache_dir") or cache_dir() or constants.HF_HUB_CACHE)
+    blame = SubmissionRejected if submission else RecoverableException
+    problem = unsafe_name(name, local_dir)
+    if problem is not None:
+        raise blame(f"{what}: the Hub lists the file name {name[:200]!r}, which {problem}")
     call = partial(hf_hub_download, repo_id, name, endpoint=endpoint(), **_with_token(kwargs))
-    return Path(
-        hub_call(
-            call,
-            what,
-            submission=submission,
-            deadline_s=download_deadline(size),
-            deadline_what=f"{what}: {name} from {endpoint() or 'the Hub'}",
-            local_dir=Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None,
+    # Only a work folder's partial files are watched: in the shared cache another worker's
+    # download of a bigger file of the same repo may be under way.
+    guard = _growth_guard(local_dir, size) if local_dir is not None and size is not None else None
+    try:
+        path = Path(
+            hub_call(
+                call,
+                what,
+                submission=submission,
+                deadline_s=download_deadline(size),
+                deadline_what=f"{what}: {name} from {endpoint() or 'the Hub'}",
+                local_dir=local_dir,
+                guard=guard,
+            )
         )
-    )
+    except CallOverLimit as exc:
+        raise blame(str(exc)) from exc
+    # In the cache, links lead from a snapshot to its blobs, which an operator may keep on
+    # another disk: there the written path is checked as written, links not followed.
+    if not _inside(path, folder, follow=local_dir is not None):
+        raise blame(f"{what}: {name[:200]!r} was written at {path}, outside {folder}")
+    if size is not None and local_dir is not None and path.stat().st_size > size:
+        written = path.stat().st_size
+        path.unlink(missing_ok=True)
+        raise blame(f"{what}: {name[:200]!r} arrived as {written} bytes; the Hub listed {size}")
+    return path
+
+
+def _growth_guard(local_dir: Path, size: int) -> Callable[[], str | None]:
+    """For overall_deadline's watcher: a reason once a partial download in `local_dir` (the
+    library's `.cache/huggingface/download/**/*.incomplete`; one download at a time there)
+    holds more than `size` bytes plus OVERSEND_SLACK_BYTES, None before. The files on disk
+    are checked again after the download; this ends one that would not stop."""
+    partial = local_dir / ".cache" / "huggingface" / "download"
+    limit = size + OVERSEND_SLACK_BYTES
+
+    def grown() -> str | None:
+        for path in partial.rglob("*.incomplete") if partial.is_dir() else []:
+            try:
+                got = path.stat().st_size
+            except OSError:
+                continue  # moved into place meanwhile
+            if got > limit:
+                return f"the Hub sent more than {got} bytes of a file it listed at {size}"
+        return None
+
+    return grown
+
+
+def unsafe_name(name: str, folder: Path | None = None) -> str | None:
+    """Why a listed file name may not be downloaded into `folder` (None: it may; without a
+    folder, into the HF cache, the name alone is looked at). The library joins the name to the
+    folder as it is and checks for `..` only on Windows, and the real Hub never lists such
+    names: a hostile or intercepted Hub would write wherever its name leads."""
+    if not name or "\0" in name or "\\" in name:
+        return "is empty or holds a NUL or a backslash"
+    if name.startswith("/") or any(part == ".." for part in name.split("/")):
+        return "is absolute or has a '..' component"
+    if folder is not None and not _inside(folder / name, folder):
+        return f"resolves outside {folder}"
+    return None
+
+
+def _inside(path: Path, folder: Path, *, follow: bool = True) -> bool:
+    """Whether `path` lies beneath `folder`, the links of both followed (`follow`) or not."""
+    if not follow:
+        return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
 def commit_of(sha: str | None, what: str) -> str:

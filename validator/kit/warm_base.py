@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from validator.errors import BaseNotRestored
+from validator.errors import BaseNotRestored, OperatorError, Verdict, classify, describe
 from validator.kit.fingerprint import BaseFingerprint, base_intact
 from validator.kit.pristine import PristineWeights, forget_peft, merge_targets
 
@@ -43,6 +43,24 @@ Attach = Callable[[torch.nn.Module], Any]
 def pick_device() -> str:
     """Where a module runs its models: `cuda` when torch sees a GPU, else `cpu`."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@contextmanager
+def reading_base(name: str) -> Iterator[None]:
+    """Around reading the operator's base model `name` (from its snapshot in the HF cache):
+    what stops it is this host's fault, never the submission's. An error that would fail the
+    assignment or count against it (a file of the base that cannot be read, a ValueError from
+    its config or tokenizer) is raised as OperatorError: the assignment is kept, the operator
+    told (exit 3). Device, transient and operator faults are raised as they are."""
+    try:
+        yield
+    except Exception as exc:
+        if classify(exc) not in (Verdict.REJECTED, Verdict.UNEXPECTED):
+            raise
+        raise OperatorError(
+            f"base model {name} cannot be read ({describe(exc)}); check its files in the HF "
+            "cache (delete its snapshot to download it again)"
+        ) from exc
 
 
 @dataclass
