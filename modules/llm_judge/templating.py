@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,15 @@ import numpy as np
 
 from validator.kit import (
     CHILD_ENV,
+    ChildFileRefused,
     ChildLimits,
     ChildOutcome,
     OperatorError,
     SubmissionRejected,
+    discard,
+    read_child_file,
     run_child,
+    write_new,
 )
 
 CHILD = Path(__file__).with_name("tokenizer_child.py")
@@ -112,15 +115,13 @@ def encode_prompts(
     TokenizerCannotLoad when it does not load); otherwise ValueErrors, and OperatorError when
     the base's tokenizer does not load (the host's fault)."""
 
-    def write(path: Path) -> None:
-        rows = [[item[0], item[1], item[2] if len(item) > 2 else None] for item in items]
-        path.write_text(json.dumps(rows), encoding="utf-8")
-
+    rows = [[item[0], item[1], item[2] if len(item) > 2 else None] for item in items]
+    data = json.dumps(rows).encode()
     with _folder(work) as folder:
         result, ids = _run(
-            "encode", tokenizer_dir, write, submitted, limits, folder, count=len(items)
+            "encode", tokenizer_dir, data, submitted, limits, folder, count=len(items)
         )
-        rows = _read_ids(ids, limits.max_output_bytes, len(items))
+        rows = _read_ids(ids, limits.max_output_bytes, len(items), submitted)
     specials = {}
     for name in ("eos_token_id", "pad_token_id"):
         value = result.get(name)
@@ -147,7 +148,7 @@ def decode_answers(
         for part in _parts(rows, limits.max_output_bytes):
             budget = replace(limits, max_output_bytes=max(left, 0))
             result, _ = _run(
-                "decode", tokenizer_dir, partial(_write_ids, rows=part), submitted, budget, folder,
+                "decode", tokenizer_dir, _ids_bytes(part), submitted, budget, folder,
                 first=len(texts) + 1, count=len(part),
             )  # fmt: skip
             got = result.get("texts")
@@ -161,7 +162,7 @@ def decode_answers(
 def _run(
     op: str,
     tokenizer_dir: Path,
-    write_input: Callable[[Path], None],
+    input_data: bytes,
     submitted: bool,
     limits: TemplateLimits,
     work: Path,
@@ -179,10 +180,12 @@ def _run(
         name: work / f"tokenizer-{op}-{name}"
         for name in ("request.json", "input", "ids", "phase", "result.json")
     }
+    # The folder is the child's: what an earlier child planted there is removed, never
+    # followed, and what it left is read as a plain file or refused (validator/kit/child_files.py).
     for path in paths.values():
-        path.unlink(missing_ok=True)
+        discard(path)
     input_path = paths["ids" if op == "decode" else "input"]
-    write_input(input_path)
+    write_new(input_path, input_data)
     request = {
         "op": op,
         "tokenizer_dir": str(tokenizer_dir),
@@ -192,7 +195,7 @@ def _run(
         "phase": str(paths["phase"]),
         "result": str(paths["result.json"]),
     }
-    paths["request.json"].write_text(json.dumps(request), encoding="utf-8")
+    write_new(paths["request.json"], json.dumps(request).encode())
     outcome = run_child(
         CHILD,
         [str(paths["request.json"])],
@@ -205,15 +208,15 @@ def _run(
     )
     who, doing = PHASES.get(_phase(paths["phase"]), ("the tokenizer", "starting"))
     for name in ("request.json", "phase"):
-        paths[name].unlink(missing_ok=True)
-    input_path.unlink(missing_ok=True)
+        discard(paths[name])
+    discard(input_path)
     if outcome.outcome is ChildOutcome.CRASHED and outcome.exit_code > 0:
         # A traceback, not a signal: the child script's own failure (what the template and the
         # tokenizer raise, a panic included, is caught and reported in the result).
         raise RuntimeError(f"the tokenizer child {outcome.describe()} while {doing}")
     if outcome.outcome is not ChildOutcome.OK:
         raise error(f"{who} {outcome.describe()} while {doing}")
-    result = _read_result(paths["result.json"], limits)
+    result = _read_result(paths["result.json"], limits, submitted)
     item = "generated answer" if op == "decode" else "validation set prompt"
     if "load_error" in result:
         message = f"the tokenizer does not load: {result['load_error']}"
@@ -269,19 +272,29 @@ def _parts(rows: Sequence[Sequence[int]], max_bytes: int) -> list[list[Sequence[
     return parts
 
 
-def _write_ids(path: Path, *, rows: Sequence[Sequence[int]]) -> None:
+def _ids_bytes(rows: Sequence[Sequence[int]]) -> bytes:
     """The child's format: little-endian int32, the number of rows, their lengths, the ids."""
-    with open(path, "wb") as handle:
-        handle.write(np.asarray([len(rows), *map(len, rows)], dtype="<i4").tobytes())
-        for row in rows:
-            handle.write(np.asarray(row, dtype="<i4").tobytes())
+    parts = [np.asarray([len(rows), *map(len, rows)], dtype="<i4").tobytes()]
+    parts += [np.asarray(row, dtype="<i4").tobytes() for row in rows]
+    return b"".join(parts)
 
 
-def _read_ids(path: Path, max_bytes: int, count: int) -> list[np.ndarray]:
-    if not path.is_file() or path.stat().st_size > max_bytes + RESULT_MARGIN_BYTES:
-        raise RuntimeError(f"the tokenizer child left no ids in {path}")
-    flat = np.fromfile(path, dtype="<i4")
-    path.unlink()
+def _child_file(path: Path, max_bytes: int, submitted: bool, what: str) -> bytes:
+    """The file the child left at `path`: RuntimeError where there is none; a link, a FIFO or
+    one too large is the tokenizer's doing (the submission's, when `submitted`)."""
+    try:
+        data = read_child_file(path, max_bytes)
+    except FileNotFoundError:
+        raise RuntimeError(f"the tokenizer child left no {what} in {path}") from None
+    except ChildFileRefused as exc:
+        raise _error(submitted)(f"the tokenizer child's {what}: {exc}") from None
+    discard(path)
+    return data
+
+
+def _read_ids(path: Path, max_bytes: int, count: int, submitted: bool) -> list[np.ndarray]:
+    data = _child_file(path, max_bytes + RESULT_MARGIN_BYTES, submitted, "ids")
+    flat = np.frombuffer(data[: len(data) // 4 * 4], dtype="<i4").copy()
     lengths = flat[1 : 1 + count].astype(np.int64)
     if flat.size < 1 + count or int(flat[0]) != count or (lengths < 0).any():
         raise RuntimeError("the tokenizer child wrote a malformed ids file")
@@ -298,17 +311,15 @@ def _json_bytes(text: str) -> int:
 
 def _phase(path: Path) -> str:
     try:
-        with open(path, "rb") as handle:
-            return handle.read(32).decode("ascii", "replace")
-    except OSError:
+        return read_child_file(path, 32).decode("ascii", "replace")
+    except (OSError, ChildFileRefused):
         return ""
 
 
-def _read_result(path: Path, limits: TemplateLimits) -> dict:
-    if not path.is_file() or path.stat().st_size > limits.max_output_bytes + RESULT_MARGIN_BYTES:
-        raise RuntimeError(f"the tokenizer child left no result in {path}")
-    result = json.loads(path.read_text(encoding="utf-8", errors="surrogatepass"))
-    path.unlink()
+def _read_result(path: Path, limits: TemplateLimits, submitted: bool) -> dict:
+    max_bytes = limits.max_output_bytes + RESULT_MARGIN_BYTES
+    data = _child_file(path, max_bytes, submitted, "result")
+    result = json.loads(data.decode("utf-8", errors="surrogatepass"))
     if not isinstance(result, dict):
         raise RuntimeError(f"the tokenizer child wrote {type(result).__name__}")
     return result

@@ -4,18 +4,28 @@ memory from within (docs/rl-scoring.md, "Running the policy")."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
-from validator.kit import ChildLimits, ChildOutcome, SubmissionRejected, run_child
+from validator.kit import (
+    ChildLimits,
+    ChildOutcome,
+    SubmissionRejected,
+    read_child_file,
+    run_child,
+    write_new,
+)
 
 log = logging.getLogger(__name__)
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
 MAX_RESULT_BYTES = 64 * 1024
+# An .npy header is at most this long (numpy pads it to a multiple of 64; version 1 up to 64 KiB).
+ACTIONS_HEADER_BYTES = 64 * 1024
 # Imported by the child's server before its limits are armed (validator/kit/child_process.py).
 # Not onnxruntime: its import starts a thread, and a server with threads cannot fork; it is
 # imported in the child, under the memory limit, as when the sandbox armed the limit itself.
@@ -41,7 +51,11 @@ def run_policy(
         "result": work / "result.json",
         "request": work / "request.json",
     }
-    np.save(paths["features"], np.ascontiguousarray(features, dtype=np.float32))
+    # The work folder is the child's: never written or read through what it may plant there
+    # (validator/kit/child_files.py).
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(features, dtype=np.float32))
+    write_new(paths["features"], buffer.getvalue())
     request = {
         "model": str(model),
         "threads": threads,
@@ -49,12 +63,17 @@ def run_policy(
         "batch_size": batch_size,
         **{name: str(paths[name]) for name in ("features", "actions", "result")},
     }
-    paths["request"].write_text(json.dumps(request))
+    write_new(paths["request"], json.dumps(request).encode())
     _run_sandbox(paths["request"], limits, threads, work)
     result = _read_result(paths["result"])
     if "rejected" in result:
         raise SubmissionRejected(str(result["rejected"]))
-    actions = np.load(paths["actions"], allow_pickle=False)
+    expected = ACTIONS_HEADER_BYTES + 4 * features.shape[0] * venues
+    try:
+        data = read_child_file(paths["actions"], expected)
+        actions = np.load(io.BytesIO(data), allow_pickle=False)
+    except FileNotFoundError:
+        raise RuntimeError("the policy sandbox left no actions") from None
     if actions.dtype != np.float32 or actions.shape != (features.shape[0], venues):
         raise RuntimeError(f"the sandbox returned {actions.dtype} {actions.shape}")
     return actions
@@ -91,9 +110,11 @@ def _run_sandbox(request: Path, limits: ChildLimits, threads: int, work: Path) -
 
 
 def _read_result(path: Path) -> dict:
-    if not path.is_file() or path.stat().st_size > MAX_RESULT_BYTES:
-        raise RuntimeError(f"the policy sandbox left no result in {path}")
-    result = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = read_child_file(path, MAX_RESULT_BYTES)
+    except FileNotFoundError:
+        raise RuntimeError(f"the policy sandbox left no result in {path}") from None
+    result = json.loads(data.decode("utf-8"))
     if not isinstance(result, dict):
         raise RuntimeError(f"the policy sandbox wrote {result!r}")
     return result

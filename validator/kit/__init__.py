@@ -50,6 +50,10 @@ _WHERE = {
     "inspect_in_child": "validator.kit.boundary",
     "SUBMISSION_LIMITS": "validator.kit.boundary",
     "CHILD_ENV": "validator.kit.boundary",
+    "read_child_file": "validator.kit.child_files",
+    "write_new": "validator.kit.child_files",
+    "discard": "validator.kit.child_files",
+    "ChildFileRefused": "validator.kit.child_files",
     # the Hugging Face Hub, with deadlines and the failure contract
     "hub": "validator.kit.hub",
     "fetch_base_model": "validator.kit.hub",
@@ -107,6 +111,10 @@ __all__ = [
     "inspect_in_child",
     "SUBMISSION_LIMITS",
     "CHILD_ENV",
+    "read_child_file",
+    "write_new",
+    "discard",
+    "ChildFileRefused",
     "hub",
     "fetch_base_model",
     "check_lora_against_base",
@@ -167,6 +175,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from validator.kit.adapter_patterns import check_adapter_patterns
     from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
     from validator.kit.boundary import CHILD_ENV, SUBMISSION_LIMITS, inspect_in_child
+    from validator.kit.child_files import ChildFileRefused, discard, read_child_file, write_new
     from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
     from validator.kit.deadline import CallAbandoned, overall_deadline, wait_or_stop
     from validator.kit.downloads import fetch_validation_set

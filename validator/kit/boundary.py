@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from validator.errors import JsonRefused, SubmissionRejected
+from validator.kit.child_files import ChildFileRefused, discard, read_child_file, write_new
 from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
 from validator.kit.safe_json import loads_bounded
 from validator.text import one_line
@@ -78,8 +79,9 @@ def inspect_in_child(
     work.mkdir(parents=True, exist_ok=True)
     stem = Path(script).stem
     request_path, result_path = work / f"{stem}-request.json", work / f"{stem}-result.json"
-    result_path.unlink(missing_ok=True)
-    request_path.write_text(json.dumps({**request, "result": str(result_path)}), encoding="utf-8")
+    # The folder may hold what an earlier child planted there (validator/kit/child_files.py).
+    discard(result_path)
+    write_new(request_path, json.dumps({**request, "result": str(result_path)}).encode())
     try:
         outcome = run_child(
             Path(script),
@@ -91,8 +93,8 @@ def inspect_in_child(
         )
         raw = _read_answer(result_path)
     finally:
-        request_path.unlink(missing_ok=True)
-        result_path.unlink(missing_ok=True)
+        discard(request_path)
+        discard(result_path)
     if outcome.outcome is not ChildOutcome.OK:
         if outcome.outcome is ChildOutcome.CRASHED and outcome.exit_code > 0 and raw is None:
             # A traceback and no answer: the script's own failure, not the submission's doing
@@ -113,9 +115,11 @@ def inspect_in_child(
 
 def _read_answer(path: Path) -> Any | None:
     try:
-        data = path.read_bytes()
+        data = read_child_file(path, MAX_ANSWER_BYTES)
     except FileNotFoundError:
         return None
+    except ChildFileRefused as exc:  # a link, a FIFO, or an answer too large to take back
+        raise SubmissionRejected(f"the answer in {exc}") from exc
     try:
         return loads_bounded(data, f"the answer in {path.name}", max_bytes=MAX_ANSWER_BYTES)
     except JsonRefused as exc:  # an answer the submission made too large to take back

@@ -41,7 +41,10 @@ way:
   leaves the record, and `kill_strays` (called by validator/kit/workdirs.py when it sweeps an
   abandoned work folder at start-up) kills the process if /proc/<pid>/cmdline still carries
   the record's token (pids are reused; a forked child writes its token over a placeholder in
-  its copy of the server's command line).
+  its copy of the server's command line);
+- the parent never follows a link nor reads anything but a plain file in the child's folder
+  (validator/kit/child_files.py): the records are new files, and the stderr file is created
+  before the child exists and read back through the parent's own descriptor.
 
 The parent waits by polling, so a signal handler runs at once: a second stop signal
 (`Interrupted`) or Ctrl-C ends the wait, and the child's group is killed on the way out. While it
@@ -67,9 +70,18 @@ from pathlib import Path
 
 from validator.kit import child_landlock, child_seccomp, child_server
 from validator.kit.child_entry import EXIT_MEMORY
+from validator.kit.child_files import (
+    RECORD_PREFIX,
+    RECORD_SUFFIX,
+    discard,
+    kill_group,
+    open_stderr,
+    tail,
+    write_new,
+    write_record,
+)
+from validator.kit.child_files import kill_strays as kill_strays  # where it was
 
-RECORD_PREFIX = ".child-"
-RECORD_SUFFIX = ".pid"
 POLL_SECONDS = 0.05
 HEARTBEAT_SECONDS = 5.0
 STDERR_TAIL = 2000
@@ -210,35 +222,36 @@ def _run_served(
         "file_bytes": limits.file_bytes,
     }
     began = time.monotonic()
+    stderr = open_stderr(stderr_path)
     try:
-        with open(stderr_path, "wb") as stderr:
-            conn = server.start_child(request, stderr.fileno())
+        conn = server.start_child(request, stderr)
         with conn:
             started = _receive(conn, began + limits.wall_seconds + START_GRACE, heartbeat)
             if started is None or "pid" not in started:
                 raise child_server.ServerGone(f"no child started: {started}")
             pid = int(started["pid"])
-            record.write_text(json.dumps({"pid": pid, "token": token}), encoding="utf-8")
             ended: dict | None = None
             timed_out = False
             try:
+                write_record(record, pid, token)  # ChildFileRefused if the child raced it
                 ended = _receive(conn, began + limits.wall_seconds, heartbeat)
                 timed_out = ended is None
             finally:
                 if ended is None:
                     # Over time, or a stop signal: the server kills the group and reaps.
                     ended = _kill_served(conn, pid)
-                record.unlink(missing_ok=True)
+                discard(record)
             if ended is None or "code" not in ended:
                 if timed_out:
                     ended = {"code": -signal.SIGKILL, "cpu": 0.0}
                 else:
                     raise child_server.ServerGone("it ended while the child ran")
-        tail = _tail(stderr_path)
+        last = tail(stderr, STDERR_TAIL)
     finally:
-        stderr_path.unlink(missing_ok=True)
+        os.close(stderr)
+        discard(stderr_path)
     code, cpu = int(ended["code"]), float(ended["cpu"])
-    return ChildResult(_outcome(code, tail, timed_out, cpu, limits), code, tail, limits)
+    return ChildResult(_outcome(code, last, timed_out, cpu, limits), code, last, limits)
 
 
 def _receive(conn: socket.socket, deadline: float, heartbeat) -> dict | None:
@@ -270,7 +283,7 @@ def _kill_served(conn: socket.socket, pid: int) -> dict | None:
         conn.send(b"kill")
         return _receive(conn, time.monotonic() + KILL_WAIT_SECONDS, lambda: None)
     except (OSError, child_server.ServerGone):
-        _kill_group(pid)
+        kill_group(pid)
         return None
 
 
@@ -297,9 +310,10 @@ def _run_fresh(
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
     }
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    write_new(spec_path, json.dumps(spec).encode())
     command = [sys.executable, "-I", str(child_server.ENTRY), "run", str(spec_path), token]
-    with open(stderr_path, "wb") as stderr:
+    stderr = open_stderr(stderr_path)
+    try:
         process = subprocess.Popen(
             command,
             cwd=cwd,
@@ -310,11 +324,14 @@ def _run_fresh(
             start_new_session=True,
             close_fds=True,
         )
-    record.write_text(json.dumps({"pid": process.pid, "token": token}), encoding="utf-8")
+    except BaseException:
+        os.close(stderr)
+        raise
     status: int | None = None
     cpu = 0.0
     timed_out = False
     try:
+        write_record(record, process.pid, token)
         deadline = time.monotonic() + limits.wall_seconds
         beat = time.monotonic() + HEARTBEAT_SECONDS
         while True:
@@ -338,16 +355,18 @@ def _run_fresh(
             if status is None:
                 status = _stop_fresh(process.pid)
         finally:
-            _kill_group(process.pid)
+            kill_group(process.pid)
             if status is None:
                 _, status, _ = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-            record.unlink(missing_ok=True)
-            spec_path.unlink(missing_ok=True)
-    tail = _tail(stderr_path)
-    stderr_path.unlink(missing_ok=True)
+            for path in (record, spec_path, stderr_path):
+                discard(path)
+            try:
+                last = tail(stderr, STDERR_TAIL)
+            finally:
+                os.close(stderr)
     code = process.returncode
-    return ChildResult(_outcome(code, tail, timed_out, cpu, limits), code, tail, limits)
+    return ChildResult(_outcome(code, last, timed_out, cpu, limits), code, last, limits)
 
 
 def _stop_fresh(pid: int) -> int | None:
@@ -384,41 +403,3 @@ def _outcome(
     if code == 1 and tail.rstrip().endswith("MemoryError"):
         return ChildOutcome.OVER_MEMORY
     return ChildOutcome.CRASHED
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # gone already (a reaped leader and no other member)
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, path.stat().st_size - STDERR_TAIL))
-            return handle.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def kill_strays(folder: Path) -> int:
-    """Kills the children recorded under `folder` (an abandoned work folder, whose owner is
-    dead) that are still running; returns how many. A pid whose command line lacks the
-    record's token is another process that reuses the pid, and is left alone."""
-    killed = 0
-    for record in folder.rglob(f"{RECORD_PREFIX}*{RECORD_SUFFIX}"):
-        try:
-            data = json.loads(record.read_text(encoding="utf-8"))
-            pid, token = int(data["pid"]), str(data["token"])
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # no such process any more, or not a record of ours
-        if pid > 1 and token.encode() in cmdline.split(b"\0"):
-            _kill_group(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)  # a leader that left its group
-            except (ProcessLookupError, PermissionError):
-                pass
-            killed += 1
-    return killed
