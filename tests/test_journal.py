@@ -8,6 +8,7 @@ import pytest
 
 from tests.helpers.tmpfs import fill, small_tmpfs
 from validator.errors import ConfigError
+from validator.observe.logs import RedactSecrets
 from validator.state.journal import (
     RESERVE_NAME,
     UNDECIDED,
@@ -55,6 +56,22 @@ def test_failed_outcome_is_recorded_on_submit(journal):
     assert entry.error == "ValueError: bad adapter" == journal.get("6").error
     entry = journal.submitted(entry)
     assert entry.outcome == "failed" == journal.get("6").outcome
+
+
+def test_a_known_secret_in_a_reason_is_never_stored(tmp_path):
+    # A reason quotes errors (a child's stderr, a library's message); the journal feeds the
+    # records, the report and the status page, so the log's redactor applies there too.
+    secret = "hf_" + "Q" * 30
+    journal = Journal(tmp_path / "state", redact=RedactSecrets([secret]).redact)
+    try:
+        entry = journal.receive("7", "lora", "12", {})
+        entry = journal.retry_later(entry, f"RuntimeError: token={secret} refused", 0)
+        journal.failed(entry, f"child said {secret}")
+        stored = [journal.get("7").error, *(note for _, note in journal.events("7"))]
+        assert not any(secret in (text or "") for text in stored), stored
+        assert journal.get("7").error.startswith("child said ")
+    finally:
+        journal.close()
 
 
 def test_receive_keeps_an_existing_entry(journal):

@@ -237,7 +237,7 @@ def main(
         missing = missing_for_module(task_ids, secrets, spec)
         if missing:
             raise click.UsageError(missing)
-    setup_logging(debug, [value for value in secrets.values() if value])
+    redactor = setup_logging(debug, [value for value in secrets.values() if value])
     flock_api_key = secrets["FLOCK_API_KEY"]
     # The module and the kit read these from the run context (validator/kit/run_context.py),
     # never from an os.environ this process wrote: the options win over their variables there.
@@ -272,7 +272,9 @@ def main(
                 flock_api_key, api_url, retries=api_retries, backoff=api_backoff, stop=stop
             )
             # Opened and checked before any API call: a broken or locked journal is exit 3.
-            journal = Journal(state_dir, min_free_mb, lock_timeout_from_env())
+            journal = Journal(
+                state_dir, min_free_mb, lock_timeout_from_env(), redact=redactor.redact
+            )
             observer = Observer(state_dir, module, records_keep, lookups)
             telemetry.start_series(looked_up)
             # In the background: never fatal, never on the scoring thread (docs/operating.md).

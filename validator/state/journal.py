@@ -76,8 +76,12 @@ class Journal:
         state_dir: Path,
         min_free_mb: int = DEFAULT_MIN_FREE_MB,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.state_dir = state_dir
+        # The log's secret redactor (validator/observe/logs.py), for reasons and notes: a reason
+        # quotes errors, and the journal feeds the records, the report and the status page.
+        self._redact = redact or (lambda text: text)
         self.disk = DiskGuard(
             state_dir,
             min_free_mb,
@@ -352,6 +356,10 @@ class Journal:
         **changes: Any,
     ) -> Entry:
         now = time.time()
+        if isinstance(changes.get("error"), str):
+            changes["error"] = self._redact(changes["error"])
+        if note is not None:
+            note = self._redact(note)
         changes = {"state": state, "updated_at": now, **changes}
         if state in (State.SCORING, State.SCORED, State.FAILED, State.SUBMITTED):
             changes.setdefault("not_before", 0.0)
