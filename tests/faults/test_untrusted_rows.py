@@ -24,31 +24,8 @@ from devkit.validator_cli import REPO_ROOT, loop_args, run_validator, validator_
 from tests.faults.figures import record
 from tests.faults.ledger import journal_rows, quarantine_rows
 from tests.faults.test_damaged_rows import SUBMITS_FAIL, scored_but_not_submitted
+from validator.state.store import SCHEMA_V1
 
-# The schema every journal had before version 2: no CHECK, nullable id.
-SCHEMA_V1 = """
-CREATE TABLE assignments (
-    id TEXT PRIMARY KEY,
-    module TEXT NOT NULL,
-    task_id TEXT NOT NULL,
-    state TEXT NOT NULL,
-    input TEXT NOT NULL,
-    metrics TEXT,
-    outcome TEXT,
-    error TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    not_before REAL NOT NULL DEFAULT 0,
-    received_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE events (
-    assignment_id TEXT NOT NULL,
-    time REAL NOT NULL,
-    state TEXT NOT NULL,
-    note TEXT
-);
-PRAGMA user_version = 1;
-"""
 COLUMNS = "id, module, task_id, state, input, metrics, outcome, error, attempts, not_before, "
 COLUMNS += "received_at, updated_at"
 
@@ -59,7 +36,8 @@ def rewrite_as_v1(state: Path, rows: list[dict[str, Any]]) -> None:
     for suffix in ("", "-wal", "-shm"):
         path.with_name(path.name + suffix).unlink(missing_ok=True)
     with sqlite3.connect(path) as db:
-        db.executescript(SCHEMA_V1)
+        # The schema every journal had before version 2: no CHECK, nullable id.
+        db.executescript(SCHEMA_V1 + "PRAGMA user_version = 1;")
         for row in rows:
             values = [row[c] for c in COLUMNS.split(", ")]
             db.execute(
