@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from validator.kit import child_landlock, child_server
-from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+from tests.helpers.children import run_probe
+from validator.kit import child_landlock
 
 MODEL = b"the base model's weights"
 # The child: each attempt's outcome, by name, in its own folder.
@@ -88,24 +88,13 @@ json.dump(seen, open("seen.json", "w"))
 """
 
 
-def _run(tmp_path: Path, monkeypatch, path: str, script: str, args: list[str]) -> Path:
-    if path == "fresh":
-        monkeypatch.setattr(child_server, "server_for", lambda *_args, **_kwargs: None)
-    child, work = tmp_path / "child.py", tmp_path / "work"
-    child.write_text(script)
-    result = run_child(child, args, cwd=work, limits=ChildLimits(60), preload=("json",))
-    assert result.outcome is ChildOutcome.OK, result
-    return work
-
-
 @pytest.mark.parametrize("path", ["served", "fresh"])
 def test_a_child_writes_only_beneath_its_own_folder(tmp_path, monkeypatch, path):
     assert child_landlock.abi() >= 1, "this kernel has no Landlock: children run unconfined"
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     (cache / "model.safetensors").write_bytes(MODEL)
-    work = _run(tmp_path, monkeypatch, path, WRITER, [str(cache)])
-    seen = json.loads((work / "seen.json").read_text())
+    seen, work = run_probe(tmp_path, monkeypatch, path, WRITER, [str(cache)])
     assert seen["overwrite"] == "PermissionError", seen
     assert seen["create"] == "PermissionError", seen
     assert seen["delete"] == "PermissionError", seen
@@ -129,8 +118,7 @@ def test_a_child_cannot_connect_over_tcp_or_to_an_abstract_socket(tmp_path, monk
         abstract.bind("\0" + name)
         abstract.listen()
         port = tcp.getsockname()[1]
-        work = _run(tmp_path, monkeypatch, path, CONNECT, [str(port), name])
-        seen = json.loads((work / "seen.json").read_text())
+        seen, work = run_probe(tmp_path, monkeypatch, path, CONNECT, [str(port), name])
         assert seen["tcp"] == "PermissionError", seen
         assert seen["abstract"] == "PermissionError", seen
         # A connection the kernel completed would wait in the backlog: there is none.
@@ -145,8 +133,7 @@ def test_a_child_cannot_connect_over_tcp_or_to_an_abstract_socket(tmp_path, monk
 def test_a_child_signals_only_its_own_processes(tmp_path, monkeypatch, path):
     if child_landlock.abi() < 6:
         pytest.skip("Landlock's signal scope needs ABI 6 (Linux 6.12); this kernel is older")
-    work = _run(tmp_path, monkeypatch, path, SIGNAL, [str(os.getpid())])
-    seen = json.loads((work / "seen.json").read_text())
+    seen, work = run_probe(tmp_path, monkeypatch, path, SIGNAL, [str(os.getpid())])
     assert seen["own"] == "sent", seen
     assert seen["parent"] == "PermissionError", seen  # the server, or the fresh path's reaper
     assert seen["validator"] == "PermissionError", seen

@@ -7,16 +7,14 @@ process (threads still start). And one warning line for each Landlock feature a 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
-from pathlib import Path
 
 import pytest
 
-from validator.kit import child_landlock, child_seccomp, child_server
-from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+from tests.helpers.children import run_probe
+from validator.kit import child_landlock, child_seccomp
 
 # The child's helper: each attempt's outcome, by name, in seen.json in its folder.
 ATTEMPT = """
@@ -90,23 +88,13 @@ json.dump(seen, open("seen.json", "w"))
 )
 
 
-def _run(tmp_path: Path, monkeypatch, path: str, script: str, args: list[str]) -> dict:
-    if path == "fresh":
-        monkeypatch.setattr(child_server, "server_for", lambda *_args, **_kwargs: None)
-    child, work = tmp_path / "child.py", tmp_path / "work"
-    child.write_text(script)
-    result = run_child(child, args, cwd=work, limits=ChildLimits(60), preload=("json",))
-    assert result.outcome is ChildOutcome.OK, result
-    return json.loads((work / "seen.json").read_text())
-
-
 @pytest.mark.parametrize("path", ["served", "fresh"])
 def test_a_child_opens_no_socket_but_a_unix_one(tmp_path, monkeypatch, path):
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     with socket.create_server(("127.0.0.1", 0)) as tcp, udp:
         udp.bind(("127.0.0.1", 0))
         ports = [str(tcp.getsockname()[1]), str(udp.getsockname()[1])]
-        seen = _run(tmp_path, monkeypatch, path, SOCKETS, ports)
+        seen, _work = run_probe(tmp_path, monkeypatch, path, SOCKETS, ports)
         tcp.setblocking(False)
         udp.setblocking(False)
         with pytest.raises(BlockingIOError):
@@ -126,7 +114,7 @@ def test_a_child_changes_no_files_mode_owner_or_times(tmp_path, monkeypatch, pat
     outside = tmp_path / "model.safetensors"  # stands in for the base model in the HF cache
     outside.write_bytes(b"weights")
     before = os.stat(outside)
-    seen = _run(tmp_path, monkeypatch, path, METADATA, [str(outside)])
+    seen, _work = run_probe(tmp_path, monkeypatch, path, METADATA, [str(outside)])
     refused = {name: "PermissionError" for name in ("chmod", "utime", "chown", "xattr", "flags")}
     assert seen == {"outside": refused, "inside": refused}, seen
     after = os.stat(outside)
@@ -137,7 +125,7 @@ def test_a_child_changes_no_files_mode_owner_or_times(tmp_path, monkeypatch, pat
 
 @pytest.mark.parametrize("path", ["served", "fresh"])
 def test_a_child_starts_no_process_but_threads_run(tmp_path, monkeypatch, path):
-    seen = _run(tmp_path, monkeypatch, path, PROCESSES, [])
+    seen, _work = run_probe(tmp_path, monkeypatch, path, PROCESSES, [])
     assert seen == {
         "fork": "PermissionError",
         "subprocess": "PermissionError",

@@ -11,7 +11,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from validator.kit.child_process import RECORD_PREFIX, RECORD_SUFFIX
+from validator.kit import child_server
+from validator.kit.child_process import (
+    RECORD_PREFIX,
+    RECORD_SUFFIX,
+    ChildLimits,
+    ChildOutcome,
+    run_child,
+)
 
 
 def alive(pid: int, token: str | None = None) -> bool:
@@ -70,3 +77,15 @@ def is_child_server(pid: int) -> bool:
     except OSError:
         return False
     return b"serve" in cmdline and any(part.endswith(b"child_entry.py") for part in cmdline)
+
+
+def run_probe(tmp_path: Path, monkeypatch, path: str, script: str, args: list[str]):
+    """Runs `script` through the kit on the `path` ("served" or "fresh") in tmp_path/work; it
+    must end OK. Returns what it wrote to seen.json, and its folder."""
+    if path == "fresh":
+        monkeypatch.setattr(child_server, "server_for", lambda *_args, **_kwargs: None)
+    child, work = tmp_path / "child.py", tmp_path / "work"
+    child.write_text(script)
+    result = run_child(child, args, cwd=work, limits=ChildLimits(60), preload=("json",))
+    assert result.outcome is ChildOutcome.OK, result
+    return json.loads((work / "seen.json").read_text()), work
