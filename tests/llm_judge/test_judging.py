@@ -11,6 +11,7 @@ import time
 import pytest
 
 from devkit.judge_server import LocalJudge
+from devkit.validator_cli import wait_for
 from modules.llm_judge import judging
 from modules.llm_judge.grading import NO_SCORE, Grade
 from modules.llm_judge.judging import Judge
@@ -49,15 +50,6 @@ def request(answer: str, system: str = "Be a fair judge.") -> list[dict[str, str
 
 def since(server: LocalJudge, start: int) -> list[dict]:
     return server.requests[start:]
-
-
-def wait_until(condition, what: str, limit_s: float = 30.0) -> None:
-    """Polls `condition` (an upper bound only: the trickle itself lasts 60 s)."""
-    for _ in range(int(limit_s / 0.05)):
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"waited {limit_s:g} s for {what}")
 
 
 # --- what is sent -----------------------------------------------------------------------------
@@ -181,7 +173,7 @@ def test_a_trickling_judge_ends_at_the_deadline(server):
         judge.ask(request("abc"), "judge-a", 0.1)
     assert time.monotonic() - began < 30  # two attempts of 1 s, not the trickle's minute
     # Both attempts' connections were closed, not left reading in an abandoned thread.
-    wait_until(lambda: server.trickles_left == left + 2, "the judge to see both attempts leave")
+    wait_for(lambda: server.trickles_left == left + 2, 30, "the judge to see both attempts leave")
 
 
 @pytest.fixture
@@ -203,7 +195,7 @@ def test_a_stop_signal_ends_a_trickling_judge_call_and_keeps_the_assignment(serv
     # A TransientError, not the operator's RecoverableException: the runner keeps the assignment.
     assert raised.value.stopped and isinstance(raised.value, TransientError)
     assert len(since(server, start)) == 1  # not tried again once stopping
-    wait_until(lambda: server.trickles_left == left + 1, "the judge to see the call leave")
+    wait_for(lambda: server.trickles_left == left + 1, 30, "the judge to see the call leave")
 
 
 def test_a_stop_signal_ends_the_wait_before_a_retry(server, stop):
