@@ -41,7 +41,7 @@ class Trace(Middleware):
         if assignment_id is not None:
             self._add(assignment_id, "after_lookup")
 
-    def before_attempt(self, entry: Entry, config) -> None:
+    def before_attempt(self, entry: Entry) -> None:
         self.scoring = entry.id
         self._add(entry.id, f"before_attempt {entry.attempts}")
 
@@ -73,7 +73,8 @@ def run_loop(tmp_path: Path, repos: list[str], limit: int) -> tuple[ExitCode, Ob
         stop = threading.Event()
         watchdog = threading.Timer(30, stop.set)  # a loop that never reaches the limit stops
         watchdog.start()
-        observer, trace = Observer(tmp_path / "state", "fixture", 100), Trace()
+        observer = Observer(tmp_path / "state", "fixture", 100, config_for=pool.config_for)
+        trace = Trace()
         try:
             settings = LoopSettings(["1"], TIME_SLEEP, 0.1, limit)
             code = Runner(settings, client, journal, pool, stop, Hooks(observer, trace)).run()
@@ -94,7 +95,8 @@ def count(name: str, **labels: str) -> float:
 
 
 def test_each_step_of_an_assignment_reaches_every_middleware_in_order(tmp_path, caplog):
-    # glitch/x: an unexpected error, scored again after --time-sleep, then completed;
+    # glitch/x: an unexpected error, scored again after --time-sleep, then completed; its first
+    # attempt starts the module, the host's work ("load");
     # slowhost/y: a host phase ("load") inside its scoring.
     caplog.set_level(logging.INFO)  # as the CLI logs: the records keep INFO lines
     completed = count("assignments_total", task="1", outcome="completed")
@@ -106,7 +108,9 @@ def test_each_step_of_an_assignment_reaches_every_middleware_in_order(tmp_path, 
         "1": [
             "after_lookup",
             "before_attempt 1",
-            "after_score score",
+            "on_phase host: load",  # the module starts
+            "on_phase submission",
+            "after_score score+load",
             "after_attempt received",  # kept for another attempt
             "before_attempt 2",
             "after_score score",
@@ -129,7 +133,7 @@ def test_each_step_of_an_assignment_reaches_every_middleware_in_order(tmp_path, 
     written = records(tmp_path)
     glitch, slowhost = written["1"], written["2"]
     assert (glitch.outcome, glitch.attempts) == ("completed", 2)
-    assert set(glitch.phases) == {"lookup", "score", "submit"}
+    assert set(glitch.phases) == {"lookup", "load", "score", "submit"}
     lines = "\n".join(glitch.log)  # both attempts' lines, the first one's error among them
     assert "scoring (attempt 1)" in lines and "scoring (attempt 2)" in lines
     assert "unexpected error in the module (attempt 1 of 3" in lines
@@ -140,7 +144,7 @@ def test_each_step_of_an_assignment_reaches_every_middleware_in_order(tmp_path, 
     assert {row["outcome"] for row in status.recent} == {"completed"}
     assert status.current is None and status.backlog == {"undecided": 0, "unsubmitted": 0}
     assert count("assignments_total", task="1", outcome="completed") == completed + 2
-    assert count("phase_seconds_count", phase="load") == loads + 1
+    assert count("phase_seconds_count", phase="load") == loads + 2
     assert count("scoring") == 0
 
 
@@ -153,7 +157,9 @@ def test_an_attempt_that_ends_the_loop_is_told_so_and_leaves_no_record(tmp_path)
         "1": [
             "after_lookup",
             "before_attempt 1",
-            "after_score score",
+            "on_phase host: load",
+            "on_phase submission",
+            "after_score score+load",
             "after_attempt scoring raised Stop",
         ]
     }

@@ -151,7 +151,7 @@ def test_metrics_health_and_pages_tell_what_the_validator_did(run, chromium):
     assert cells[0][0] == "1" and cells[0][-1] == "3" and cells[1][-1] == "1"
     rows = driver.find_elements("css selector", "#phases tbody tr")
     phases = [row.text.split()[0] for row in rows]
-    assert phases == ["lookup", "score", "submit"]
+    assert phases == ["lookup", "load", "score", "submit"]  # load: the module's start
     widths = driver.execute_script(
         "return [...document.images].map(i => i.complete ? i.naturalWidth : 0)"
     )

@@ -109,6 +109,14 @@ class Runner:
                     self._lookup(task_id)
             log.info("stopped by signal")
             return ExitCode.OK
+        except Interrupted:
+            # A second stop ends an attempt in flight; it stays in `scoring`, and the stop mark
+            # makes the next run take it back uncounted, as after any stopped process.
+            try:
+                self.marks.mark_stopped()
+            except OSError as exc:
+                log.warning("the stop could not be marked on disk (%s): counted as a crash", exc)
+            raise
         except Stop as stop:
             log.error("%s", stop)
             return stop.code
@@ -238,7 +246,7 @@ class Runner:
         # Scoring with no room to record its result would spend a scoring attempt for nothing.
         self.journal.ensure_writable()
         entry = self.journal.begin_scoring(entry)
-        self.hooks.before_attempt(entry, self.pool.config_for(entry.task_id).model_dump())
+        self.hooks.before_attempt(entry)
         try:
             log.info("assignment %s: scoring (attempt %d)", entry.id, entry.attempts)
             entry = self._score_once(entry)
@@ -251,13 +259,11 @@ class Runner:
         """Scores `entry` and records what came of it; returns the entry as it then is."""
         times = None
         try:
-            module = self.pool.module_for(entry.task_id)  # starting a module is host work
             watch = {"on_phase": self.hooks.on_phase, "on_beat": self.hooks.on_beat}
             with self.marks.scoring(entry.id, **watch) as times:
+                # A module starts as the host's work ("load"): a death there is not counted.
+                module = self.pool.module_for(entry.task_id)
                 metrics = score(module, entry.input)
-        except Interrupted:
-            self.journal.postpone(entry, "interrupted by a signal", 0)
-            raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified below
             self._after_score(entry, times)
             return self._on_error(entry, exc)

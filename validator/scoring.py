@@ -19,6 +19,7 @@ from validator.errors import (
     describe,
 )
 from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
+from validator.kit.scope import current_scope
 from validator.text import quoted
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,10 @@ class ModulePool:
 
     def _start(self, config: BaseConfig) -> BaseValidationModule:
         try:
-            return self.module_cls(config)
+            # The host's work (a base model loads): a death in here is not counted against the
+            # submission being scored, and its time is that assignment's "load".
+            with current_scope().host_work("load"):
+                return self.module_cls(config)
         except Exception as exc:
             # __init__ sees the operator's config and no submission: what would fail or count
             # against a submission in validate() is the module's or the operator's problem here.

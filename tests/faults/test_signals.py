@@ -25,7 +25,7 @@ from devkit.validator_cli import (
     write_config,
 )
 from tests.faults.figures import record
-from tests.faults.ledger import Ledger, assert_each_submitted_once, journal_rows
+from tests.faults.ledger import Ledger, assert_each_submitted_once, journal_notes, journal_rows
 
 SLOW_SECONDS = 1.0
 SUBMIT_DOWN = {"endpoint": "update", "kind": "status", "status": 503, "count": None}
@@ -99,8 +99,10 @@ def test_second_sigterm_mid_scoring_exits_130_and_the_next_run_submits_once(tmp_
         log = (tmp_path / "v1.log").read_text()
         assert "interrupted" in log and "Traceback" not in log, log
         row = journal_rows(tmp_path / "state")["1"]
-        # Back to received, and the cut-short attempt is not counted as a crash.
-        assert (row["state"], row["attempts"]) == ("received", 0), row
+        # Left in scoring, the stop on disk: the next run takes the cut-short attempt back, as
+        # after any stopped process, and does not count it as a crash.
+        assert (row["state"], row["attempts"]) == ("scoring", 1), row
+        assert (tmp_path / "state" / "stop.requested").is_file()
         assert Ledger.of(sim).unfinished() == ["1"] and sim.submissions() == []
 
         slow_config(tmp_path, seconds=0.1)
@@ -108,6 +110,7 @@ def test_second_sigterm_mid_scoring_exits_130_and_the_next_run_submits_once(tmp_
         ledger, rows = assert_each_submitted_once(sim, tmp_path / "state", 1)
     assert [r["status"] for r in ledger.results] == ["completed"]
     assert rows["1"]["attempts"] == 1
+    assert "attempt not counted" in " | ".join(journal_notes(tmp_path / "state", "1"))
     record(
         "second SIGTERM mid-scoring, then a restart",
         f"exit 130 {stop_s:.1f} s after it (scoring 5 s); rescored by the next run, "

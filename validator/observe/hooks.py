@@ -18,7 +18,7 @@ that implements the hooks it cares about. Hooks tell; none decides anything or c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from validator.state.entry import Entry
@@ -35,7 +35,7 @@ class Middleware:
     ) -> None:
         pass
 
-    def before_attempt(self, entry: Entry, config: dict[str, Any]) -> None:
+    def before_attempt(self, entry: Entry) -> None:
         pass
 
     def on_phase(self, phase: str) -> None:
@@ -73,9 +73,9 @@ class Hooks(Middleware):
         for each in self.middleware:
             each.after_lookup(task_id, answer, seconds, assignment_id)
 
-    def before_attempt(self, entry: Entry, config: dict[str, Any]) -> None:
+    def before_attempt(self, entry: Entry) -> None:
         for each in self.middleware:
-            each.before_attempt(entry, config)
+            each.before_attempt(entry)
 
     def on_phase(self, phase: str) -> None:
         for each in self.middleware:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from validator.observe import telemetry
 from validator.observe.hooks import Hooks, Middleware
@@ -35,8 +38,15 @@ class Observer(Hooks):
     """The loop's hook list: records, metrics and the status page's board, in that order (a
     finished assignment's record is on disk before it is counted or shown)."""
 
-    def __init__(self, state_dir: Path, module: str, records_keep: int, lookups: str = "") -> None:
-        self.records = Records(state_dir, module, records_keep)
+    def __init__(
+        self,
+        state_dir: Path,
+        module: str,
+        records_keep: int,
+        lookups: str = "",
+        config_for: Callable[[str], BaseModel] | None = None,
+    ) -> None:
+        self.records = Records(state_dir, module, records_keep, config_for)
         self.metrics = Metrics()
         self.status = StatusBoard(module, lookups)
         super().__init__(self.records, self.metrics, self.status)
@@ -64,7 +74,7 @@ class Metrics(Middleware):
         telemetry.PHASE_SECONDS.labels("lookup").observe(seconds)
         self._progress()
 
-    def before_attempt(self, entry: Entry, config: dict[str, Any]) -> None:
+    def before_attempt(self, entry: Entry) -> None:
         telemetry.SCORING.set(1)
         self._progress()
 
@@ -108,8 +118,17 @@ class Records(Middleware):
     it after each submit and each attempt, with its config, commit, seconds per phase and the
     log lines of its attempts; kept in memory only until it is finished."""
 
-    def __init__(self, state_dir: Path, module: str, keep: int) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        module: str,
+        keep: int,
+        config_for: Callable[[str], BaseModel] | None = None,
+    ) -> None:
         self.module = module
+        # The config a task's assignments are scored with (ModulePool.config_for), for the
+        # record: read here, so that the loop hands the hooks nothing but its entry.
+        self._config_for = config_for
         self.store = RecordStore(state_dir, keep)
         self._extras: dict[str, _Extras] = {}
         self._capture: LogCapture | None = None
@@ -120,9 +139,10 @@ class Records(Middleware):
         if assignment_id is not None:
             self._extra(assignment_id).phases["lookup"] = round(seconds, 3)
 
-    def before_attempt(self, entry: Entry, config: dict[str, Any]) -> None:
+    def before_attempt(self, entry: Entry) -> None:
         extras = self._extra(entry.id)
-        extras.config = json_safe(config)
+        if self._config_for is not None:
+            extras.config = json_safe(self._config_for(entry.task_id).model_dump())
         # Into the record's own list: a record written during the attempt (its submit) has the
         # lines so far, after an earlier attempt's.
         self._capture = LogCapture(extras.log)
@@ -212,7 +232,7 @@ class StatusBoard(Middleware):
     ) -> None:
         self._progress()
 
-    def before_attempt(self, entry: Entry, config: dict[str, Any]) -> None:
+    def before_attempt(self, entry: Entry) -> None:
         self.current = Current(entry.id, entry.task_id, "score", time.time())
         self._progress()
 

@@ -114,9 +114,13 @@ class ScoringMarks:
 
         def mark() -> None:
             stop.wait()
-            _write(self.stop_path, "stop requested\n")
+            self.mark_stopped()
 
         threading.Thread(target=mark, name="stop-mark", daemon=True).start()
+
+    def mark_stopped(self) -> None:
+        """The stop request, on disk (again: the write replaces the file whole)."""
+        _write(self.stop_path, "stop requested\n")
 
     def not_counted(self, assignment_id: str) -> str | None:
         """Why the death of the process that was scoring `assignment_id` is not the
@@ -137,7 +141,8 @@ class ScoringMarks:
 
 
 def _write(path: Path, text: str) -> None:
-    # Write then rename: a death mid-write leaves the previous mark whole.
-    partial = path.with_name(path.name + ".partial")
+    # Write then rename: a death mid-write leaves the previous mark whole. One partial file per
+    # thread: the stop mark may be written by the watch thread and the loop at once.
+    partial = path.with_name(f"{path.name}.{threading.get_ident()}.partial")
     partial.write_text(text)
     os.replace(partial, path)
