@@ -13,5 +13,6 @@ warm-base helpers. What is not listed in `__all__` is the validator's own and ma
 import lazy_loader
 
 # Raises at import when the stub is missing: it ships with the package (pyproject.toml's
-# package data; docker/Dockerfile copies validator/ whole).
+# package data; docker/Dockerfile copies validator/ whole). lazy_loader's debugging switch,
+# EAGER_IMPORT=1 in the environment, imports every name here at once, torch included.
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
