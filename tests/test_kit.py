@@ -4,21 +4,27 @@ object that is a no-op outside a run."""
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import json
 import re
+import shutil
 import subprocess
 import sys
 import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from devkit.validator_cli import REPO_ROOT, run_validator, validator_env
-from validator import _moved, kit
+from validator import _moved, errors, kit, text
 from validator.kit.scope import NO_RUN, Progress, Scope, current_scope
 from validator.state.phases import ScoringMarks
 
 IMPORT = re.compile(r"^\s*(?:from|import) (validator(?:\.\w+)*)\b", re.M)
+STUB = REPO_ROOT / "validator" / "kit" / "__init__.pyi"
 AUTHORED = sorted(
     [*(REPO_ROOT / "modules").glob("*/*.py"), *(REPO_ROOT / "devkit" / "scaffold").rglob("*.j2")]
 )
@@ -43,13 +49,69 @@ def test_modules_and_the_scaffold_import_the_validator_through_the_kit_only():
     assert outside == {}
 
 
+def stub_table() -> list[tuple[str, str]]:
+    """(kit module, name) for each name the kit's stub imports, in its order: `from . import hub`
+    gives ("hub", "hub")."""
+    rows: list[tuple[str, str]] = []
+    for node in ast.parse(STUB.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            rows += [(node.module or alias.name, alias.name) for alias in node.names]
+    return rows
+
+
 def test_every_name_of_the_kit_resolves_and_all_lists_them():
-    assert sorted(kit.__all__) == sorted(kit._WHERE) and len(kit.__all__) == len(set(kit.__all__))
-    for name in kit.__all__:
-        assert getattr(kit, name) is not None, name
+    table = stub_table()
+    names = [name for _, name in table]
+    # A name imported twice would silently come from the later line only.
+    assert len(names) == len(set(names)) and len(names) > 50
+    assert kit.__all__ == sorted(names) and dir(kit) == kit.__all__
+    for module, name in table:
+        source = importlib.import_module(f"validator.kit.{module}")
+        value = getattr(kit, name)
+        assert value is (source if module == name else getattr(source, name)), name
+        if isinstance(value, type) or inspect.isfunction(value):
+            # The very object where it is defined, never a copy: the loop catches these classes.
+            assert getattr(sys.modules[value.__module__], name) is value, name
+    assert kit.SubmissionRejected is errors.SubmissionRejected
+    assert kit.RecoverableException is errors.OperatorError and kit.quoted is text.quoted
+    assert kit.SubmissionRejected.__module__ == "validator.errors"
     assert kit.current_scope is current_scope
-    with pytest.raises(AttributeError, match="no attribute 'journal'"):
+    with pytest.raises(AttributeError, match="No validator.kit attribute journal"):
         _ = kit.journal
+
+
+def test_a_built_validator_carries_the_kits_stub_and_its_kit_imports(tmp_path):
+    """Without its stub the kit does not import (lazy_loader.attach_stub raises): a wheel built
+    from pyproject.toml holds it, and the kit imports from that wheel's files alone."""
+    source = tmp_path / "source"
+    shutil.copytree(
+        REPO_ROOT / "validator", source / "validator", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+        + ["--no-index", "--wheel-dir", str(tmp_path / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    zipfile.ZipFile(wheel).extractall(tmp_path / "installed")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import validator.kit as kit; "
+        "print(kit.__file__); print(len(kit.__all__), kit.SubmissionRejected.__module__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "installed")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    where, names = done.stdout.splitlines()
+    assert where == str(tmp_path / "installed" / "validator" / "kit" / "__init__.py")
+    assert names == f"{len(kit.__all__)} validator.errors"
 
 
 def test_importing_the_kit_loads_neither_torch_nor_the_hub_library():
