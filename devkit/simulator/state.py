@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, model_validator
 
 # Written out from docs/fed-ledger-api.md ("Error texts the client recognises") rather than
-# imported from validator.ledger.client, so that a typo on either side makes the end-to-end tests
+# imported from validator.ledger.answers, so that a typo on either side makes the end-to-end tests
 # fail instead of agreeing with itself.
 RATE_LIMIT_DETAIL = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"
 NO_SUBMISSIONS_DETAIL = "No task submissions available to validate"

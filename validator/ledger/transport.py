@@ -7,6 +7,8 @@ stop signal: its socket is shut, so no try outlives the call and none goes on to
 later. Retries are made here, not by urllib3, so that they share that deadline, wait out a
 bounded Retry-After, and report whether a try the API may have processed came before the final
 answer (a submit refused as "not validating" after such a try was most likely taken by it).
+Which answers are failures to try again is not decided here: ledger/answers.py says
+(`try_again`), with the call's Policy; this module keeps the mechanics of trying.
 """
 
 from __future__ import annotations
@@ -25,9 +27,19 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
 
-from validator.errors import RequestNotSendable, TransientError
+from validator.errors import RequestNotSendable
 from validator.kit.deadline import STOP_GRACE_S, CallAbandoned, overall_deadline
+from validator.ledger.answers import (
+    MAYBE_PROCESSED_STATUSES,
+    ApiUnavailable,
+    Policy,
+    TryAgain,
+    try_again,
+)
 from validator.observe import telemetry
+
+# Named here as before: what the answers mean is ledger/answers.py's.
+__all__ = ["MAYBE_PROCESSED_STATUSES", "ApiUnavailable", "Policy", "RequestNotSendable"]
 
 log = logging.getLogger("validator.ledger.client")
 
@@ -39,9 +51,6 @@ DEFAULT_DEADLINE_S = 300.0
 # it no sooner than that (bounded again to this) later.
 MAX_RETRY_AFTER_S = 180.0
 BACKOFF_MAX_S = 60.0
-# Answers after which the API may have processed the request (a 503 and the 4xx below surely
-# did not: see fedledger.LOOKUP_RETRY_STATUSES); a submit adds 429 (fedledger.SUBMIT).
-MAYBE_PROCESSED_STATUSES = frozenset({500, 502, 504})
 # Faults of the network or the server, which a later try may not meet. Any other error raised
 # while sending (a URL without a host, a header value with a carriage return) happens before a
 # byte is sent and would happen again on every try: retrying it kept the loop waiting forever.
@@ -56,35 +65,8 @@ TRANSIENT_REQUEST_ERRORS = (
 HEADER_ERRORS = (requests.exceptions.InvalidHeader, UnicodeError)
 
 
-class ApiUnavailable(TransientError):
-    """The API could not be reached, answered 5xx (or 408, 429), or gave no answer within the
-    call's deadline, after all retries. `maybe_processed`: a try may have reached the API, whose
-    answer was lost; `retry_after`: the wait the API asked for, if any (bounded)."""
-
-    def __init__(
-        self, message: str, *, maybe_processed: bool = False, retry_after: float | None = None
-    ) -> None:
-        super().__init__(message)
-        self.maybe_processed = maybe_processed
-        self.retry_after = retry_after
-
-
 class CallInterrupted(ApiUnavailable):
     """A stop signal ended the call before it had an answer."""
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Which answers of one kind of call are tried again within the call."""
-
-    name: str  # the call, as the metrics label it: lookup, submit, tasks_list
-    statuses: frozenset[int]
-    # Whether a try the API may have processed (sent, then no answer, 500/502/504, a 2xx
-    # without JSON) may be repeated: not for a lookup, which hands out an assignment each time.
-    after_processing: bool
-    unconfirmed_2xx: bool = False
-    # Answers after which the API may have processed this kind of call.
-    processed_statuses: frozenset[int] = MAYBE_PROCESSED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -135,7 +117,8 @@ class Transport:
             response: requests.Response | None = None
             try:
                 response = self._try(method, f"{self.api_url}{path}", payload, end)
-                failure = _answer_failure(response, policy)
+                verdict = try_again(response, policy)
+                failure = None if verdict is None else _answer_failure(verdict)
             except _Abandoned as abandoned:
                 failure = _Failure(str(abandoned), abandoned.sent, final=True, kind="abandoned")
             except TRANSIENT_REQUEST_ERRORS as exc:
@@ -223,21 +206,10 @@ class _Abandoned(Exception):
         self.sent = sent
 
 
-def _answer_failure(response: requests.Response, policy: Policy) -> _Failure | None:
-    status = response.status_code
-    if 200 <= status < 300:
-        if policy.unconfirmed_2xx and not _is_json(response):
-            # The API's own 2xx carries JSON; an empty one or a page is a proxy's, and the
-            # request may never have reached the API.
-            return _Failure(
-                f"HTTP {status} without a JSON body", maybe_processed=True, kind="not_json"
-            )
-        return None
-    if status not in policy.statuses:
-        return None
-    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-    processed = status in policy.processed_statuses
-    return _Failure(f"HTTP {status}", processed, retry_after, kind=f"http_{status}")
+def _answer_failure(verdict: TryAgain) -> _Failure:
+    """An answer that answers.try_again found unsettling, with the wait it asks for, bounded."""
+    retry_after = retry_after_seconds(verdict.retry_after)
+    return _Failure(verdict.why, verdict.maybe_processed, retry_after, kind=verdict.kind)
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -269,14 +241,6 @@ def _never_sent(exc: Exception) -> bool:
     return isinstance(exc, requests.ConnectionError) and (
         isinstance(cause, MaxRetryError) and isinstance(cause.reason, ConnectTimeoutError)
     )
-
-
-def _is_json(response: requests.Response) -> bool:
-    try:
-        response.json()
-    except ValueError:  # an empty body too
-        return False
-    return True
 
 
 def _not_sendable(method: str, path: str, exc: Exception) -> str:

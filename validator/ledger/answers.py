@@ -1,0 +1,294 @@
+"""What an answer of the Fed Ledger API means: the one place that decides it.
+
+docs/fed-ledger-api.md ("Submit answers", "Error texts the client recognises") is the table;
+this module is that table in code, and tests/test_ledger_answers.py checks it row by row. Here
+live the answer texts and statuses of the protocol, the policies of each kind of call, the
+models of what the API hands out, and one reading per kind of call:
+
+- `try_again`: whether an answer leaves the call unsettled, worth another try within it. The
+  transport (ledger/transport.py) asks it, and keeps only the mechanics: tries, backoff,
+  Retry-After, deadline, stop.
+- `read_tasks`, `read_lookup`, `read_submit`: the call's final answer as what the client
+  (ledger/client.py) returns, or the exception it raises.
+
+Nothing here sends a request; submitting.py reads the verdict of a submit into the journal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import requests
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from validator.errors import RecoverableException, TransientError
+from validator.text import quoted
+
+# The client's name, which these lines have always had.
+log = logging.getLogger("validator.ledger.client")
+
+NO_SUBMISSIONS = "No task submissions available to validate"
+RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"
+NOT_VALIDATING = "Validation assignment is not in validating status"
+# Listing tasks and submitting can be repeated without harm (a result the API already took is
+# refused as not validating), so any 5xx is tried again, and so are 408 (the request did not
+# arrive in time) and 429 (too many requests), after the Retry-After they may carry.
+RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# A lookup cannot: each one the API processes may hand out an assignment and starts the task's
+# rate-limit window, so a lookup repeated after one the API processed but whose answer was lost
+# leaves an assignment this validator never sees (validating until it expires) and is answered
+# "rate limit reached". A lookup is therefore tried again only when it surely was not processed:
+# when connecting failed (refused, no such host, connect timeout: nothing was sent), and on 503,
+# which a load balancer answers with no backend to forward to and the API when it cannot handle
+# the request at all. Not after a read timeout or a connection closed once the request was
+# sent, nor on 500 (the API failed, maybe after assigning), 502 (the upstream broke off, maybe
+# after assigning) or 504 (a proxy stopped waiting for an API still processing the lookup).
+# Those end the call at once; the runner then pauses --time-sleep and asks for that task again
+# no sooner than its lookup interval. A lookup abandoned at its deadline or on a stop signal is
+# not tried again either. A 429 is the API's rate limit, which the runner handles.
+LOOKUP_RETRY_STATUSES = frozenset({503})
+# Answers after which the API may have processed the request (a 503 and the 4xx below surely
+# did not: see LOOKUP_RETRY_STATUSES); a submit adds 429 (SUBMIT).
+MAYBE_PROCESSED_STATUSES = frozenset({500, 502, 504})
+
+
+class ApiUnavailable(TransientError):
+    """The API could not be reached, answered 5xx (or 408, 429), or gave no answer within the
+    call's deadline, after all retries. `maybe_processed`: a try may have reached the API, whose
+    answer was lost; `retry_after`: the wait the API asked for, if any (bounded)."""
+
+    def __init__(
+        self, message: str, *, maybe_processed: bool = False, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.maybe_processed = maybe_processed
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which answers of one kind of call are tried again within the call."""
+
+    name: str  # the call, as the metrics label it: lookup, submit, tasks_list
+    statuses: frozenset[int]
+    # Whether a try the API may have processed (sent, then no answer, 500/502/504, a 2xx
+    # without JSON) may be repeated: not for a lookup, which hands out an assignment each time.
+    after_processing: bool
+    unconfirmed_2xx: bool = False
+    # Answers after which the API may have processed this kind of call.
+    processed_statuses: frozenset[int] = MAYBE_PROCESSED_STATUSES
+
+
+LIST = Policy("tasks_list", RETRIED_STATUSES, after_processing=True)
+LOOKUP = Policy("lookup", LOOKUP_RETRY_STATUSES, after_processing=False)
+# A 2xx without JSON is not taken for an answer: sent again, a result the API did take is
+# refused as not validating, which the runner records as submitted, with that story.
+# A 429 may come from a rate limiter that counts after the API committed the result (issue 23):
+# a repeat refused as not validating is then the API holding it, not "too late".
+SUBMIT = Policy(
+    "submit",
+    RETRIED_STATUSES,
+    after_processing=True,
+    unconfirmed_2xx=True,
+    processed_statuses=MAYBE_PROCESSED_STATUSES | {429},
+)
+
+
+def normalise_id(value: Any) -> str:
+    """Ids come back as integers while the CLI gives strings."""
+    return str(value).strip()
+
+
+class Task(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    task_type: str | None = None
+
+    _normalise = field_validator("id", mode="before")(normalise_id)
+
+
+class TaskSubmission(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Assignment(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    task_submission: TaskSubmission = Field(default_factory=TaskSubmission)
+
+    _normalise = field_validator("id", mode="before")(normalise_id)
+
+    def module_input(self, submitter_fields: frozenset[str] | None = None) -> dict[str, Any]:
+        """The module input: the assignment's data over the submission's. With
+        `submitter_fields`, only those are taken from the submission: a field that defines the
+        task and that the assignment lacks stays missing, and the input then fails validation."""
+        submitted = self.task_submission.data
+        if submitter_fields is not None:
+            ignored = sorted(set(submitted) - submitter_fields - set(self.data))
+            if ignored:
+                log.warning(
+                    "assignment %s: the submission sets %s, which only the task decides; ignored",
+                    self.id,
+                    ", ".join(quoted(name) for name in ignored[:10]),
+                )
+            submitted = {k: v for k, v in submitted.items() if k in submitter_fields}
+        return {**submitted, **self.data}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A lookup that yielded no assignment."""
+
+    kind: Literal["no_submissions", "rate_limited", "unexpected"]
+    status: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    kind: Literal["accepted", "not_validating", "rejected"]
+    status: int
+    detail: str = ""
+    # An earlier try of this call that the API may have taken, its answer lost (a read timeout,
+    # a 502, a 2xx without JSON...): what it met. A "not_validating" after one is most likely
+    # that try's result, not a late one.
+    earlier: str | None = None
+
+
+@dataclass(frozen=True)
+class TryAgain:
+    """An answer that leaves the call unsettled: another try may settle it, if the transport
+    has one left (tries, deadline, stop, and the policy's after_processing)."""
+
+    why: str
+    # Whether the API may have processed the try that met this answer.
+    maybe_processed: bool
+    kind: str  # the metrics' label: http_503, not_json
+    # The Retry-After header the answer carries, as sent (the transport bounds and waits it).
+    retry_after: str | None = None
+
+
+def try_again(response: requests.Response, policy: Policy) -> TryAgain | None:
+    """Whether `response` to a call of `policy`'s kind is a failure to try again; None: it is
+    the call's answer, which read_tasks / read_lookup / read_submit then make sense of."""
+    status = response.status_code
+    if 200 <= status < 300:
+        if policy.unconfirmed_2xx and not _is_json(response):
+            # The API's own 2xx carries JSON; an empty one or a page is a proxy's, and the
+            # request may never have reached the API.
+            return TryAgain(
+                f"HTTP {status} without a JSON body", maybe_processed=True, kind="not_json"
+            )
+        return None
+    if status not in policy.statuses:
+        return None
+    processed = status in policy.processed_statuses
+    header = response.headers.get("Retry-After")
+    return TryAgain(f"HTTP {status}", processed, f"http_{status}", header)
+
+
+def read_tasks(response: requests.Response) -> list[Task]:
+    """The final answer to GET /tasks/list: the tasks listed."""
+    body = _json_or_none(response)
+    _refuse_key(response, body)
+    if response.status_code != 200 or not isinstance(body, list):
+        raise ApiUnavailable(
+            f"GET /tasks/list: HTTP {response.status_code}: {_detail(response, body)}"
+        )
+    return [Task.model_validate(item) for item in body if isinstance(item, dict)]
+
+
+def read_lookup(response: requests.Response) -> Assignment | Refusal:
+    """The final answer to a lookup: an assignment, or why there is none (matched on the
+    detail's text, not on the status)."""
+    body = _json_or_none(response)
+    _refuse_key(response, body)
+    detail = _detail(response, body)
+    if response.status_code == 200:
+        try:
+            return Assignment.model_validate(body)
+        except ValidationError as exc:
+            short = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+            return Refusal("unexpected", 200, f"malformed assignment: {short}")
+    if detail == NO_SUBMISSIONS:
+        return Refusal("no_submissions", response.status_code, detail)
+    if detail == RATE_LIMITED:
+        return Refusal("rate_limited", response.status_code, detail)
+    return Refusal("unexpected", response.status_code, detail)
+
+
+def read_submit(
+    response: requests.Response,
+    call: str,
+    *,
+    earlier: str | None = None,
+    retry_after: float | None = None,
+) -> SubmitResult:
+    """The final answer to a submit (`call`: "POST <path>", for the messages), classified as
+    docs/fed-ledger-api.md "Submit answers" says. `earlier`: what an earlier try of the call
+    that the API may have processed met; `retry_after`: the transport's bounded wait of the
+    answer. Raises ApiUnavailable when no answer settles it (5xx, 408, 429, a 2xx without
+    JSON), and RecoverableException on a refused key."""
+    code = response.status_code
+    parsed = _json_or_none(response)
+    _refuse_key(response, parsed)
+    detail = _detail(response, parsed)
+    if 200 <= code < 300 and parsed is None:
+        raise ApiUnavailable(
+            f"{call}: HTTP {code} without a JSON body: {detail}", maybe_processed=True
+        )
+    if code >= 500 or code in RETRIED_STATUSES:
+        raise ApiUnavailable(
+            f"{call}: HTTP {code}: {detail}",
+            maybe_processed=earlier is not None or code in SUBMIT.processed_statuses,
+            retry_after=retry_after,
+        )
+    if 200 <= code < 300:
+        return SubmitResult("accepted", code, detail, earlier)
+    if detail == NOT_VALIDATING:
+        return SubmitResult("not_validating", code, detail, earlier)
+    return SubmitResult("rejected", code, detail, earlier)
+
+
+def _refuse_key(response: requests.Response, body: Any) -> None:
+    """401 and 403, to any call: the key is refused, which no retry mends (exit 3)."""
+    if response.status_code in (401, 403):
+        raise RecoverableException(
+            f"the Fed Ledger refused the API key (HTTP {response.status_code}: "
+            f"{_detail(response, body)}); check --flock-api-key / FLOCK_API_KEY"
+        )
+
+
+def _is_json(response: requests.Response) -> bool:
+    # A body of `null` is JSON here, though read_submit's _json_or_none reads it as none.
+    try:
+        response.json()
+    except ValueError:  # an empty body too
+        return False
+    return True
+
+
+def _json_or_none(response: requests.Response) -> Any:
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _detail(response: requests.Response, body: Any) -> str:
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return body["detail"]
+    if not response.content:
+        return "(empty body)"
+    text = response.text.strip().replace("\n", " ")
+    return text[:200] if body is None else json.dumps(body)[:200]
