@@ -132,15 +132,17 @@ def test_a_file_sent_past_its_listed_size_is_cut_off_while_it_arrives(
     dest = tmp_path / "a"
     with pytest.raises(SubmissionRejected, match="the Hub sent more than .* listed at"):
         fetch_adapter("trainer/flood", "main", dest, LIMITS)
-    # The server could not send it all: the client closed the connection under it (the
-    # server's thread records the request once its write fails).
+    # The server could not send it all: it is either still blocked on a connection the client
+    # no longer reads, or recorded the write that failed once the client's socket was closed
+    # (when that happens depends on when the shut connection is freed: 1 run in ~6 on a busy
+    # machine, it was not yet within 30 s). Never a whole answer.
     statuses: list[int] = []
-    for _ in range(200):
+    for _ in range(40):
         statuses = [s for m, p, s in hub.requests if m == "GET" and "adapter_config" in p]
         if statuses:
             break
         time.sleep(0.05)
-    assert statuses == [499]
+    assert statuses in ([], [499])
     assert sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) < 1 << 30
 
 
