@@ -9,12 +9,12 @@ with LocalGitHub() as github:
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+from devkit.local_server import LocalHandler, LocalServer, bind
 
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -34,30 +34,19 @@ class _Commit:
         }
 
 
-class LocalGitHub:
+class LocalGitHub(LocalServer):
     def __init__(self) -> None:
+        super().__init__()
         self.commits: dict[str, list[_Commit]] = {}
         self.requests: list[str] = []  # path and query of each request
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
 
-    def __enter__(self) -> LocalGitHub:
-        handler = type("Handler", (_Handler,), {"github": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+    def _make_handler(self) -> type[_Handler]:
+        return bind(_Handler, github=self)
 
     @property
     def endpoint(self) -> str:
-        assert self._server is not None, "LocalGitHub is not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.root_url
 
     def add_commit(self, repo: str, sha: str, message: str, paths: list[str]) -> None:
         """A commit on the default branch, an hour after the repo's previous one."""
@@ -67,11 +56,8 @@ class LocalGitHub:
             history.append(_Commit(sha, message, tuple(paths), date))
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LocalHandler):
     github: LocalGitHub
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
 
     def do_GET(self) -> None:  # noqa: N802
         split = urlsplit(self.path)
@@ -79,15 +65,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.github.requests.append(self.path)
         parts = split.path.strip("/").split("/")
         if len(parts) < 4 or parts[0] != "repos" or parts[3] != "commits":
-            return self._send(404, {"message": "Not Found"})
+            return self.reply_json(404, {"message": "Not Found"})
         repo = f"{parts[1]}/{parts[2]}"
         with self.github._lock:
             history = list(self.github.commits.get(repo, []))
         if len(parts) == 5:
             found = [c for c in history if c.sha == parts[4]]
             if not found:
-                return self._send(422, {"message": f"No commit found for SHA: {parts[4]}"})
-            return self._send(200, found[0].as_json())
+                return self.reply_json(422, {"message": f"No commit found for SHA: {parts[4]}"})
+            return self.reply_json(200, found[0].as_json())
         query = parse_qs(split.query)
         path = query.get("path", [""])[0]
         since = query.get("since", [None])[0]
@@ -98,12 +84,4 @@ class _Handler(BaseHTTPRequestHandler):
             if (not path or any(p == path or p.startswith(path + "/") for p in c.paths))
             and (since is None or c.date >= datetime.fromisoformat(since.replace("Z", "+00:00")))
         ]
-        self._send(200, [c.as_json() for c in listed[:limit]])
-
-    def _send(self, status: int, payload: object) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.reply_json(200, [c.as_json() for c in listed[:limit]])

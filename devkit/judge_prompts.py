@@ -10,11 +10,11 @@ network's; and a static file server on 127.0.0.1 to fetch them from.
 
 from __future__ import annotations
 
-import threading
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
+from devkit.local_server import LocalHandler, LocalServer, bind
 from modules.llm_judge.judge_texts import BUILTIN_FOLDER, CHECKOUT_FOLDER, RUBRIC_FIELDS
 
 # The network's function signatures and the keywords each passes to str.format, in its order.
@@ -101,47 +101,27 @@ def write_judge_source(
     return root
 
 
-class JudgeSourceServer:
+class JudgeSourceServer(LocalServer):
     """Serves the files under `root` on 127.0.0.1 (GET only); `url` is the folder of the two
     files, as prompt_source takes it; `requests` logs every path asked for. `stop()` takes it
-    down before the context ends (a source that cannot be reached)."""
+    down before the context ends (a source that cannot be reached); `url` still names it."""
 
     def __init__(self, root: Path) -> None:
+        super().__init__()
         self.root = root
         self.requests: list[str] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+
+    def _make_handler(self) -> partial[_SourceHandler]:
+        return partial(bind(_SourceHandler, source=self), directory=str(self.root))
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "not started"
-        port = self._server.server_address[1]
-        return f"http://127.0.0.1:{port}/{CHECKOUT_FOLDER.as_posix()}/"
+        return f"{self.root_url}/{CHECKOUT_FOLDER.as_posix()}/"
 
-    def __enter__(self) -> JudgeSourceServer:
-        server = self
 
-        class Handler(SimpleHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                server.requests.append(self.path)
-                super().do_GET()
+class _SourceHandler(LocalHandler, SimpleHTTPRequestHandler):
+    source: JudgeSourceServer
 
-            def log_message(self, *_args) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(
-            ("127.0.0.1", 0), partial(Handler, directory=str(self.root))
-        )
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread is not None and self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join()
-            self._thread = None
-
-    def __exit__(self, *_exc) -> None:
-        self.stop()
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.source.requests.append(self.path)
+        super().do_GET()

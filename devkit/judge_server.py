@@ -31,8 +31,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from devkit.local_server import LocalHandler, LocalServer, bind
 
 OPEN, CLOSE = "<answer>\n", "\n</answer>"
 
@@ -44,10 +45,11 @@ def answer_in(text: str) -> str:
     return text[start + len(OPEN) : end] if start >= 0 else ""
 
 
-class LocalJudge:
+class LocalJudge(LocalServer):
     def __init__(
         self, models: list[str] | None = None, api_key: str = "sk-judge-TEST-1234567890"
     ) -> None:
+        super().__init__()
         self.models = ["judge-a", "judge-b-low"] if models is None else list(models)
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
@@ -57,27 +59,14 @@ class LocalJudge:
         self._faults: list[tuple[str, Any]] = []
         self._model_faults: list[tuple[str, Any]] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
 
-    def __enter__(self) -> LocalJudge:
-        handler = type("Handler", (_Handler,), {"judge": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        # A short poll interval keeps shutdown fast.
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+    def _make_handler(self) -> type[_Handler]:
+        return bind(_Handler, judge=self)
 
     @property
     def endpoint(self) -> str:
         """The base URL, as OPENAI_BASE_URL takes it: http://127.0.0.1:PORT/v1."""
-        assert self._server is not None, "LocalJudge is not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self.root_url}/v1"
 
     @staticmethod
     def grade_of(answer: str, reasoning_effort: str | None = None) -> tuple[int, float]:
@@ -140,12 +129,9 @@ class LocalJudge:
             self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LocalHandler):
     judge: LocalJudge
     protocol_version = "HTTP/1.1"  # every answer has a Content-Length
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass  # the judge keeps its own log
 
     def do_GET(self) -> None:  # noqa: N802
         if not self._authorized():
@@ -232,11 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_raw(self, status: int, content_type: str, data: bytes) -> None:
         try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.reply(status, data, {"Content-Type": content_type})
         except (BrokenPipeError, ConnectionResetError):
             pass
 
@@ -244,10 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
         """A 200 whose body comes one byte every `interval` seconds, for as long as the client
         stays (at most a minute): a judge that never finishes answering."""
         try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", "1000000")
-            self.end_headers()
+            self.start_reply(200, {"Content-Type": "application/json", "Content-Length": "1000000"})
             for _ in range(int(60 / interval)):
                 self.wfile.write(b" ")
                 self.wfile.flush()
@@ -276,14 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, {"error": error}, headers)
 
     def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
         try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.end_headers()
-            self.wfile.write(data)
+            self.reply_json(status, payload, headers)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test)

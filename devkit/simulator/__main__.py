@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from devkit.local_server import serve_in_thread, stop_serving
 from devkit.simulator.faults import FaultBook, load_fault_file
 from devkit.simulator.server import API_PREFIX, SimulatorServer
 from devkit.simulator.state import SimState, SimulatorConfigError, load_data_file
@@ -91,16 +92,11 @@ def serve_until_signal(server: SimulatorServer) -> None:
     # another thread and the main thread only waits for the signal.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="simulator", daemon=True
-    )
-    thread.start()
+    thread = serve_in_thread(server, name="simulator", poll_interval=0.1)
     # A bounded wait, so the main thread regularly gets to run signal handlers.
     while not stop.wait(0.2):
         pass
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    stop_serving(server, thread, timeout=5)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import IO, Any
 import requests
 
 from devkit import REPO_ROOT
+from devkit.local_server import serve_in_thread, stop_serving
 from devkit.simulator.faults import FaultBook, load_fault_file
 from devkit.simulator.server import API_PREFIX, SimulatorServer
 from devkit.simulator.state import SimState, load_data_file
@@ -205,21 +206,12 @@ class Simulator:
         self.root_url = f"http://127.0.0.1:{server.server_address[1]}"
         self.api_url = self.root_url + API_PREFIX
         self._stdout_lines.append(f"Fed Ledger simulator listening on {self.api_url}\n")
-        self._serving = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="simulator",
-            daemon=True,
-        )
-        self._serving.start()
+        self._serving = serve_in_thread(server, name="simulator")
 
     def _stop_thread(self) -> int:
         server, self._server = self._server, None
         assert server is not None
-        server.shutdown()
-        server.server_close()
-        if self._serving is not None:
-            self._serving.join(timeout=5)
+        stop_serving(server, self._serving, timeout=5)
         server.log.close()
         return 0
 

@@ -11,12 +11,13 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import IO, Any, Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, model_validator
 
+from devkit.local_server import LocalHandler
 from devkit.simulator.faults import (
     FAULT_DETAIL,
     HTML_BODY,
@@ -128,9 +129,10 @@ class SimulatorServer(ThreadingHTTPServer):
         self.log: IO[str] = sys.stderr
 
 
-class SimulatorHandler(BaseHTTPRequestHandler):
+class SimulatorHandler(LocalHandler):
     server: SimulatorServer
     server_version = "FedLedgerSimulator"
+    quiet = False  # http.server's own errors go to stderr; requests are logged by _log_line
 
     def do_GET(self) -> None:  # names fixed by http.server
         self._dispatch("GET")
@@ -179,13 +181,10 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         return self.rfile.read(min(max(length, 0), MAX_BODY_BYTES)) if length else b""
 
     def _send(self, reply: Reply) -> None:
-        self.send_response(reply.status)
-        if reply.content_type:
-            self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
+        headers = {"Content-Type": reply.content_type} if reply.content_type else {}
+        self.start_reply(
+            reply.status, {**headers, "Content-Length": str(len(reply.body)), **reply.headers}
+        )
         if not reply.body or self.command == "HEAD":
             return
         if reply.trickle_seconds is None:

@@ -72,6 +72,8 @@ REAL_PARTS = (
     "devkit.simulator",
     "devkit.validator_cli",
     "devkit.hf_hub",
+    "devkit.hf_hub_http",
+    "devkit.local_server",  # the base of devkit's servers
     "devkit.judge_server",
     "devkit.github_api",
     "devkit.local_registry",
