@@ -54,7 +54,7 @@ MAX_CONNECTIONS = 64
 READ_TIMEOUT_S = 5.0  # for the whole head of a request, from the accept
 WRITE_TIMEOUT_S = 10.0  # for the whole answer (sendall's timeout is overall since 3.5)
 MAX_HEAD_BYTES = 16 * 1024
-CPU_SHARE = 0.1  # of one core, for the workers together
+CPU_SHARE = 0.05  # of one core, for the workers together
 LISTEN_BACKLOG = 128
 
 
