@@ -18,7 +18,8 @@ HTTP status, optionally with Retry-After; `models=True`: of the next model listi
 time, never finished). `requests` logs every chat completion: model, temperature,
 reasoning_effort, chat_template_kwargs, extra_body, seed, the messages, the rubric prompt (the
 last user message), the answer found in it, the status and the
-content sent. `peak_in_flight` is the most completions it was answering at once;
+content sent. `peak_in_flight` is the most completions it was answering at once (from a
+request's arrival to the first byte of its answer: a client that has its answer is done);
 `trickles_left` counts the trickled completions whose client closed the connection. It keeps
 connections alive (HTTP/1.1), as a real endpoint does.
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from devkit.local_server import LocalHandler, LocalServer, bind
@@ -164,10 +166,22 @@ class _Handler(LocalHandler):
         except (ValueError, KeyError, IndexError, TypeError):
             return self._error(400, "a JSON body with messages is required", "invalid_request")
         self.judge._enter(1)
+        self._answering = True
         try:
             self._complete(body, text)
         finally:
+            self._answered()
+
+    def _answered(self) -> None:
+        # Before the answer's first byte: once a client has its answer, its next request may
+        # arrive before this thread would run again.
+        if getattr(self, "_answering", False):
+            self._answering = False
             self.judge._enter(-1)
+
+    def start_reply(self, status: int, headers: Mapping[str, str]) -> None:
+        self._answered()
+        super().start_reply(status, headers)
 
     def _complete(self, body: dict[str, Any], text: str) -> None:
         model = body.get("model", "")
