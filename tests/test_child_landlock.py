@@ -16,20 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.children import run_probe
+from tests.helpers.children import PROBE_ATTEMPT, run_probe
 from validator.kit import child_landlock
 
 MODEL = b"the base model's weights"
 # The child: each attempt's outcome, by name, in its own folder.
-WRITER = """
-import json, os, sys
+WRITER = (
+    PROBE_ATTEMPT
+    + """
 cache = sys.argv[1]
-def attempt(action):
-    try:
-        action()
-        return "done"
-    except OSError as exc:
-        return type(exc).__name__
 def overwrite():
     with open(os.path.join(cache, "model.safetensors"), "r+b") as handle:
         handle.write(b"poisoned")
@@ -49,6 +44,7 @@ seen = {
 }
 json.dump(seen, open("seen.json", "w"))
 """
+)
 # The child: connects to the TCP port and the abstract Unix socket given, says how that went.
 CONNECT = """
 import json, os, socket, sys

@@ -13,21 +13,11 @@ import socket
 
 import pytest
 
-from tests.helpers.children import run_probe
+from tests.helpers.children import PROBE_ATTEMPT, run_probe
 from validator.kit import child_landlock, child_seccomp
 
-# The child's helper: each attempt's outcome, by name, in seen.json in its folder.
-ATTEMPT = """
-import json, os, socket, sys, threading
-def attempt(action):
-    try:
-        action()
-        return "done"
-    except OSError as exc:
-        return type(exc).__name__
-"""
 SOCKETS = (
-    ATTEMPT
+    PROBE_ATTEMPT
     + """
 def mptcp():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262) as sock:  # IPPROTO_MPTCP
@@ -46,7 +36,7 @@ json.dump(seen, open("seen.json", "w"))
 """
 )
 METADATA = (
-    ATTEMPT
+    PROBE_ATTEMPT
     + """
 import fcntl, struct
 def set_flags(path):
@@ -70,7 +60,7 @@ json.dump(seen, open("seen.json", "w"))
 """
 )
 PROCESSES = (
-    ATTEMPT
+    PROBE_ATTEMPT
     + """
 import subprocess
 def fork():

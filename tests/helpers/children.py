@@ -79,6 +79,19 @@ def is_child_server(pid: int) -> bool:
     return b"serve" in cmdline and any(part.endswith(b"child_entry.py") for part in cmdline)
 
 
+# The start of a probe child's script: `attempt(action)` runs one action and gives its
+# outcome, "done" or the name of the OSError it met. The probe writes what it saw to seen.json.
+PROBE_ATTEMPT = """
+import json, os, socket, sys, threading
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except OSError as exc:
+        return type(exc).__name__
+"""
+
+
 def run_probe(tmp_path: Path, monkeypatch, path: str, script: str, args: list[str]):
     """Runs `script` through the kit on the `path` ("served" or "fresh") in tmp_path/work; it
     must end OK. Returns what it wrote to seen.json, and its folder."""
