@@ -71,7 +71,7 @@ test-fast: install
 
 # The release workflow is checked by actionlint and zizmor (pinned actions, permissions,
 # injection). The docs pages are linted for what Python-Markdown renders wrong without a word
-# (devkit/docs_lint.py: a list with no blank line before it, an escaped pipe in code), then the
+# (scripts/docs_lint.py: a list with no blank line before it, an escaped pipe in code), then the
 # site is built with --strict: a broken link or anchor in docs/ fails lint (and CI); not with
 # --quiet, which hides the warnings that --strict counts (mkdocs 1.6).
 lint: install $(DOCS_VENV)/.installed
@@ -81,7 +81,7 @@ lint: install $(DOCS_VENV)/.installed
 	$(VENV)/bin/actionlint .github/workflows/*.yml
 	@# --offline: the audits that ask GitHub's API need a token and the network.
 	$(VENV)/bin/zizmor --offline --persona=pedantic .github/workflows/
-	$(DOCS_VENV)/bin/python -m devkit.docs_lint
+	$(DOCS_VENV)/bin/python -m scripts.docs_lint
 	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/python -m mkdocs build --strict \
 		--site-dir "$$site"; status=$$?; rm -rf "$$site"; exit $$status
 
