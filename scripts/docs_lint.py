@@ -8,10 +8,12 @@
 - a paragraph, fence or table indented 1 to 3 spaces after a blank line: Python-Markdown ends
   the list there (an item's next paragraph needs 4 spaces), and a numbered list restarts;
 - an escaped pipe in inline code: Python-Markdown splits no table cell inside a code span, so
-  `a\\|b` shows its backslash.
+  `a\\|b` shows its backslash;
+- a page of more than 600 words (fenced code aside) with no `##` subheading: a wall of text
+  with nothing in the site's table of contents.
 
-The first and the last are found in what Python-Markdown renders, with mkdocs.yml's extensions;
-the other two in the source, fenced code excluded.
+The first and the fourth are found in what Python-Markdown renders, with mkdocs.yml's
+extensions; the others in the source, fenced code excluded.
 
     python -m scripts.docs_lint [FILE ...]    # default: docs/*.md and README.md
 
@@ -36,6 +38,7 @@ LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+\.)\s+\S")
 SHALLOW_ITEM = re.compile(r"^ {1,3}(?:[-*+]|\d+\.)\s+\S")
 SHALLOW_BLOCK = re.compile(r"^ {1,3}\S")
 FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+LONG_PAGE_WORDS = 600
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,19 @@ def check_source(path: str, text: str) -> list[Finding]:
     return findings
 
 
+def check_headings(path: str, text: str) -> list[Finding]:
+    words, fence, subheading = 0, False, False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fence = not fence
+        elif not fence:
+            words += len(line.split())
+            subheading = subheading or line.startswith("## ")
+    if words > LONG_PAGE_WORDS and not subheading:
+        return [Finding(path, 1, f"{words} words and no ## subheading: give its parts headings")]
+    return []
+
+
 def lint(paths: list[Path], root: Path = REPO_ROOT) -> list[Finding]:
     extensions = site_extensions()
     findings: list[Finding] = []
@@ -170,6 +186,7 @@ def lint(paths: list[Path], root: Path = REPO_ROOT) -> list[Finding]:
         text = path.read_text(encoding="utf-8")
         shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
         found = check_source(shown, text) + check_rendered(shown, text, extensions)
+        found += check_headings(shown, text)
         findings += sorted(found, key=lambda f: f.line)
     return findings
 

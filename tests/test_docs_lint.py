@@ -63,6 +63,15 @@ def test_an_escaped_pipe_in_code_shows_its_backslash(tmp_path):
     assert findings(tmp_path, "Say `a\\|b` here.\n") == [(1, "`a\\|b` shows its backslash")]
 
 
+def test_a_long_page_needs_subheadings(tmp_path):
+    prose = "word " * 301
+    wall = f"# Title\n\n{prose}\n\n{prose}\n"
+    assert findings(tmp_path, wall) == [(1, "604 words and no ## subheading")]
+    assert findings(tmp_path, wall.replace("\n\nword", "\n\n## Part\n\nword", 1)) == []
+    # Code is not prose: a page of long examples needs no headings for them.
+    assert findings(tmp_path, f"# Title\n\n{prose}\n\n```\n{prose}\n```\n") == []
+
+
 def test_it_renders_with_the_sites_extensions():
     names, _ = site_extensions()
     assert "pymdownx.superfences" in names and "tables" in names
