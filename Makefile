@@ -72,9 +72,9 @@ test-fast: install
 # The release workflow is checked by actionlint and zizmor (pinned actions, permissions,
 # injection). The docs pages are linted for what Python-Markdown renders wrong without a word
 # (scripts/docs_lint.py: a list with no blank line before it, an escaped pipe in code, a long
-# page without subheadings), then the
-# site is built with --strict: a broken link or anchor in docs/ fails lint (and CI); not with
-# --quiet, which hides the warnings that --strict counts (mkdocs 1.6).
+# page without subheadings), then the site is built with --strict: a broken link or anchor in
+# docs/ fails lint (and CI); not with --quiet, which hides the warnings that --strict counts
+# (mkdocs 1.6).
 lint: install $(DOCS_VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
