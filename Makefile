@@ -15,14 +15,17 @@ STACKS := $(filter $(MODULES),$(patsubst modules/%/module.yaml,%,$(shell \
 	grep -lE '^test_venv:[[:space:]]*own[[:space:]]*(\#.*)?$$' modules/*/module.yaml)))
 SHARED := $(filter-out $(STACKS),$(MODULES))
 STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
+# The docs site's own venv (requirements-docs.txt: mkdocs and mkdocs-material, ~170 MB): `make
+# docs` needs nothing else, and `make lint` builds and lints the pages from it.
+DOCS_VENV := .venv-docs
 
-.PHONY: install test lint format docs demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser prometheus registry report
+.PHONY: install test lint format docs docs-figures demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser prometheus registry report
 
 install: $(VENV)/.installed $(STACK_VENVS)
 
 # The requirements, then the repository itself in editable mode (pyproject.toml), so that
 # validator, launcher, devkit and bench import by name from tests, scripts and benches.
-$(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt \
+$(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt requirements-docs.txt \
 		$(foreach m,$(SHARED),requirements-$(m).txt) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -37,6 +40,12 @@ $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt 
 	.venv-$*/bin/python -m pip install --quiet -r requirements-$*.txt -r requirements-host.txt \
 		"pytest>=8,<10"
 	.venv-$*/bin/python -m pip install --quiet --no-deps --editable .
+	touch $@
+
+# Named in full, so that the module venvs' pattern rule above does not take it.
+$(DOCS_VENV)/.installed: requirements-docs.txt
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet -r requirements-docs.txt
 	touch $@
 
 # The test suite. What it needs beyond the venvs (a Docker engine with Compose v2, the stand-in
@@ -61,21 +70,32 @@ test-fast: install
 		.venv-$$m/bin/python -m pytest -q -m unit tests/$$m || [ $$? = 5 ] || exit 1; done
 
 # The release workflow is checked by actionlint and zizmor (pinned actions, permissions,
-# injection). The docs site is built with --strict: a broken link or anchor in docs/ fails lint (and CI);
-# not with --quiet, which hides the warnings that --strict counts (mkdocs 1.6).
-lint: install
+# injection). The docs pages are linted for what Python-Markdown renders wrong without a word
+# (scripts/docs_lint.py: a list with no blank line before it, an escaped pipe in code, a long
+# page without subheadings), then the site is built with --strict: a broken link or anchor in
+# docs/ fails lint (and CI); not with --quiet, which hides the warnings that --strict counts
+# (mkdocs 1.6).
+lint: install $(DOCS_VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/hadolint docker/Dockerfile
 	$(VENV)/bin/actionlint .github/workflows/*.yml
 	@# --offline: the audits that ask GitHub's API need a token and the network.
 	$(VENV)/bin/zizmor --offline --persona=pedantic .github/workflows/
-	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict \
+	$(DOCS_VENV)/bin/python -m scripts.docs_lint
+	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/python -m mkdocs build --strict \
 		--site-dir "$$site"; status=$$?; rm -rf "$$site"; exit $$status
 
-# The documentation site (mkdocs.yml, pages in docs/) on http://127.0.0.1:8000, rebuilt on edits.
-docs: install
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve -a 127.0.0.1:8000
+# The documentation site (mkdocs.yml, pages in docs/) on http://127.0.0.1:8000, rebuilt on edits;
+# from .venv-docs alone (seconds to install), not the dev venvs.
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/python -m mkdocs serve -a 127.0.0.1:8000
+
+# docs/images/: the status page and the report page of a real run (the rl module's validator
+# against the Fed Ledger simulator and a local hub, one submission failed), screenshotted in
+# headless Chromium (scripts/docs_figures.py).
+docs-figures: install browser
+	$(PY) -m scripts.docs_figures
 
 format: install
 	$(PY) -m ruff format .

@@ -1,5 +1,5 @@
 """Figures of the fault suite (kills, API faults, full disks...), printed at the end of a test
-run so that CI's log carries them; docs/reliability.md quotes them."""
+run so that CI's log carries them; docs/fault-suite.md quotes them."""
 
 from __future__ import annotations
 

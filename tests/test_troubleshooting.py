@@ -1,0 +1,223 @@
+"""docs/troubleshooting.md against the code: its exit-code table against `ExitCode`, where an
+assignment's failure lands against `OUTCOMES` (the exception each row names, classified), and
+each row of "By error line" against the error the code raises for it (the launcher's
+LaunchError and its exit code; the validator's exception and the exit code its verdict has)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import pytest
+from docker.errors import APIError, DockerException
+
+from launcher.docker_errors import refused_to_run, unreachable
+from launcher.errors import LaunchError
+from launcher.fleet import FleetOptions, gpu_groups
+from launcher.images import base_unavailable
+from launcher.supervisor import EXIT_MESSAGES, KILLED_EXIT
+from validator import errors
+from validator.config import resolve_config
+from validator.errors import ExitCode, outcome_of
+from validator.options import missing_for_module
+from validator.registry import load_module_class, load_module_spec
+from validator.shard import parse_shard
+from validator.spec import load_spec
+from validator.state.journal import Journal
+from validator.state.owner import StateDirLock
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
+CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def cells(line: str) -> list[str]:
+    """A table row's cells; a pipe inside a code span does not split."""
+    found, cell, in_code = [], "", False
+    for char in line.strip().strip("|"):
+        if char == "`":
+            in_code = not in_code
+        if char == "|" and not in_code:
+            found.append(cell.strip())
+            cell = ""
+        else:
+            cell += char
+    return [*found, cell.strip()]
+
+
+def table(heading: str) -> list[list[str]]:
+    """The body rows of the first table under `## heading`."""
+    section = PAGE.read_text(encoding="utf-8").split(f"\n## {heading}\n", 1)[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    assert len(rows) > 2, f"no table under {heading!r} in {PAGE.name}"
+    return [cells(line) for line in rows[2:]]
+
+
+def test_the_exit_code_table_is_exit_code():
+    documented = {int(row[0]) for row in table("Exit codes")}
+    assert documented == {int(code) for code in ExitCode}
+
+
+def test_where_a_failure_lands_is_what_outcomes_says():
+    rows = table("Where an assignment's failure lands")
+    assert len(rows) == len(errors.OUTCOMES)  # a row per verdict
+    seen = set()
+    for raised, _assignment, validator in rows:
+        name = CODE_SPAN.search(raised).group(1)  # the exception the row is about
+        exc_type = getattr(errors, name, None) or __builtins__[name]
+        outcome = outcome_of(exc_type("what a module raised"))
+        seen.add(outcome.verdict)
+        said = re.fullmatch(r"exits (\d+)|goes on", validator)
+        assert said, validator
+        code = int(said.group(1)) if said.group(1) else None
+        assert code == outcome.exit_code, (name, validator, outcome)
+    assert seen == set(errors.OUTCOMES)
+
+
+# --- By error line: the code's error for each line the page names ------------------------------
+
+Produced = tuple[str, int]  # the line, the exit code
+
+
+def _launch(error: LaunchError) -> Produced:
+    return str(error), int(error.exit_code)
+
+
+def _validator(call: Callable[[], object]) -> Produced:
+    """What `python -m validator` ends with when `call` raises: the exit code of the exception's
+    verdict (validator/entrypoint.py's _exit_code_for)."""
+    with pytest.raises(errors.OperatorError) as raised:
+        call()
+    code = outcome_of(raised.value).exit_code
+    assert code is not None
+    return str(raised.value), int(code)
+
+
+def _missing(task_ids: str | None, secrets: dict[str, str]) -> Produced:
+    message = missing_for_module(task_ids, secrets, load_module_spec("lora"))
+    assert message is not None
+    return message, click.UsageError(message).exit_code  # the validator's CLI raises it
+
+
+def _gpus(gpus: str, per_worker: int | None) -> Produced:
+    options = FleetOptions("lora", gpus, True, per_worker, None, None, "1", None, None)
+    with pytest.raises(LaunchError) as raised:
+        gpu_groups(options)
+    return _launch(raised.value)
+
+
+def _state_in_use(tmp_path: Path) -> Produced:
+    first = StateDirLock(tmp_path / "state")
+    try:
+        return _validator(lambda: StateDirLock(tmp_path / "state"))
+    finally:
+        first.release()
+
+
+def _no_room(tmp_path: Path) -> Produced:
+    journal = Journal(tmp_path / "state")
+    try:
+        refusal = journal.disk.refusal("below the free-space floor")
+    finally:
+        journal.close()
+
+    def write() -> None:
+        raise refusal
+
+    return _validator(write)
+
+
+def _broken_journal(tmp_path: Path) -> Produced:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "journal.sqlite3").write_bytes(b"not a database\n" * 100)
+    return _validator(lambda: Journal(tmp_path / "state"))
+
+
+def _bad_config(tmp_path: Path, monkeypatch) -> Produced:
+    monkeypatch.chdir(tmp_path)
+    Path("configs").mkdir()
+    Path("configs/rl.json").write_text(json.dumps({"no_such_key": 1}))
+    schema = load_module_class("rl").config_schema
+    return _validator(lambda: resolve_config(schema, Path("configs"), "rl"))
+
+
+def _no_spec(tmp_path: Path) -> Produced:
+    (tmp_path / "modules" / "mine").mkdir(parents=True)
+    return _validator(lambda: load_spec(tmp_path / "modules" / "mine"))
+
+
+# Keyed by a code span of the page's first column (the row's whole first cell where it has
+# none): each gives the line and the exit code the code has for it.
+PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
+    "cannot reach the Docker engine (...)": lambda *_: _launch(
+        unreachable(DockerException("Error while fetching server API version"))
+    ),
+    "GPUs were requested but this Docker engine cannot provide them": lambda *_: _launch(
+        refused_to_run(APIError("500", explanation='could not select device driver ""'))
+    ),
+    "the NVIDIA container runtime could not give the container its GPUs": lambda *_: _launch(
+        refused_to_run(APIError("500", explanation="nvidia-container-cli: initialization error"))
+    ),
+    "base image '...' cannot be pulled (...)": lambda *_: _launch(
+        base_unavailable("example/base:1", "manifest unknown")
+    ),
+    "missing --task_ids / TASK_IDS": lambda *_: _missing(None, {}),
+    "missing --flock-api-key / FLOCK_API_KEY": lambda *_: _missing("1", {}),
+    "missing --hf-token / HF_TOKEN": lambda *_: _missing("1", {"FLOCK_API_KEY": "k"}),
+    "--gpus ...: use all, none, or device ids such as 0,1": lambda *_: _gpus("0,x", None),
+    "--gpus-per-worker ...": lambda *_: _gpus("0,1", 0),
+    "state directory ... is in use by another validator process": lambda tmp, _: _state_in_use(tmp),
+    "state dir ... cannot take journal writes (...)": lambda tmp, _: _no_room(tmp),
+    "a journal that is not SQLite, damaged or of another schema": lambda tmp, _: _broken_journal(
+        tmp
+    ),
+    "--shard ...": lambda *_: _validator(lambda: parse_shard("2/2")),
+    "configs/<module>.json: ...": _bad_config,
+    "... is missing: every module has a spec": lambda tmp, _: _no_spec(tmp),
+    "the validator hit a fault only a new process recovers from (exit 100)": lambda *_: (
+        EXIT_MESSAGES[ExitCode.RESTART],
+        int(ExitCode.RESTART),
+    ),
+    "the validator was killed (exit 137): out of memory, or killed from outside": lambda *_: (
+        EXIT_MESSAGES[KILLED_EXIT],
+        KILLED_EXIT,
+    ),
+}
+# Lines that end nothing by themselves: the exit column is empty, or a worker's own code.
+PASSED_ON = {
+    "published image ... not pulled (...): building it here": "",
+    "worker flock-validator-<module>-K stopped for good (exit N); ... go on": "N",
+}
+
+
+def pattern(span: str) -> re.Pattern:
+    """A span of the page as a pattern: `...` and `<name>` stand for any text."""
+    parts = re.split(r"(\.\.\.|<[a-z_]+>)", span)
+    return re.compile(
+        "".join(".+" if p == "..." or p.startswith("<") else re.escape(p) for p in parts)
+    )
+
+
+ERROR_LINES = table("By error line")
+
+
+@pytest.mark.parametrize("row", ERROR_LINES, ids=[row[0][:50] for row in ERROR_LINES])
+def test_each_error_line_has_the_exit_code_the_code_gives_it(row, tmp_path, monkeypatch):
+    first, exit_column, _what = row
+    spans = CODE_SPAN.findall(first) or [first]
+    if spans[0] in PASSED_ON:
+        assert exit_column == PASSED_ON[spans[0]]
+        return
+    for span in spans:
+        assert span in PRODUCERS, f"no error in the code found for {span!r}: add it to PRODUCERS"
+        line, code = PRODUCERS[span](tmp_path, monkeypatch)
+        if span != first:  # a span is the line's own words
+            assert pattern(span).search(line), f"the page says {span!r}, the code {line!r}"
+        assert exit_column == str(code), f"{span!r}: the page says exit {exit_column}, not {code}"
+
+
+def test_every_error_line_the_test_knows_is_on_the_page():
+    on_page = {span for row in ERROR_LINES for span in CODE_SPAN.findall(row[0]) or [row[0]]}
+    assert set(PRODUCERS) | set(PASSED_ON) == on_page
