@@ -12,6 +12,7 @@ import subprocess
 import uuid
 
 import pytest
+from docker.errors import ImageNotFound
 
 from devkit.docker_env import launcher_env, make_module_repo, run_py_command, unique_volumes
 from devkit.local_registry import LocalRegistry, push_image
@@ -27,6 +28,7 @@ from tests.helpers.docker_env import require_engine
 from validator.state.store import SCHEMA_VERSION
 
 DIGEST = "sha256:" + "e" * 64
+LABEL = "org.flock-validator.module=fixture"
 WAIT = 300
 WAIT = 300
 
@@ -113,57 +115,68 @@ def test_a_worker_moves_to_the_next_release_between_assignments(tmp_path):
     log = tmp_path / "run.log"
     tasks = [task(1, ["slow/held", "ok/b", "ok/c"])]
     (tmp_path / "registry-data").mkdir()
-    with (
-        LocalRegistry(tmp_path / "registry-data") as registry,
-        LocalReleaseChannel() as channel,
-        Simulator({"tasks": tasks}, tmp_path) as sim,
-    ):
-        name = f"{registry.address}/flock-validator-fixture"
-        old = push_image(engine, first, f"{name}:{version}")
-        new = push_image(engine, second.id, f"{name}:{next_patch(version)}")
-        channel.publish(key.release(version, {"fixture": old}))
-        args = [
-            "fixture", "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url,
-            "--assignment-lookup-interval", "0.2", "--time-sleep", "0.3",
-            "--config-dir", str(configs), "--max-assignments", "2", *volumes,
-            "--pull", "--registry", registry.address, "--release-channel", channel.url,
-            "--follow-releases",
-        ]  # fmt: skip
-        with log.open("w") as out:
-            process = subprocess.Popen(
-                run_py_command(repo, *args),
-                env=launcher_env(**{INTERVAL_ENV: "0.5"}),
-                stdout=out,
-                stderr=subprocess.STDOUT,
+    pulled: list[str] = []  # what run.py pulls, removed after
+    try:
+        with (
+            LocalRegistry(tmp_path / "registry-data") as registry,
+            LocalReleaseChannel() as channel,
+            Simulator({"tasks": tasks}, tmp_path) as sim,
+        ):
+            name = f"{registry.address}/flock-validator-fixture"
+            old = push_image(engine, first, f"{name}:{version}")
+            new = push_image(engine, second.id, f"{name}:{next_patch(version)}")
+            pulled += [f"{name}@{old}", f"{name}@{new}"]
+            channel.publish(key.release(version, {"fixture": old}))
+            args = [
+                "fixture", "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url,
+                "--assignment-lookup-interval", "0.2", "--time-sleep", "0.3",
+                "--config-dir", str(configs), "--max-assignments", "2", *volumes,
+                "--pull", "--registry", registry.address, "--release-channel", channel.url,
+                "--follow-releases",
+            ]  # fmt: skip
+            with log.open("w") as out:
+                process = subprocess.Popen(
+                    run_py_command(repo, *args),
+                    env=launcher_env(**{INTERVAL_ENV: "0.5"}),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            try:
+                wait_for(
+                    lambda: any(a for a in sim.state()["assignments"]), WAIT, "slow/held handed out"
+                )
+                channel.publish(key.release(next_patch(version), {"fixture": new}))
+                moving = "after the assignment in progress"
+                wait_for(lambda: moving in log.read_text(), WAIT, "a move")
+                assert sim.submissions() == []  # still held in its scoring: it is finished first
+                (configs / "release").write_text("")
+                process.wait(timeout=WAIT)
+            finally:
+                if process.poll() is None:  # a failed wait: nothing of the run outlives the test
+                    process.kill()
+                    process.wait()
+                    mine = {"label": LABEL, "name": volumes[1]}  # named after its journal
+                    for left in engine.containers.list(all=True, filters=mine):
+                        left.remove(force=True)
+            state = sim.state()
+            report = subprocess.run(
+                run_py_command(repo, "fixture", "report", "--json", "--state-volume", volumes[1]),
+                env=launcher_env(),
+                capture_output=True,
                 text=True,
+                timeout=WAIT,
             )
-        try:
-            wait_for(
-                lambda: any(a for a in sim.state()["assignments"]), WAIT, "slow/held handed out"
-            )
-            channel.publish(key.release(next_patch(version), {"fixture": new}))
-            wait_for(lambda: "after the assignment in progress" in log.read_text(), WAIT, "a move")
-            assert sim.submissions() == []  # still held in its scoring: it is finished first
-            (configs / "release").write_text("")
-            process.wait(timeout=WAIT)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-        state = sim.state()
-        report = subprocess.run(
-            run_py_command(repo, "fixture", "report", "--json", "--state-volume", volumes[1]),
-            env=launcher_env(),
-            capture_output=True,
-            text=True,
-            timeout=WAIT,
-        )
+    finally:
+        for reference in pulled:
+            try:
+                engine.images.remove(reference, force=True)
+            except ImageNotFound:
+                pass  # never pulled: the run ended before
+        engine.images.remove(second_name, force=True)
+        for volume in engine.volumes.list(filters={"name": volumes[1]}):
+            volume.remove(force=True)  # the journal's; the fixture module has no HF cache volume
     output = log.read_text()
-    for image in (f"{name}@{old}", f"{name}@{new}"):
-        engine.images.remove(image, force=True)
-    engine.images.remove(second_name, force=True)
-    for volume in engine.volumes.list(filters={"name": volumes[1]}):
-        volume.remove(force=True)  # the journal's; the fixture module has no HF cache volume
     assert process.returncode == 0, output
     # Each assignment handed out once, submitted once, completed: nothing lost, nothing twice.
     assert sorted(s["assignment_id"] for s in state["submissions"]) == sorted(
