@@ -87,3 +87,16 @@ class LocalRegistry:
             for line in self.log.read_text(errors="replace").splitlines()
             if '"' in line and " HTTP/1.1" in line
         ]
+
+
+def push_image(engine, image: str, name: str) -> str:
+    """Pushes the engine's `image` as `name` (REGISTRY/REPO:TAG), then drops that name here, as
+    a release workflow's push leaves nothing on the host that pulls it; returns the digest the
+    registry answered (what a release signs)."""
+    engine.images.get(image).tag(name)
+    pushed = list(engine.api.push(name, stream=True, decode=True))
+    errors = [line for line in pushed if "error" in line]
+    if errors:
+        raise RuntimeError(f"push of {name} failed: {errors}")
+    engine.images.remove(name)
+    return next(line["aux"]["Digest"] for line in pushed if "Digest" in line.get("aux", {}))

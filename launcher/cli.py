@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,14 +29,12 @@ from launcher.docker_errors import docker_client, lost_engine
 from launcher.errors import LaunchError, UsageError
 from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
 from launcher.fleet_run import FleetSupervisor, worker_containers
+from launcher.follow import Follower
+from launcher.follow import check_options as check_follow
+from launcher.follow import interval as follow_interval
 from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
-from launcher.published import (
-    DEFAULT_REGISTRY,
-    REGISTRY_ENV,
-    checkout_version,
-    published_image,
-    pull_published,
-)
+from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, checkout_version, pull_verified
+from launcher.release_channel import CHANNEL_ENV, DEFAULT_CHANNEL, Channel
 from launcher.report import run_reports, worker_volumes
 from launcher.supervisor import Supervisor, say
 from validator.errors import ConfigError, ExitCode
@@ -106,7 +105,20 @@ def module_spec(repo_root: Path, module: str) -> ModuleSpec:
     "--pull",
     is_flag=True,
     help="Run the released image of this checkout's version (pyproject.toml), pulled from "
-    "--registry; build it here when it cannot be pulled.",
+    "--registry by the digest its signed release names; build it here when it cannot be had.",
+)
+@click.option(
+    "--release-channel",
+    envvar=CHANNEL_ENV,
+    default=DEFAULT_CHANNEL,
+    show_default=True,
+    help="Where releases publish their signed manifests, for --pull (verified all the same).",
+)
+@click.option(
+    "--follow-releases",
+    is_flag=True,
+    help="With --pull: move to each newer verified release of the same major version, "
+    "between assignments (docs/upgrading.md).",
 )
 @click.option(
     "--registry",
@@ -228,6 +240,8 @@ class LaunchOptions:
     report_worker: int | None = None
     pull: bool = False
     registry: str = DEFAULT_REGISTRY
+    release_channel: str = DEFAULT_CHANNEL
+    follow_releases: bool = False
 
     def build_spec(self, spec: ModuleSpec) -> BuildSpec:
         return BuildSpec(
@@ -315,8 +329,8 @@ class LaunchOptions:
         if self.image:
             return ensure_given_image(client, self.image)
         if self.pull:
-            released = published_image(self.registry, spec.name, checkout_version(REPO_ROOT))
-            pulled = pull_published(client, released)
+            version, channel = checkout_version(REPO_ROOT), Channel(self.release_channel)
+            pulled = pull_verified(client, self.registry, spec.name, version, channel)
             if pulled is not None:
                 return pulled
         return ensure_image(client, self.build_spec(spec), self.rebuild)
@@ -339,6 +353,7 @@ def launch(options: LaunchOptions) -> int:
         volumes = worker_volumes(client, options.state(), options.report_worker)
         return run_reports(client, tag, volumes, options.passthrough[1:])
     workers, passthrough = options.fleet(spec)
+    check_follow(options.pull, options.follow_releases, options.check_file)
     if options.plan:  # what would run, without an engine, an image or a secret
         for worker in workers:
             print(json.dumps(worker.as_json()))
@@ -359,10 +374,20 @@ def launch(options: LaunchOptions) -> int:
         )
         fleet.install_signal_handlers()
         say(f"starting {len(workers)} {module} workers in {tag}")
+        follow_releases(options, client, module, fleet.supervisors)
         return fleet.run()
     if container.check_file is None:  # a one-off check runs nameless, as before
         container = worker_containers(container, workers)[0][1]
     supervisor = Supervisor(client, container, options.restart_delay, stop_timeout)
     supervisor.install_signal_handlers()
     say(f"starting {module} in {tag} (gpus: {container.gpus})")
+    follow_releases(options, client, module, [supervisor])
     return supervisor.run()
+
+
+def follow_releases(options: LaunchOptions, client, module: str, targets: list) -> None:
+    """--follow-releases: a thread that moves the workers to newer verified releases."""
+    if options.follow_releases:
+        channel, version = Channel(options.release_channel), checkout_version(REPO_ROOT)
+        follower = Follower(client, options.registry, module, channel, version, targets)
+        follower.start(follow_interval(), threading.Event())

@@ -13,6 +13,7 @@ module are independent validators that split the work, not one validator on many
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +99,15 @@ def worker_name(module: str, gpu: str | None) -> str:
     return f"{module}-gpu{gpu}" if gpu is not None else module
 
 
-def worker_service(spec: ModuleSpec, gpu: str | None, shard: int, workers: int) -> dict[str, Any]:
+def worker_service(
+    spec: ModuleSpec,
+    gpu: str | None,
+    shard: int,
+    workers: int,
+    digests: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """compose.yaml's service for the module, narrowed to one GPU and one shard."""
-    body = service(spec)
+    body = service(spec, digests)
     name = worker_name(spec.name, gpu)
     environment = dict(body["environment"])
     # The file runs every module at once, and each validates its own tasks.
@@ -122,7 +129,11 @@ def worker_service(spec: ModuleSpec, gpu: str | None, shard: int, workers: int) 
     return body
 
 
-def render_gpus(specs: dict[str, ModuleSpec], hosts: dict[str, list[str]]) -> str:
+def render_gpus(
+    specs: dict[str, ModuleSpec],
+    hosts: dict[str, list[str]],
+    digests: Mapping[str, str] | None = None,
+) -> str:
     """The text of compose.gpus.yaml for these specs and this host's GPUs."""
     services: dict[str, Any] = {}
     volumes: dict[str, dict[str, str]] = {}
@@ -132,7 +143,7 @@ def render_gpus(specs: dict[str, ModuleSpec], hosts: dict[str, list[str]]) -> st
         workers: list[str | None] = list(gpus) or [None]
         for shard, gpu in enumerate(workers):
             name = worker_name(module, gpu)
-            body = worker_service(spec, gpu, shard, len(workers))
+            body = worker_service(spec, gpu, shard, len(workers), digests)
             port = body["environment"].get("VALIDATOR_HTTP_PORT")
             if port is not None:
                 if int(port) in ports:

@@ -4,6 +4,7 @@ command that writes them is compose.py (`make compose`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,10 @@ HEADER = f"""\
 # run.py is the smarter launcher: it restarts only on exit 100 and stops with an explanation on
 # 2 and 3.
 """
+PINNED = """#
+# A release's file: each image is named by the digest its signed release manifest names
+# (docs/images.md "Released images"); Compose runs that image or none, and builds nothing.
+"""
 CPU_HEADER = """\
 # Written by `make compose`. For hosts without NVIDIA GPUs (trying things out, CI):
 #   docker compose -f compose.yaml -f compose.cpu.yaml up validator-<module>
@@ -59,7 +64,9 @@ def _required(name: str, what: str) -> str:
     return f"${{{name}:?set {name}: {what}}}"
 
 
-def service(spec: ModuleSpec) -> dict[str, Any]:
+def service(spec: ModuleSpec, digests: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The module's service; `digests` (a release's, launcher/release_cli.py): its image by the
+    digest the release signed, and no `build:`, so that Compose runs that image or nothing."""
     environment = {
         "FLOCK_API_KEY": _required("FLOCK_API_KEY", "your Fed Ledger API key"),
         "TASK_IDS": _required("TASK_IDS", "the task ids to validate, e.g. 12,34"),
@@ -94,6 +101,9 @@ def service(spec: ModuleSpec) -> dict[str, Any]:
             f"{spec.name}-state:{STATE_PATH}",
         ],
     }
+    if digests is not None:
+        body["image"] = released_image(spec.name, digests[spec.name])
+        del body["build"]
     if spec.gpu:
         body["deploy"] = GPU_RESERVATION
     if spec.status_port is not None:
@@ -102,10 +112,12 @@ def service(spec: ModuleSpec) -> dict[str, Any]:
     return {**body, **spec.compose}
 
 
-def released_image(module: str) -> str:
-    """`${VALIDATOR_IMAGE_REGISTRY:-ghcr.io/flock-io}/flock-validator-<module>:<version>`."""
+def released_image(module: str, digest: str | None = None) -> str:
+    """`${VALIDATOR_IMAGE_REGISTRY:-ghcr.io/flock-io}/flock-validator-<module>:<version>`, or
+    `...-<module>@<digest>`: a mirror may serve it, but only the image the release signed."""
     name = repository(DEFAULT_REGISTRY, module).removeprefix(DEFAULT_REGISTRY)
-    return f"${{{REGISTRY_ENV}:-{DEFAULT_REGISTRY}}}{name}:{checkout_version(REPO_ROOT)}"
+    at = f"@{digest}" if digest else f":{checkout_version(REPO_ROOT)}"
+    return f"${{{REGISTRY_ENV}:-{DEFAULT_REGISTRY}}}{name}{at}"
 
 
 def healthcheck(port: int) -> dict[str, Any]:
@@ -122,8 +134,11 @@ def healthcheck(port: int) -> dict[str, Any]:
     }
 
 
-def render(specs: dict[str, ModuleSpec]) -> tuple[str, str]:
-    """The text of compose.yaml and of compose.cpu.yaml for these specs."""
+def render(
+    specs: dict[str, ModuleSpec], digests: Mapping[str, str] | None = None
+) -> tuple[str, str]:
+    """The text of compose.yaml and of compose.cpu.yaml for these specs (and a release's
+    digests: its images by digest)."""
     volumes: dict[str, dict[str, str]] = {}
     for spec in specs.values():
         for key in spec.volumes:
@@ -131,10 +146,10 @@ def render(specs: dict[str, ModuleSpec]) -> tuple[str, str]:
     for spec in specs.values():
         volumes[f"{spec.name}-state"] = {"name": state_volume_name(spec.name)}
     document = {
-        "services": {f"validator-{spec.name}": service(spec) for spec in specs.values()},
+        "services": {f"validator-{spec.name}": service(spec, digests) for spec in specs.values()},
         "volumes": volumes,
     }
-    compose = HEADER + "\n" + _dump(document)
+    compose = HEADER + (PINNED if digests is not None else "") + "\n" + _dump(document)
     gpu_services = [name for name, spec in specs.items() if spec.gpu]
     cpu = CPU_HEADER + "services:" + ("\n" if gpu_services else " {}\n")
     for name in gpu_services:

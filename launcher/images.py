@@ -16,6 +16,7 @@ from requests.exceptions import RequestException
 from launcher.errors import LaunchError
 
 DOCKERFILE = "docker/Dockerfile"
+SOURCE_LABEL = "org.flock-validator.source-hash"  # the whole source hash (docker/Dockerfile)
 # micromamba 2.x on NVIDIA's CUDA 12 base for Ubuntu 22.04 (docs/images.md "The base image").
 PRODUCTION_BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
 # What goes into an image, besides the module's own folder (see .dockerignore). configs/ is
@@ -96,11 +97,17 @@ def ensure_image(client: docker.DockerClient, spec: BuildSpec, rebuild: bool = F
     tag = f"flock-validator-{spec.module.lower()}:{digest[:12]}"
     if not rebuild:
         try:
-            client.images.get(tag)
+            found = client.images.get(tag)
+        except ImageNotFound:
+            found = None
+        # Reused only when it is this checkout's build (issue 40): the tag names 12 characters
+        # of the hash, the label holds all of it.
+        if found is not None and found.labels.get(SOURCE_LABEL) == digest:
             print(f"[run.py] using image {tag} (already built)", file=sys.stderr, flush=True)
             return tag
-        except ImageNotFound:
-            pass
+        if found is not None:
+            say = f"[run.py] image {tag} is not this checkout's build: building it"
+            print(say, file=sys.stderr, flush=True)
     ensure_base(client, spec.base_image)
     print(
         f"[run.py] building image {tag} from {DOCKERFILE} (base {spec.base_image})",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,15 +124,19 @@ def module_file(name: str) -> str:
     return f"{object_name(name)}.yaml"
 
 
-def kustomization(specs: dict[str, ModuleSpec]) -> dict[str, Any]:
+def kustomization(
+    specs: dict[str, ModuleSpec], digests: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The base's kustomization; with a release's `digests`, its images by digest."""
+    tags = {name: {"newTag": checkout_version(REPO_ROOT)} for name in specs}
+    if digests is not None:
+        tags = {name: {"digest": digests[name]} for name in specs}
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "namespace": NAMESPACE,
         "resources": ["namespace.yaml", *(module_file(name) for name in specs)],
-        "images": [
-            {"name": image_name(name), "newTag": checkout_version(REPO_ROOT)} for name in specs
-        ],
+        "images": [{"name": image_name(name), **tags[name]} for name in specs],
         "replicas": [{"name": object_name(name), "count": 1} for name in specs],
         "replacements": replacements(specs),
     }
@@ -197,13 +202,16 @@ def _dump(document: dict[str, Any]) -> str:
     return yaml.dump(document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
-def render(specs: dict[str, ModuleSpec]) -> dict[Path, str]:
-    """The text of every file of deploy/kubernetes, by path inside it."""
+def render(
+    specs: dict[str, ModuleSpec], digests: Mapping[str, str] | None = None
+) -> dict[Path, str]:
+    """The text of every file of deploy/kubernetes, by path inside it (the base's images by a
+    release's `digests` when given)."""
     files = {BASE / "namespace.yaml": HEADER + _dump(namespace())}
     for name, spec in specs.items():
         documents = [stateful_set(spec), headless_service(spec), settings(spec)]
         files[BASE / module_file(name)] = HEADER + "---\n".join(_dump(d) for d in documents)
-    files[BASE / "kustomization.yaml"] = HEADER + _dump(kustomization(specs))
+    files[BASE / "kustomization.yaml"] = HEADER + _dump(kustomization(specs, digests))
     files[EXAMPLE_OVERLAY / "kustomization.yaml"] = OVERLAY_HEADER + _dump(example_overlay(specs))
     policies = [network_policy(spec) for spec in specs.values() if spec.status_port is not None]
     files[EXAMPLE_OVERLAY / NETWORK_POLICIES] = POLICY_HEADER + "---\n".join(map(_dump, policies))

@@ -3,9 +3,12 @@
 images").
 
 A release `vX.Y.Z` pushes `<registry>/flock-validator-<module>:X.Y.Z` and `:latest`, built from
-the production base. A checkout runs the image of its own version, the one pyproject.toml
-holds, so the code in the image is the code of the checkout's release; the registry (host and
-owner) is `ghcr.io/flock-io` unless `--registry` / VALIDATOR_IMAGE_REGISTRY says otherwise.
+the production base, and publishes a signed manifest of their digests (launcher/release.py). A
+checkout runs the image of its own version, the one pyproject.toml holds, pulled by the digest
+the manifest signed (issue 40: never by tag, which a registry can move), so the code in the
+image is the code of the checkout's release; the registry (host and owner) is
+`ghcr.io/flock-io` unless `--registry` / VALIDATOR_IMAGE_REGISTRY says otherwise: a mirror
+serves the same digests, and one that does not is refused.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from pathlib import Path
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound
-from docker.utils import parse_repository_tag
 from requests.exceptions import RequestException
 
 from launcher.errors import UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, pull_failure_reason, source_hash
+from launcher.release import FIX, ReleaseManifest, ReleaseRefused
+from launcher.release_channel import Channel, ReleaseUnavailable, fetch_release
 from validator.errors import ConfigError, ExitCode
 from validator.spec import REPO_ROOT, find_modules, load_spec, module_folder
 
@@ -60,29 +64,79 @@ def published_image(registry: str, module: str, version: str) -> str:
     return f"{repository(registry, module)}:{version}"
 
 
-def pull_published(client: docker.DockerClient, image: str) -> str | None:
-    """`image` once the engine has it (pulled when missing), or None after one line saying why
-    it could not be had, for the caller to build the image here instead."""
+def released_reference(registry: str, module: str, digest: str) -> str:
+    """The image a release signed, by digest: `<registry>/flock-validator-<module>@sha256:...`.
+    The engine checks what it pulls against the digest, so no registry or mirror can swap it."""
+    return f"{repository(registry, module)}@{digest}"
+
+
+def pull_verified(
+    client: docker.DockerClient, registry: str, module: str, version: str, channel: Channel
+) -> str | None:
+    """The image release `version` signed for `module`, by digest, once the engine holds it
+    (pulled when missing): verified before any container starts. None after one line saying
+    why when the release cannot be had (not published, channel or registry unreachable): the
+    caller builds this checkout's image instead. ReleaseRefused (exit 3, one line) when the
+    release does not verify or the registry does not hold what it signed."""
     try:
-        client.images.get(image)
-        _say(f"using the published image {image} (already pulled)")
-        return image
+        manifest = fetch_release(channel, version)
+    except ReleaseUnavailable as exc:
+        _say(f"release v{version} not verified ({exc}): building the image here")
+        return None
+    return pull_release(client, registry, module, manifest)
+
+
+def pull_release(
+    client: docker.DockerClient, registry: str, module: str, manifest: ReleaseManifest
+) -> str | None:
+    """The image a verified `manifest` signed for `module` (see pull_verified)."""
+    reference = released_reference(registry, module, manifest.digest(module))
+    version = manifest.version
+    if _holds(client, reference):
+        _say(f"using the published image {reference} (already pulled, verified)")
+        return reference
+    _say(f"pulling the published image {reference} (release v{version}, verified)")
+    error = _pull(client, reference)
+    if error is not None:
+        reason = pull_failure_reason(error)
+        if reason in ABSENT:
+            raise ReleaseRefused(
+                f"the registry holds no {reference} ({reason}), the image release v{version} "
+                f"signed for {module}: it was removed or replaced there; nothing was run; {FIX}"
+            )
+        return _not_pulled(reference, error)
+    if not _holds(client, reference):
+        raise ReleaseRefused(f"the engine's {reference} is not what was pulled; {FIX}")
+    return reference
+
+
+# What a registry answers for a digest it does not hold (launcher/images.py's words for it).
+ABSENT = ("no such tag", "no such image")
+
+
+def _holds(client: docker.DockerClient, reference: str) -> bool:
+    """Whether the engine has an image whose registry digest is `reference`'s: a tag it holds
+    (an image pulled by tag, or tagged here) is never taken for it."""
+    try:
+        image = client.images.get(reference)
     except ImageNotFound:
-        pass
-    except APIError as exc:
-        return _not_pulled(image, str(exc.explanation or exc))
-    _say(f"pulling the published image {image}")
-    name, tag = parse_repository_tag(image)
+        return False
+    return reference in image.attrs.get("RepoDigests", [])
+
+
+def _pull(client: docker.DockerClient, reference: str) -> str | None:
+    """Pulls `reference` (repository@digest); the engine's error, or None once pulled."""
+    name, digest = reference.split("@", 1)
     try:
         # Errors found before the download starts are HTTP errors; later ones are stream items.
-        for chunk in client.api.pull(name, tag=tag, stream=True, decode=True):
+        for chunk in client.api.pull(name, tag=digest, stream=True, decode=True):
             if "error" in chunk:
-                return _not_pulled(image, str(chunk["error"]))
+                return str(chunk["error"])
     except APIError as exc:
-        return _not_pulled(image, str(exc.explanation or exc))
+        return str(exc.explanation or exc)
     except (DockerException, RequestException) as exc:  # e.g. the engine's answer timed out
-        return _not_pulled(image, str(exc))
-    return image
+        return str(exc)
+    return None
 
 
 def _not_pulled(image: str, error: str) -> None:
@@ -94,18 +148,27 @@ def _say(message: str) -> None:
     print(f"[run.py] {message}", file=sys.stderr, flush=True)
 
 
-def release_outputs(repo_root: Path, module: str, owner: str, ref: str | None) -> dict[str, str]:
+def release_outputs(
+    repo_root: Path, module: str, owner: str, ref: str | None, base: str = PRODUCTION_BASE
+) -> dict[str, str]:
     """What the release workflow builds and pushes for `module`: the build arguments a
     `run.py` build of this checkout would use (so the image's source-hash label is the same)
     and the repository and version of its tags. `ref`, a pushed tag, must be `v<version>`: a
-    checkout of the tag then pulls exactly what the tag pushed."""
+    checkout of the tag then pulls exactly what the tag pushed; and a release builds on a base
+    named by digest (issue 40: a tag is what a registry can move)."""
     version = checkout_version(repo_root)
     if ref is not None and ref != f"v{version}":
         raise UsageError(f"tag {ref!r} is not v{version}, the version in pyproject.toml")
+    if ref is not None and "@sha256:" not in base:
+        raise UsageError(
+            f"the production base {base} is named by tag: pin it by digest first "
+            "(python -m launcher.release_cli pin-base, then make compose)"
+        )
     spec = load_spec(module_folder(module, repo_root))
-    build = BuildSpec(module, repo_root, PRODUCTION_BASE, "micromamba", "", spec.environment)
+    build = BuildSpec(module, repo_root, base, "micromamba", "", spec.environment)
     return {
         "env_file": spec.environment,
+        "base_image": base,
         "source_hash": source_hash(build),
         "repository": repository(f"ghcr.io/{owner.lower()}", module),
         "version": version,

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import docker
 from docker.errors import APIError, NotFound
@@ -73,6 +74,8 @@ class Supervisor:
         # after its restarts like any other fault.
         self.restart_killed = restart_killed
         self.stop_requested = threading.Event()
+        # --follow-releases (launcher/follow.py): the image to start on once this one stopped.
+        self.next_image: str | None = None
         self.signals = 0
         self.container = None
         self._output = PrefixedOutput(f"[{worker}] ") if worker else None
@@ -101,6 +104,22 @@ class Supervisor:
             action, kwargs = container.stop, {"timeout": self.stop_timeout}
         threading.Thread(target=_quietly, args=(action,), kwargs=kwargs, daemon=True).start()
 
+    def upgrade(self, image: str, why: str) -> None:
+        """Moves to `image` (a verified release's, already pulled) after the assignment in
+        progress: the container is stopped as an operator's stop does (SIGTERM: it finishes
+        and submits it), then started again on `image` with the same volumes."""
+        self.next_image = image
+        self.say(f"{why}: moving to {image} after the assignment in progress")
+        self._stop_for_upgrade()
+
+    def _stop_for_upgrade(self) -> None:
+        container = self.container
+        if container is not None and self.next_image not in (None, self.spec.image):
+            kwargs = {"timeout": self.stop_timeout}
+            threading.Thread(
+                target=_quietly, args=(container.stop,), kwargs=kwargs, daemon=True
+            ).start()
+
     def say(self, message: str) -> None:
         say(f"worker {self.worker}: {message}" if self.worker else message)
 
@@ -111,6 +130,11 @@ class Supervisor:
             code = self._run_once()
             if self.stop_requested.is_set():
                 return self._stopped(code)
+            if self.next_image is not None and self.next_image != self.spec.image:
+                self.spec = replace(self.spec, image=self.next_image)
+                self.say(f"the validator stopped (exit {code}); starting it on {self.spec.image}")
+                delay = self.restart_delay
+                continue
             restarted = code == ExitCode.RESTART or (self.restart_killed and code == KILLED_EXIT)
             # A --check scores one input: a restart would score it again, and fault again.
             if not restarted or self.spec.check_file is not None:
@@ -144,6 +168,7 @@ class Supervisor:
             self.container = container
             if self.stop_requested.is_set():  # a signal came before the container was known
                 _quietly(container.stop, timeout=self.stop_timeout)
+            self._stop_for_upgrade()  # a release came before the container was known
             for out, err in stream:
                 if self._output is not None:
                     self._output.write(out, err)

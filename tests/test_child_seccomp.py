@@ -35,6 +35,32 @@ seen = {"mptcp": attempt(mptcp), "udp": attempt(udp), "netlink":
 json.dump(seen, open("seen.json", "w"))
 """
 )
+# The Docker engine's socket answers `GET /version` to whoever connects (host root where the
+# validator runs as root or in the docker group): a listener bound to a path stands in for it,
+# and a datagram one for /dev/log and the like.
+CONNECTIONS = (
+    PROBE_ATTEMPT
+    + """
+def stream():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(sys.argv[1])
+        sock.sendall(b"GET /version HTTP/1.0\\r\\n\\r\\n")
+def datagram():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(b"out", sys.argv[2])
+def message():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendmsg([b"out"], [], 0, sys.argv[2])
+def pair():
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    left.send(b"x")
+    assert right.recv(1) == b"x"
+seen = {"stream": attempt(stream), "datagram": attempt(datagram), "sendmsg": attempt(message),
+        "pair": attempt(pair)}
+json.dump(seen, open("seen.json", "w"))
+"""
+)
 METADATA = (
     PROBE_ATTEMPT
     + """
@@ -100,6 +126,30 @@ def test_a_child_opens_no_socket_but_a_unix_one(tmp_path, monkeypatch, path):
 
 
 @pytest.mark.parametrize("path", ["served", "fresh"])
+def test_a_child_connects_to_no_unix_socket_bound_to_a_path(tmp_path, monkeypatch, path):
+    engine_path, log_path = str(tmp_path / "docker.sock"), str(tmp_path / "log.sock")
+    engine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with engine, log:
+        engine.bind(engine_path)
+        engine.listen(8)
+        log.bind(log_path)
+        seen, _work = run_probe(tmp_path, monkeypatch, path, CONNECTIONS, [engine_path, log_path])
+        engine.setblocking(False)
+        log.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            engine.accept()  # no connection reached the engine's stand-in
+        with pytest.raises(BlockingIOError):
+            log.recv(10)
+    assert seen == {
+        "stream": "PermissionError",
+        "datagram": "PermissionError",
+        "sendmsg": "PermissionError",
+        "pair": "done",
+    }, seen
+
+
+@pytest.mark.parametrize("path", ["served", "fresh"])
 def test_a_child_changes_no_files_mode_owner_or_times(tmp_path, monkeypatch, path):
     outside = tmp_path / "model.safetensors"  # stands in for the base model in the HF cache
     outside.write_bytes(b"weights")
@@ -152,5 +202,6 @@ def test_without_seccomp_one_warning_line_and_no_filter(monkeypatch, caplog):
     monkeypatch.setattr(child_seccomp, "available", lambda: False)
     monkeypatch.setitem(child_seccomp._probe, "available", None)
     with caplog.at_level(logging.WARNING, logger=child_seccomp.__name__):
-        assert [child_seccomp.rules((socket.AF_UNIX,), True, True) for _ in range(3)] == [None] * 3
+        found = [child_seccomp.rules((socket.AF_UNIX,), True, True, True) for _ in range(3)]
+    assert found == [None] * 3
     assert [record.getMessage() for record in caplog.records] == [child_seccomp.NOT_AVAILABLE]

@@ -1,9 +1,13 @@
-"""`run.py MODULE --pull` against a real registry on 127.0.0.1 (Debian's docker-registry): the
-released image of the checkout's version is pulled and run without a build; a tag the registry
-lacks, or a registry nobody answers at, is one line and a build here instead."""
+"""`run.py MODULE --pull` against a real registry on 127.0.0.1 (Debian's docker-registry) and a
+stand-in for the releases' channel (devkit/release_channel.py) with a release key the repo copy
+trusts: the image the checkout's release signed is pulled by digest, verified, and run without a
+build; an image substituted in the registry never runs (issue 40); a release that does not
+verify is one line and exit 3; a release the channel does not have, or a registry nobody
+answers at, is one line and a build here instead."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -13,11 +17,17 @@ import pytest
 
 from devkit.docker_env import launcher_env, make_module_repo, run_py_command
 from devkit.local_registry import LocalRegistry, free_port
+from devkit.local_registry import push_image as push
+from devkit.release_channel import LocalReleaseChannel, ReleaseKey
 from launcher.errors import UsageError
 from launcher.images import BuildSpec, source_hash
 from launcher.published import DEFAULT_REGISTRY, checkout_version, published_image, release_outputs
+from launcher.release import ReleaseManifest
+from launcher.release_cli import deploy_files, write_files
 from tests.helpers.docker_env import require_engine
 from validator.spec import REPO_ROOT
+
+KEY = ReleaseKey()
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +37,20 @@ def engine():
 
 @pytest.fixture(scope="module")
 def repo(engine, tmp_path_factory):
-    return make_module_repo(tmp_path_factory.mktemp("repo"))
+    made = make_module_repo(tmp_path_factory.mktemp("repo"))
+    KEY.trust_in(made)  # the copy trusts this run's release key, and only it
+    return made
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
     with LocalRegistry(tmp_path_factory.mktemp("registry")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def channel():
+    with LocalReleaseChannel() as running:
         yield running
 
 
@@ -44,65 +62,144 @@ def local_build(engine, repo) -> str:
     return built.stdout.strip().splitlines()[-1]
 
 
+@pytest.fixture(scope="module")
+def substitute(engine, local_build) -> str:
+    """Another image, as an attacker would push in the release's place: the same with a label."""
+    dockerfile = f"FROM {local_build}\nLABEL substituted=yes\n".encode()
+    # Tagged, so that dropping the registry's names of it leaves it here.
+    name = f"fv-test-substitute:{uuid.uuid4().hex[:8]}"
+    image, _ = engine.images.build(fileobj=io.BytesIO(dockerfile), rm=True, tag=name)
+    yield image.id
+    engine.images.remove(name, force=True)
+
+
 def run_py(repo, *args) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         run_py_command(repo, *args), env=launcher_env(), capture_output=True, text=True, timeout=300
     )
 
 
-def test_pull_runs_the_released_image_without_a_build(
-    engine, repo, registry, local_build, tmp_path
-):
-    # What the release workflow does for a version tag: push the module's image as
-    # <registry>/flock-validator-<module>:<version>. Then only the registry holds that tag.
-    version = checkout_version(repo)
-    released = f"{registry.address}/flock-validator-fixture:{version}"
-    engine.images.get(local_build).tag(released)
-    pushed = list(engine.api.push(released, stream=True, decode=True))
-    assert not [line for line in pushed if "error" in line], pushed
-    engine.images.remove(released)
+def pull_args(registry: str, channel, *more: str) -> list[str]:
+    return ["fixture", "--pull", "--registry", registry, "--release-channel", channel.url, *more]
+
+
+def check_file(tmp_path) -> str:
     check = tmp_path / "input.json"
     check.write_text(json.dumps({"hg_repo_id": "ok/abc"}))
+    return str(check)
+
+
+def test_pull_runs_the_verified_release_by_digest_without_a_build(
+    engine, repo, registry, channel, local_build, tmp_path
+):
+    # What the release workflow does for a version tag: push the module's image, sign the
+    # digest the push answered, publish the manifest on the channel.
+    version = checkout_version(repo)
+    digest = push(engine, local_build, f"{registry.address}/flock-validator-fixture:{version}")
+    channel.publish(KEY.release(version, {"fixture": digest}))
+    released = f"{registry.address}/flock-validator-fixture@{digest}"
     asked_before = len(registry.requests())
     try:
         result = run_py(
-            repo, "fixture", "--pull", "--registry", registry.address, "--check", str(check)
+            repo, *pull_args(registry.address, channel, "--check", check_file(tmp_path))
         )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout.strip().splitlines()[-1])["repo_length"] == 6
-        assert f"[run.py] pulling the published image {released}\n" in result.stderr
+        assert (
+            f"[run.py] pulling the published image {released} (release v{version}, verified)\n"
+            in result.stderr
+        )
         assert f"[run.py] starting fixture in {released} " in result.stderr
         assert "building image" not in result.stderr
-        assert "already built" not in result.stderr
-        # The registry was asked for the tag (HEAD or GET of its manifest) during the run.
-        manifest = re.compile(
-            rf'(GET|HEAD) /v2/flock-validator-fixture/manifests/{version} .*" 200'
-        )
-        assert any(manifest.match(line) for line in registry.requests()[asked_before:])
-        # Pulled once: a second start uses what the engine now has.
-        again = run_py(repo, "fixture", "--pull", "--registry", registry.address, "--build-only")
+        # The registry was asked for the digest, never the tag.
+        asked = registry.requests()[asked_before:]
+        assert any(re.match(rf'(GET|HEAD) /v2/flock-validator-fixture/manifests/{digest} ', line)
+                   for line in asked), asked  # fmt: skip
+        assert not [line for line in asked if f"/manifests/{version} " in line]
+        # Pulled once: a second start uses what the engine holds by that digest.
+        again = run_py(repo, *pull_args(registry.address, channel, "--build-only"))
         assert again.stdout.strip().splitlines()[-1] == released
-        assert f"using the published image {released} (already pulled)" in again.stderr
+        assert f"using the published image {released} (already pulled, verified)" in again.stderr
     finally:
         engine.images.remove(released, force=True)
 
 
-@pytest.mark.parametrize(
-    ("where", "reason"),
-    [("missing", "no such tag"), ("closed", "the registry cannot be reached")],
-)
-def test_pull_falls_back_to_a_build_with_one_line(
-    engine, repo, registry, local_build, where, reason
+def test_an_image_substituted_in_the_registry_never_runs(
+    engine, repo, registry, channel, local_build, substitute, tmp_path
 ):
-    owner = f"{registry.address}/nobody" if where == "missing" else f"127.0.0.1:{free_port()}"
-    released = f"{owner}/flock-validator-fixture:{checkout_version(repo)}"
-    result = run_py(repo, "fixture", "--pull", "--registry", owner, "--build-only")
+    version = checkout_version(repo)
+    name = f"{registry.address}/flock-validator-fixture"
+    digest = push(engine, local_build, f"{name}:{version}")
+    channel.publish(KEY.release(version, {"fixture": digest}))
+    # The registry's tag now names another image, and this engine pulled it by that tag (what
+    # `--pull` did before issue 40, then reused as "already pulled").
+    push(engine, substitute, f"{name}:{version}")
+    engine.images.pull(name, tag=version)
+    assert engine.images.get(f"{name}:{version}").id == substitute
+    # Elsewhere, a registry that holds only the substitute (a mirror, a compromised one).
+    evil = f"{registry.address}/evil"
+    push(engine, substitute, f"{evil}/flock-validator-fixture:{version}")
+    try:
+        ran = run_py(repo, *pull_args(registry.address, channel, "--check", check_file(tmp_path)))
+        assert ran.returncode == 0, ran.stderr
+        assert f"[run.py] starting fixture in {name}@{digest} " in ran.stderr
+        assert engine.images.get(f"{name}@{digest}").id == engine.images.get(local_build).id
+        refused = run_py(repo, *pull_args(evil, channel, "--check", check_file(tmp_path)))
+        assert refused.returncode == 3, refused.stderr
+        errors = [line for line in refused.stderr.splitlines() if "error:" in line]
+        assert errors == [
+            f"[run.py] error: the registry holds no {evil}/flock-validator-fixture@{digest} (no "
+            f"such tag), the image release v{version} signed for fixture: it was removed or "
+            'replaced there; nothing was run; see docs/images.md "When verification fails"'
+        ], refused.stderr
+        assert "starting fixture" not in refused.stderr and refused.stdout == ""
+    finally:
+        for image in (f"{name}:{version}", f"{name}@{digest}"):
+            engine.images.remove(image, force=True)
+
+
+def test_a_release_that_does_not_verify_is_one_line_and_exit_3(
+    engine, repo, registry, channel, local_build, tmp_path
+):
+    version = checkout_version(repo)
+    digest = push(engine, local_build, f"{registry.address}/flock-validator-fixture:{version}")
+    forged = ReleaseKey().release(version, {"fixture": digest})  # a key the copy does not trust
+    channel.publish(forged)
+    result = run_py(repo, *pull_args(registry.address, channel, "--check", check_file(tmp_path)))
+    assert result.returncode == 3, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "which this checkout does not trust" in errors[0], result.stderr
+    assert "pulling" not in result.stderr and "starting fixture" not in result.stderr
+
+
+@pytest.mark.parametrize("where", ["unpublished", "closed"])
+def test_pull_falls_back_to_a_build_with_one_line(
+    engine, repo, registry, channel, local_build, where
+):
+    version = checkout_version(repo)
+    owner = f"{registry.address}/nobody"
+    digest = "sha256:" + "c" * 64
+    if where == "closed":
+        owner = f"127.0.0.1:{free_port()}"
+        channel.publish(KEY.release(version, {"fixture": digest}))
+    else:
+        channel.releases.pop(version, None)
+    result = run_py(repo, *pull_args(owner, channel, "--build-only"))
     assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stderr.splitlines() if "published image" in line]
-    assert lines == [
-        f"[run.py] pulling the published image {released}",
-        f"[run.py] published image {released} not pulled ({reason}): building it here",
+    lines = [
+        line for line in result.stderr.splitlines() if "release v" in line or "published" in line
     ]
+    if where == "unpublished":
+        assert lines == [
+            f"[run.py] release v{version} not verified (not published): building the image here"
+        ]
+    else:
+        released = f"{owner}/flock-validator-fixture@{digest}"
+        assert lines == [
+            f"[run.py] pulling the published image {released} (release v{version}, verified)",
+            f"[run.py] published image {released} not pulled (the registry cannot be reached): "
+            "building it here",
+        ]
     # The build here: the image run.py builds without --pull (already built by the fixture).
     assert result.stdout.strip().splitlines()[-1] == local_build
     assert f"using image {local_build}" in result.stderr
@@ -120,16 +217,28 @@ volumes:
 """
 
 
-def test_compose_pulls_the_released_image_instead_of_building(engine, repo, registry, local_build):
-    # Any validator image will do under the released name: the container is created, not run.
-    released = f"{registry.address}/flock-validator-rl:{checkout_version(repo)}"
-    engine.images.get(local_build).tag(released)
-    pushed = list(engine.api.push(released, stream=True, decode=True))
-    assert not [line for line in pushed if "error" in line], pushed
-    engine.images.remove(released)
+def test_the_releases_compose_file_runs_the_signed_image_not_the_tag(
+    engine, repo, registry, local_build, substitute
+):
+    # The release's compose.yaml names each image by the digest it signed; the registry's tag
+    # names another image by now. Any validator image will do under rl's name: the container
+    # is created, not run.
+    version = checkout_version(repo)
+    name = f"{registry.address}/flock-validator-rl"
+    digest = push(engine, local_build, f"{name}:{version}")
+    push(engine, substitute, f"{name}:{version}")
+    manifest = ReleaseManifest(
+        version=version,
+        commit="0" * 40,
+        journal_schema=2,
+        images={module: digest for module in ("fixture", "llm_judge", "lora", "rl")},
+    )
+    release = repo / "release-files"
+    write_files(release, deploy_files(repo, manifest))
+    (repo / "compose.release.yaml").write_text((release / "compose.yaml").read_text())
     (repo / "compose.pull-test.yaml").write_text(RL_OVERRIDE)
     project, volume = f"fvtest{uuid.uuid4().hex[:8]}", f"fv-test-pull-{uuid.uuid4().hex[:8]}"
-    files = ["-p", project, "-f", "compose.yaml", "-f", "compose.pull-test.yaml"]
+    files = ["-p", project, "-f", "compose.release.yaml", "-f", "compose.pull-test.yaml"]
     env = launcher_env(TASK_IDS="1", VALIDATOR_IMAGE_REGISTRY=registry.address, STATE_VOLUME=volume)
     try:
         result = subprocess.run(
@@ -143,11 +252,12 @@ def test_compose_pulls_the_released_image_instead_of_building(engine, repo, regi
         assert result.returncode == 0, result.stdout + result.stderr
         container = engine.containers.get(f"{project}-validator-rl-1")
         assert container.image.id == engine.images.get(local_build).id
+        assert container.image.id != substitute
         assert "load build definition" not in result.stdout + result.stderr  # no build ran
     finally:
         subprocess.run(["docker", "compose", *files, "down"], cwd=repo, env=env, timeout=120)
         engine.volumes.get(volume).remove(force=True)
-        engine.images.remove(released, force=True)
+        engine.images.remove(f"{name}@{digest}", force=True)
 
 
 def test_the_released_image_is_named_from_the_checkout_version(tmp_path):
@@ -167,12 +277,18 @@ def test_the_released_image_is_named_from_the_checkout_version(tmp_path):
             published_image(bad, "rl", "1.2.3")
 
 
-def test_a_release_tag_must_be_the_checkout_version():
+def test_a_release_tag_must_be_the_checkout_version_on_a_base_by_digest():
     version = checkout_version(REPO_ROOT)
-    outputs = release_outputs(REPO_ROOT, "rl", "FLock-io", f"v{version}")
+    pinned = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04@sha256:" + "d" * 64
+    outputs = release_outputs(REPO_ROOT, "rl", "FLock-io", f"v{version}", pinned)
     assert outputs["repository"] == "ghcr.io/flock-io/flock-validator-rl"
     assert outputs["version"] == version
-    # The label a release carries is the one run.py's default build of this checkout carries.
-    assert outputs["source_hash"] == source_hash(BuildSpec("rl", REPO_ROOT))
+    assert outputs["base_image"] == pinned
+    # The label a release carries is the one run.py's build of this checkout on that base carries.
+    assert outputs["source_hash"] == source_hash(BuildSpec("rl", REPO_ROOT, pinned))
     with pytest.raises(UsageError, match=f"is not v{version}"):
-        release_outputs(REPO_ROOT, "rl", "flock-io", "v0.0.0-not-this")
+        release_outputs(REPO_ROOT, "rl", "flock-io", "v0.0.0-not-this", pinned)
+    # A release never builds on a base named by tag (a pull request's build may, pushing nothing).
+    with pytest.raises(UsageError, match="is named by tag: pin it by digest first"):
+        release_outputs(REPO_ROOT, "rl", "FLock-io", f"v{version}", pinned.split("@")[0])
+    assert release_outputs(REPO_ROOT, "rl", "FLock-io", None, pinned.split("@")[0])

@@ -77,6 +77,7 @@ REAL_PARTS = (
     "devkit.judge_server",
     "devkit.github_api",
     "devkit.local_registry",
+    "devkit.release_channel.LocalReleaseChannel",  # its ReleaseKey is a pure helper
     "devkit.judge_prompts.JudgeSourceServer",  # a name in a module of pure helpers
     "devkit.tiny_",
     "tests.helpers.served_hub",

@@ -26,7 +26,8 @@ way:
   Landlock, children run unconfined after one warning line (one more for each feature an
   older Landlock lacks);
 - a seccomp filter (validator/kit/child_seccomp.py, after the Landlock rules): no socket but a
-  Unix one (no MPTCP, UDP), no new process (threads only: its memory limit is its whole memory),
+  Unix one (no MPTCP, UDP) and no connection at all (a path-bound Unix socket such as the
+  Docker engine's included), no new process (threads only: its memory limit is its whole memory),
   no change of a file's mode, owner, times, flags or extended attributes. Without seccomp, one
   warning line;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
@@ -105,6 +106,10 @@ CHILD_SCOPED = True
 # process (threads only: RLIMIT_AS then bounds all its memory, and no fork bomb), and no change
 # of a file's mode, owner, times or extended attributes (Landlock does not cover them).
 CHILD_SOCKET_FAMILIES = (socket.AF_UNIX,)
+# No connection of any family (issue 40): a Unix socket bound to a path, the Docker engine's
+# among them, answers a connect that Landlock lets through. A child talks to its parent through
+# files in its folder and inherits no socket, so it needs none.
+CHILD_NO_CONNECT = True
 CHILD_NO_PROCESSES = True
 CHILD_NO_METADATA = True
 
@@ -188,7 +193,9 @@ def confinement(cwd: Path) -> dict | None:
 def syscall_filter() -> dict | None:
     """The child's seccomp filter, which validator/kit/child_entry.py installs right after the
     Landlock rules; None where seccomp is not available (one warning line per process)."""
-    return child_seccomp.rules(CHILD_SOCKET_FAMILIES, CHILD_NO_PROCESSES, CHILD_NO_METADATA)
+    return child_seccomp.rules(
+        CHILD_SOCKET_FAMILIES, CHILD_NO_PROCESSES, CHILD_NO_METADATA, CHILD_NO_CONNECT
+    )
 
 
 def _paths(cwd: Path) -> tuple[str, Path, Path]:

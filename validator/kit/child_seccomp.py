@@ -5,6 +5,12 @@ submission's first byte: it closes what Landlock leaves open (issue 32, the seco
   MPTCP (IPPROTO_MPTCP is a TCP that Landlock's TCP rule does not see), UDP, raw, netlink or
   any other family, on every kernel, Landlock or not; io_uring, which can open a socket or set
   an extended attribute without these syscalls, answers ENOSYS;
+- connections (issue 40): `connect` fails with EACCES for every family, and so does `sendto`
+  with an address and every `sendmsg`/`sendmmsg` (a filter cannot read the address a msghdr
+  points to): a Unix socket bound to a path (the Docker engine's, which is host root) is as
+  out of reach as TCP. A child needs none: it talks to its parent through files in its folder
+  and inherits no socket (child_entry.py closes every descriptor past stderr), and a
+  `socketpair` it makes itself still works with send/recv;
 - file metadata: the chmod, chown, utime and xattr-setting families, and the ioctls setting a
   file's flags, fail with EPERM (Landlock does not cover them: a child could make the base
   model in the HF cache unreadable);
@@ -17,7 +23,8 @@ submission's first byte: it closes what Landlock leaves open (issue 32, the seco
 The filter reaches the process's threads (TSYNC: the fresh path's preloads may have started
 some) and everything it would start. Standard library only: validator/kit/child_entry.py, run
 as `python -I`, loads this file by its path. What is denied is decided in one place,
-validator/kit/child_process.py (CHILD_SOCKET_FAMILIES, CHILD_NO_PROCESSES, CHILD_NO_METADATA).
+validator/kit/child_process.py (CHILD_SOCKET_FAMILIES, CHILD_NO_CONNECT, CHILD_NO_PROCESSES,
+CHILD_NO_METADATA).
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ import threading
 NOT_AVAILABLE = (
     "seccomp filters are not available (an old kernel or a container profile refusing them): "
     "bounded children may open sockets of any family (UDP, MPTCP: a TCP Landlock does not "
-    "see), change file modes, owners and times, and start processes (each with its own "
-    "memory limit)"
+    "see), connect to any Unix socket bound to a path, change file modes, owners and times, "
+    "and start processes (each with its own memory limit)"
 )
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_SET_MODE_FILTER, SECCOMP_GET_ACTION_AVAIL = 1, 2
@@ -52,6 +59,7 @@ X32_BIT = 0x40000000
 # are little-endian).
 LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
 NR, ARCH, ARG0, ARG1 = 0, 4, 16, 24
+ARG4_LOW, ARG4_HIGH = 48, 52  # sendto's dest_addr: a pointer, both halves
 
 # Per architecture: the AUDIT_ARCH value, the seccomp syscall's number, and the numbers of the
 # syscalls in each group (aarch64's generic table has no fork, chmod, chown or utime of old).
@@ -60,6 +68,9 @@ TABLES = {
         "audit_arch": 0xC000003E,
         "seccomp": 317,
         "socket": (41, 53),  # socket, socketpair
+        "connect": 42,
+        "sendto": 44,
+        "sendmsg": (46, 307),  # sendmsg, sendmmsg
         "clone": 56,
         "process": (57, 58),  # fork, vfork
         "clone3": 435,
@@ -98,6 +109,9 @@ TABLES = {
         "audit_arch": 0xC00000B7,
         "seccomp": 277,
         "socket": (198, 199),
+        "connect": 203,
+        "sendto": 206,
+        "sendmsg": (211, 269),
         "clone": 220,
         "process": (),
         "clone3": 435,
@@ -147,7 +161,9 @@ def available() -> bool:
 _probe = {"lock": threading.Lock(), "available": None}
 
 
-def rules(families: tuple[int, ...], no_processes: bool, no_metadata: bool) -> dict | None:
+def rules(
+    families: tuple[int, ...], no_processes: bool, no_metadata: bool, no_connect: bool = False
+) -> dict | None:
     """The validator's side: what `apply` gets in the child; None where seccomp filters are not
     available, said in one warning line per process (probed once)."""
     with _probe["lock"]:
@@ -162,10 +178,13 @@ def rules(families: tuple[int, ...], no_processes: bool, no_metadata: bool) -> d
         "families": list(families),
         "no_processes": no_processes,
         "no_metadata": no_metadata,
+        "no_connect": no_connect,
     }
 
 
-def program(arch: str, families: list[int], no_processes: bool, no_metadata: bool) -> list:
+def program(
+    arch: str, families: list[int], no_processes: bool, no_metadata: bool, no_connect: bool = False
+) -> list:
     """The filter as (code, jt, jf, k) instructions. Each rule is a test on the syscall's
     number that skips its own short block when it does not match: all jumps are short."""
     table = TABLES[arch]
@@ -189,6 +208,12 @@ def program(arch: str, families: list[int], no_processes: bool, no_metadata: boo
         for family in families:
             block += [(JEQ, 0, 1, family), (RET, 0, 0, allow)]
         when(number, [*block, (RET, 0, 0, RET_ERRNO | errno.EACCES)])
+    if no_connect:
+        refused = (RET, 0, 0, RET_ERRNO | errno.EACCES)
+        deny([table["connect"], *table["sendmsg"]], errno.EACCES)
+        # sendto without an address (what send() is) goes on; with one, refused.
+        no_address = [(LD_ABS, 0, 0, ARG4_LOW), (JEQ, 0, 3, 0), (LD_ABS, 0, 0, ARG4_HIGH)]
+        when(table["sendto"], [*no_address, (JEQ, 0, 1, 0), (RET, 0, 0, allow), refused])
     if no_processes:
         deny(table["process"], errno.EPERM)
         deny([table["clone3"]], errno.ENOSYS)
@@ -213,7 +238,7 @@ def apply(given: dict | None) -> None:
     arch = given["arch"]
     code = program(
         arch, [int(f) for f in given["families"]], bool(given["no_processes"]),
-        bool(given["no_metadata"]),
+        bool(given["no_metadata"]), bool(given.get("no_connect")),
     )  # fmt: skip
     raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
     buffer = ctypes.create_string_buffer(raw, len(raw))

@@ -1,0 +1,129 @@
+"""`run.py MODULE --pull --follow-releases`: opt-in updates, as Watchtower and PM2 offer them,
+but only to what verifies (issue 40; docs/upgrading.md "Following releases").
+
+Every VALIDATOR_FOLLOW_INTERVAL seconds (an hour unless set) a thread asks the releases' channel
+for releases after the one running with the same major version. The newest one whose manifest
+verifies against this checkout's keys, and whose journal schema is not newer than the running
+release's (a rollback must still read the journal), is pulled by digest while the validator
+works; then each worker (launcher/supervisor.py `upgrade`) is stopped as an operator's stop
+stops it, finishing and submitting the assignment in progress, and started again on the new
+image with the same journal volume. A release that does not verify, whose schema is newer, or
+whose image the registry does not hold is refused in one line, once, and the worker keeps the
+release it runs. The launcher's own code stays the checkout's: a new major version, or a
+release refused here, is an upgrade by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import docker
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from launcher.errors import UsageError
+from launcher.published import pull_release
+from launcher.release import ReleaseRefused
+from launcher.release_channel import Channel, ReleaseUnavailable, fetch_release, newer_versions
+from launcher.supervisor import say
+from validator.state.store import SCHEMA_VERSION
+
+INTERVAL_ENV = "VALIDATOR_FOLLOW_INTERVAL"
+DEFAULT_INTERVAL = 3600.0
+
+
+class Upgradable(Protocol):
+    def upgrade(self, image: str, why: str) -> None: ...
+
+
+def check_options(pull: bool, follow: bool, check_file: object) -> None:
+    """The door's part: --follow-releases follows released images, and a --check ends anyway."""
+    if follow and not pull:
+        raise UsageError("--follow-releases moves between released images: give --pull too")
+    if follow and check_file is not None:
+        raise UsageError("--check scores one input and ends: give it without --follow-releases")
+    if follow:
+        interval()  # a malformed VALIDATOR_FOLLOW_INTERVAL, before any image is pulled
+
+
+def interval(env: dict[str, str] | None = None) -> float:
+    raw = (os.environ if env is None else env).get(INTERVAL_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_INTERVAL
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(f"{INTERVAL_ENV} {raw!r}: give the seconds between two looks, e.g. 3600")
+    return value
+
+
+class Follower:
+    """Moves `targets` to each newer verified release; `check` is one look."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        registry: str,
+        module: str,
+        channel: Channel,
+        version: str,
+        targets: Sequence[Upgradable],
+        *,
+        journal_schema: int = SCHEMA_VERSION,
+        tell: Callable[[str], None] = say,
+        keys: dict[str, Ed25519PublicKey] | None = None,  # None: this checkout's
+    ) -> None:
+        self.client, self.registry, self.module, self.channel = client, registry, module, channel
+        self.version, self.journal_schema = version, journal_schema  # the release running
+        self.targets = targets
+        self.tell, self.keys = tell, keys
+        self.refused: set[str] = set()  # said once each
+
+    def check(self) -> str | None:
+        """The image of the release moved to, or None (nothing newer that verifies)."""
+        try:
+            versions = newer_versions(self.channel, self.version)
+        except ReleaseUnavailable:
+            return None  # asked again at the next look
+        for version in versions:
+            if version in self.refused:
+                continue
+            image = self._take(version)
+            if image is not None:
+                return image
+        return None
+
+    def _take(self, version: str) -> str | None:
+        try:
+            manifest = fetch_release(self.channel, version, self.keys)
+            if manifest.journal_schema > self.journal_schema:
+                raise ReleaseRefused(
+                    f"release v{version} keeps its journal at schema {manifest.journal_schema}, "
+                    f"newer than v{self.version}'s {self.journal_schema}: a rollback could not "
+                    "read it; upgrade by hand (docs/upgrading.md)"
+                )
+            image = pull_release(self.client, self.registry, self.module, manifest)
+        except ReleaseUnavailable:
+            return None
+        except ReleaseRefused as exc:
+            self.refused.add(version)
+            self.tell(f"not following release v{version}: {exc}")
+            return None
+        if image is None:
+            return None  # the registry could not be reached: tried again at the next look
+        why = f"release v{version} verified (was v{self.version})"
+        for target in self.targets:
+            target.upgrade(image, why)
+        self.version, self.journal_schema = version, manifest.journal_schema
+        return image
+
+    def start(self, every: float, stop: threading.Event) -> threading.Thread:
+        def watch() -> None:
+            while not stop.wait(every):
+                self.check()
+
+        thread = threading.Thread(target=watch, name="follow-releases", daemon=True)
+        thread.start()
+        return thread

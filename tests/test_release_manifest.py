@@ -1,0 +1,195 @@
+"""A release's signed manifest (launcher/release.py) and its channel (launcher/release_channel.py,
+against devkit's stand-in on 127.0.0.1): what verifies, what is refused in one line, and what
+counts as not published (the caller builds here). The trust anchor is the checkout's own
+keys file, which no option or environment variable adds to."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from devkit.release_channel import LocalReleaseChannel, ReleaseKey
+from launcher import release, release_cli
+from launcher.release import (
+    KEYS_FILE,
+    MANIFEST,
+    SIGNATURE,
+    ReleaseRefused,
+    trusted_keys,
+    verify,
+)
+from launcher.release_channel import (
+    Channel,
+    ReleaseUnavailable,
+    fetch_release,
+    newer_versions,
+)
+from validator.spec import REPO_ROOT
+
+DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+
+
+@pytest.fixture
+def key(tmp_path):
+    made = ReleaseKey()
+    (tmp_path / "launcher").mkdir()
+    made.trust_in(tmp_path)
+    return made, trusted_keys(tmp_path / "launcher" / "release_keys.json")
+
+
+def test_a_signed_release_verifies_and_names_its_digests(key):
+    made, keys = key
+    files = made.release("0.1.1", {"rl": DIGEST_A}).files
+    manifest = verify(files[MANIFEST], files[SIGNATURE], "0.1.1", keys)
+    assert manifest.digest("rl") == DIGEST_A
+    with pytest.raises(ReleaseRefused, match="signs no image for lora"):
+        manifest.digest("lora")
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ("other key", "which this checkout does not trust"),
+        ("tampered", "the signature of its release.json is wrong"),
+        ("other version", "its signed release.json is v0.1.0's"),
+        ("not a signature", "release.json.sig is not a signature"),
+        ("no key", "this checkout trusts no release key"),
+    ],
+)
+def test_what_does_not_verify_is_refused_in_one_line(key, change, words):
+    made, keys = key
+    files = made.release("0.1.0" if change == "other version" else "0.1.1", {"rl": DIGEST_A}).files
+    manifest, signature = files[MANIFEST], files[SIGNATURE]
+    if change == "other key":
+        signature = ReleaseKey().release("0.1.1", {"rl": DIGEST_A}).files[SIGNATURE]
+    elif change == "tampered":
+        manifest = manifest.replace(DIGEST_A.encode(), DIGEST_B.encode())
+    elif change == "not a signature":
+        signature = b"<html>rate limited</html>"
+    elif change == "no key":
+        keys = {}
+    with pytest.raises(ReleaseRefused) as refused:
+        verify(manifest, signature, "0.1.1", keys)
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+    assert refused.value.exit_code == 3
+
+
+def test_a_keys_file_edited_wrong_is_refused(tmp_path, key):
+    path = tmp_path / "launcher" / "release_keys.json"
+    entries = json.loads(path.read_text())
+    entries["keys"][0]["id"] = "0" * 16  # an id that is not the key's
+    path.write_text(json.dumps(entries))
+    with pytest.raises(ReleaseRefused, match="not a list of release keys"):
+        trusted_keys(path)
+
+
+def test_the_trust_anchor_is_the_checkouts_file_and_nothing_else():
+    # The file beside the launcher's code: no option names another, and the code that reads
+    # and checks releases reads no environment variable (one in an attacker's reach would
+    # otherwise make a host trust their images).
+    assert KEYS_FILE == (REPO_ROOT / "launcher" / "release_keys.json").resolve()
+    assert KEYS_FILE.is_file()
+    for name in ("release.py", "release_channel.py"):
+        text = (REPO_ROOT / "launcher" / name).read_text()
+        assert "os.environ" not in text and "getenv" not in text, name
+    assert "release_keys" not in (REPO_ROOT / "launcher" / "cli.py").read_text()
+
+
+def test_channel_addresses_are_githubs():
+    github = Channel("https://github.com/FLock-io/flock-validator")
+    assert github.asset("0.1.1", MANIFEST) == (
+        "https://github.com/FLock-io/flock-validator/releases/download/v0.1.1/release.json"
+    )
+    assert github.listing() == (
+        "https://api.github.com/repos/FLock-io/flock-validator/releases?per_page=100"
+    )
+    mirror = Channel("http://127.0.0.1:9/o/r")
+    assert mirror.listing() == "http://127.0.0.1:9/api/v3/repos/o/r/releases?per_page=100"
+    for bad in ("ftp://github.com/o/r", "https://github.com/o", "https://github.com/o/r/x"):
+        with pytest.raises(release.LaunchError, match="give a repository's address"):
+            Channel(bad)
+
+
+def test_the_channel_gives_verified_releases_and_the_newer_ones_of_a_major(key):
+    made, keys = key
+    with LocalReleaseChannel() as channel:
+        for version in ("0.1.0", "0.1.1", "0.2.0", "1.0.0"):
+            channel.publish(made.release(version, {"rl": DIGEST_A}))
+        channel.publish(ReleaseKey().release("0.3.0", {"rl": DIGEST_B}))  # not ours: listed
+        found = fetch_release(Channel(channel.url), "0.1.1", keys)
+        assert found.version == "0.1.1" and found.digest("rl") == DIGEST_A
+        assert newer_versions(Channel(channel.url), "0.1.0") == ["0.3.0", "0.2.0", "0.1.1"]
+        assert newer_versions(Channel(channel.url), "1.0.0") == []
+        with pytest.raises(ReleaseRefused, match="does not trust"):
+            fetch_release(Channel(channel.url), "0.3.0", keys)
+        with pytest.raises(ReleaseUnavailable, match="not published"):
+            fetch_release(Channel(channel.url), "0.9.9", keys)
+        with pytest.raises(ReleaseUnavailable, match="trusts no release key"):
+            fetch_release(Channel(channel.url), "0.1.1", {})
+    with pytest.raises(ReleaseUnavailable, match="cannot be reached"):
+        fetch_release(Channel(channel.url), "0.1.1", keys)  # the channel is down now
+
+
+def test_a_release_writes_compose_and_kubernetes_by_digest(key, tmp_path):
+    made, keys = key
+    digests = {name: f"sha256:{i:064x}" for i, name in enumerate(("llm_judge", "lora", "rl"))}
+    files = made.release("0.1.0", digests).files
+    manifest = verify(files[MANIFEST], files[SIGNATURE], "0.1.0", keys)
+    written = release_cli.deploy_files(REPO_ROOT, manifest)
+    compose = yaml.safe_load(written[release_cli.Path("compose.yaml")])
+    for name, digest in digests.items():
+        service = compose["services"][f"validator-{name}"]
+        assert service["image"] == (
+            f"${{VALIDATOR_IMAGE_REGISTRY:-ghcr.io/flock-io}}/flock-validator-{name}@{digest}"
+        )
+        assert "build" not in service  # the signed image or nothing, never a build under its name
+    gpus = yaml.safe_load(written[release_cli.Path("compose.gpus.yaml")])
+    assert all("@sha256:" in s["image"] and "build" not in s for s in gpus["services"].values())
+    base = yaml.safe_load(written[release_cli.Path("deploy/kubernetes/base/kustomization.yaml")])
+    assert base["images"] == [
+        {"name": f"ghcr.io/flock-io/flock-validator-{name}", "digest": digest}
+        for name, digest in digests.items()
+    ]
+
+
+def test_the_release_cli_signs_what_the_checkouts_keys_verify(tmp_path, monkeypatch, capsys):
+    keys = tmp_path / "launcher" / "release_keys.json"
+    keys.parent.mkdir()
+    keys.write_text('{"keys": []}\n')
+    monkeypatch.setattr(release_cli, "KEYS_FILE", keys)
+    monkeypatch.setattr(release_cli, "trusted_keys", lambda: trusted_keys(keys))
+    private = tmp_path / "release.pem"
+    assert release_cli.main(["keygen", str(private)]) == 0
+    assert os.stat(private).st_mode & 0o777 == 0o600
+    assert "added key" in capsys.readouterr().out
+    digests = [f"--digest={n}={DIGEST_A}" for n in ("llm_judge", "lora", "rl")]
+    assert release_cli.main(["manifest", *digests, "--commit", "abc1234"]) == 0
+    manifest = tmp_path / "release.json"
+    manifest.write_bytes(capsys.readouterr().out.encode())
+    monkeypatch.setenv(release_cli.KEY_ENV, private.read_text())
+    assert release_cli.main(["sign", str(manifest)]) == 0
+    signature = tmp_path / "release.json.sig"
+    assert release_cli.main(["verify", str(manifest), str(signature)]) == 0
+    manifest.write_text(manifest.read_text().replace("abc1234", "abc1235"))
+    assert release_cli.main(["verify", str(manifest), str(signature)]) == 3
+    assert "the signature of its release.json is wrong" in capsys.readouterr().err
+    assert release_cli.main(["manifest", "--digest", f"rl={DIGEST_A}", "--commit", "abc1"]) == 2
+    assert "no --digest for llm_judge, lora" in capsys.readouterr().err
+
+
+def test_pin_base_names_the_production_base_by_digest_everywhere(tmp_path):
+    tag = release_cli.PRODUCTION_BASE
+    for name in release_cli.BASE_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((REPO_ROOT / name).read_text())
+    changed = release_cli.pin_base(tmp_path, DIGEST_A)
+    assert len(changed) == len(release_cli.BASE_FILES)
+    for name in release_cli.BASE_FILES:
+        text = (tmp_path / name).read_text()
+        assert f"{tag}@{DIGEST_A}" in text and text.count(tag) == text.count(f"{tag}@{DIGEST_A}")
+    release_cli.pin_base(tmp_path, DIGEST_B)  # again: the digest replaced, not appended
+    assert f"{tag}@{DIGEST_B}" in (tmp_path / "docker/Dockerfile").read_text()
+    assert DIGEST_A not in (tmp_path / "docker/Dockerfile").read_text()
