@@ -12,12 +12,21 @@ from pathlib import Path
 
 import click
 import pytest
-from docker.errors import APIError, DockerException
+from docker.errors import APIError, DockerException, ImageNotFound
 
 from launcher.docker_errors import refused_to_run, unreachable
 from launcher.errors import LaunchError
 from launcher.fleet import FleetOptions, gpu_groups
 from launcher.images import base_unavailable
+from launcher.published import pull_release
+from launcher.release import (
+    MANIFEST,
+    SIGNATURE,
+    ReleaseManifest,
+    ReleaseRefused,
+    trusted_keys,
+    verify,
+)
 from launcher.supervisor import EXIT_MESSAGES, KILLED_EXIT
 from validator import errors
 from validator.config import resolve_config
@@ -31,6 +40,7 @@ from validator.state.owner import StateDirLock
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
 CODE_SPAN = re.compile(r"`([^`]+)`")
+DIGEST = "sha256:" + "a" * 64
 
 
 def cells(line: str) -> list[str]:
@@ -148,6 +158,50 @@ def _no_spec(tmp_path: Path) -> Produced:
     return _validator(lambda: load_spec(tmp_path / "modules" / "mine"))
 
 
+def _unverified(tmp_path: Path, change: str) -> Produced:
+    """The line of a release that does not verify (launcher/release.py), signed with a key made
+    here: by a key this checkout does not trust, or a manifest changed after signing."""
+    from devkit.release_channel import ReleaseKey
+
+    made = ReleaseKey()
+    (tmp_path / "launcher").mkdir()
+    (ReleaseKey() if change == "untrusted" else made).trust_in(tmp_path)
+    files = made.release("0.1.1", {"rl": DIGEST}).files
+    manifest = files[MANIFEST]
+    if change == "tampered":
+        manifest = manifest.replace(DIGEST.encode(), ("sha256:" + "b" * 64).encode())
+    keys = trusted_keys(tmp_path / "launcher" / "release_keys.json")
+    with pytest.raises(ReleaseRefused) as raised:
+        verify(manifest, files[SIGNATURE], "0.1.1", keys)
+    return _launch(raised.value)
+
+
+class _RegistryWithout:
+    """An engine whose registry no longer holds the digest a release signed (what Docker's SDK
+    gives for it; the real registry's case is tests/test_released_images.py)."""
+
+    class images:  # noqa: N801 - the SDK's attribute
+        @staticmethod
+        def get(reference):
+            raise ImageNotFound(reference)
+
+    class api:  # noqa: N801
+        @staticmethod
+        def pull(name, tag, stream, decode):
+            yield {"error": f"manifest for {name}@{tag} not found: manifest unknown"}
+
+
+def _removed_from_registry() -> Produced:
+    from devkit.release_channel import ReleaseKey
+
+    manifest = ReleaseManifest.model_validate_json(
+        ReleaseKey().release("0.1.1", {"rl": DIGEST}).files[MANIFEST]
+    )
+    with pytest.raises(ReleaseRefused) as raised:
+        pull_release(_RegistryWithout(), "127.0.0.1:5000/flock", "rl", manifest)
+    return _launch(raised.value)
+
+
 # Keyed by a code span of the page's first column (the row's whole first cell where it has
 # none): each gives the line and the exit code the code has for it.
 PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
@@ -176,6 +230,9 @@ PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
     "--shard ...": lambda *_: _validator(lambda: parse_shard("2/2")),
     "configs/<module>.json: ...": _bad_config,
     "... is missing: every module has a spec": lambda tmp, _: _no_spec(tmp),
+    "release v... which this checkout does not trust": lambda tmp, _: _unverified(tmp, "untrusted"),
+    "... the signature ... is wrong": lambda tmp, _: _unverified(tmp, "tampered"),
+    "the registry holds no ...@sha256:...": lambda *_: _removed_from_registry(),
     "the validator hit a fault only a new process recovers from (exit 100)": lambda *_: (
         EXIT_MESSAGES[ExitCode.RESTART],
         int(ExitCode.RESTART),
