@@ -163,14 +163,14 @@ def _unverified(tmp_path: Path, change: str) -> Produced:
     here: by a key this checkout does not trust, or a manifest changed after signing."""
     from devkit.release_channel import ReleaseKey
 
-    made = ReleaseKey()
-    (tmp_path / "launcher").mkdir()
-    (ReleaseKey() if change == "untrusted" else made).trust_in(tmp_path)
+    made, checkout = ReleaseKey(), tmp_path / change
+    (checkout / "launcher").mkdir(parents=True)
+    (ReleaseKey() if change == "untrusted" else made).trust_in(checkout)
     files = made.release("0.1.1", {"rl": DIGEST}).files
     manifest = files[MANIFEST]
     if change == "tampered":
         manifest = manifest.replace(DIGEST.encode(), ("sha256:" + "b" * 64).encode())
-    keys = trusted_keys(tmp_path / "launcher" / "release_keys.json")
+    keys = trusted_keys(checkout / "launcher" / "release_keys.json")
     with pytest.raises(ReleaseRefused) as raised:
         verify(manifest, files[SIGNATURE], "0.1.1", keys)
     return _launch(raised.value)
