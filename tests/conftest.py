@@ -29,6 +29,16 @@ def engine():
 
 
 @pytest.fixture
+def loop(tmp_path):
+    """The runner in this process, against a fake Fed Ledger and clock (tests/helpers/loop.py)."""
+    from tests.helpers.loop import Loop
+
+    harness = Loop(tmp_path)
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
 def chromium(tmp_path):
     """A headless Chromium driver (its users are marked `browser`)."""
     from tests.helpers.browser import browser
