@@ -100,6 +100,16 @@ def test_an_answer_the_api_surely_did_not_process_is_kept_then_sent_again(loop, 
     assert loop.ledger.taken() == []
 
 
+def test_a_result_kept_while_the_api_is_down_is_submitted_once_when_it_is_back(loop):
+    down = detail(503, "Service Unavailable")
+    assert one_result(loop, down, down, OK) == ExitCode.OK
+    submitted_once(loop)
+    times = [s.at for s in loop.ledger.submits]
+    assert len(times) == 3
+    assert all(b - a >= loop.time_sleep for a, b in zip(times, times[1:], strict=False))
+    assert last_note(loop) == "completed"  # surely not taken before: nothing to tell
+
+
 def test_a_retry_after_longer_than_time_sleep_is_waited_out(loop):
     answer = detail(429, "Too Many Requests", retry_after="150")
     assert one_result(loop, answer, OK) == ExitCode.OK
