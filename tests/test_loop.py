@@ -4,19 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-import pytest
-
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    API_KEY,
-    HF_TOKEN,
-    loop_args,
-    run_validator,
-    start_validator,
-    validator_env,
-    wait_for,
-    write_config,
-)
+from devkit.validator_cli import API_KEY, HF_TOKEN
 from tests.faults import ledger
 
 
@@ -32,12 +21,7 @@ def by_repo(sim: Simulator) -> dict[str, dict]:
     return {repo_of[s["assignment_id"]]: s for s in sim.submissions()}
 
 
-@pytest.fixture
-def env(tmp_path):
-    return validator_env(tmp_path)
-
-
-def test_happy_path_over_several_tasks_round_robin(tmp_path, env):
+def test_happy_path_over_several_tasks_round_robin(tmp_path, cli):
     tasks = [
         task(1, ["ok/a", "ok/bb"], context_length=4096),
         task(
@@ -48,9 +32,7 @@ def test_happy_path_over_several_tasks_round_robin(tmp_path, env):
         task(3, ["ok/eeeee"], context_length=512),
     ]
     with Simulator({"tasks": tasks}, tmp_path) as sim:
-        result = run_validator(
-            loop_args("fixture", sim.api_url, "1,2,3", "--max-assignments", "5"), env
-        )
+        result = cli.run(cli.args(sim.api_url, "1,2,3", "--max-assignments", "5"))
         assert result.returncode == 0, result.stderr
         submitted = by_repo(sim)
         assert set(submitted) == {"ok/a", "ok/bb", "ok/ccc", "ok/dddd", "ok/eeeee"}
@@ -68,16 +50,16 @@ def test_happy_path_over_several_tasks_round_robin(tmp_path, env):
     assert {row["state"] for row in rows.values()} == {"submitted"}
 
 
-def test_an_unexpected_error_is_rescored_then_failed_after_three_attempts(tmp_path, env):
+def test_an_unexpected_error_is_rescored_then_failed_after_three_attempts(tmp_path, cli):
     # A bug in the module (a TypeError) must neither stop the validator nor fail the submission
     # at once: it is logged with its traceback, the validator scores other assignments, and
     # the assignment is scored again after --time-sleep, then failed on the third attempt.
     bug = f"bug/{API_KEY}"  # the traceback carries the message: secrets are redacted there too
     tasks = [task(1, [bug, "ok/a"]), task(2, ["ok/b"])]
     with Simulator({"tasks": tasks}, tmp_path) as sim:
-        args = loop_args("fixture", sim.api_url, "1,2", "--max-assignments", "3")
+        args = cli.args(sim.api_url, "1,2", "--max-assignments", "3")
         args[args.index("--time-sleep") + 1] = "1.0"
-        result = run_validator(args, env)
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         submitted = by_repo(sim)
         order = [s["assignment_id"] for s in sim.submissions()]
@@ -114,43 +96,43 @@ def test_an_unexpected_error_is_rescored_then_failed_after_three_attempts(tmp_pa
     assert min(b - a for a, b in zip(starts, starts[1:], strict=False)) >= 0.95
 
 
-def test_a_module_that_cannot_start_exits_3_and_fails_nothing(tmp_path, env):
+def test_a_module_that_cannot_start_exits_3_and_fails_nothing(tmp_path, cli):
     # __init__ sees no submission: a bug there must not count against the assignments.
-    write_config(tmp_path, "fixture", {"broken_init": True})
+    cli.config({"broken_init": True})
     with Simulator({"tasks": [task(1, ["ok/x"])]}, tmp_path) as sim:
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-        result = run_validator(args, env)
+        args = cli.args(sim.api_url, "1", "--max-assignments", "1")
+        result = cli.run(args)
         assert result.returncode == 3, result.stderr
         assert "module fixture cannot start: AttributeError: 'FixtureConfig'" in result.stderr
         assert "Traceback (most recent call last)" in result.stderr
         assert sim.submissions() == []
         row = journal_rows(tmp_path)["1"]
         assert (row["state"], row["attempts"]) == ("received", 0)  # kept, no attempt counted
-        write_config(tmp_path, "fixture", {})
-        result = run_validator(args, env)
+        cli.config({})
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         assert [s["status"] for s in sim.submissions()] == ["completed"]
 
 
-def test_invalid_config_exits_2_before_any_api_call(tmp_path, env):
-    path = write_config(tmp_path, "fixture", {"scael": 2}, task_id="1")
+def test_invalid_config_exits_2_before_any_api_call(tmp_path, cli):
+    path = cli.config({"scael": 2}, task_id="1")
     with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
-        result = run_validator(loop_args("fixture", sim.api_url, "1"), env)
+        result = cli.run(cli.args(sim.api_url, "1"))
         assert result.returncode == 2
         assert f"{path}: unknown key 'scael'" in result.stderr
         assert sim.state()["requests"] == []
 
 
-def test_kill_9_during_scoring_then_restart_scores_and_submits_once(tmp_path, env):
-    write_config(tmp_path, "fixture", {"slow_seconds": 1.0, "marker_dir": str(tmp_path)})
+def test_kill_9_during_scoring_then_restart_scores_and_submits_once(tmp_path, cli):
+    cli.config({"slow_seconds": 1.0, "marker_dir": str(tmp_path)})
     with Simulator({"tasks": [task(1, ["slow/a"])]}, tmp_path) as sim:
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-        process = start_validator(args, env, tmp_path / "v1.log")
-        wait_for(lambda: (tmp_path / "slow_a.started").exists(), 20, "scoring to start")
+        args = cli.args(sim.api_url, "1", "--max-assignments", "1")
+        process = cli.start(args, "v1.log")
+        cli.wait_for(lambda: (tmp_path / "slow_a.started").exists(), 20, "scoring to start")
         process.kill()
         process.wait(10)
         assert journal_rows(tmp_path)["1"]["state"] == "scoring"
-        result = run_validator(args, env)
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         assert [(s["assignment_id"], s["status"]) for s in sim.submissions()] == [(1, "completed")]
         assert len(sim.state()["assignments"]) == 1
@@ -158,19 +140,17 @@ def test_kill_9_during_scoring_then_restart_scores_and_submits_once(tmp_path, en
     assert (row["state"], row["attempts"]) == ("submitted", 2)
 
 
-def test_rejected_api_key_exits_3(tmp_path, env):
+def test_rejected_api_key_exits_3(tmp_path, cli):
     with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, api_key="the-right-key-123") as sim:
-        result = run_validator(loop_args("fixture", sim.api_url, "1"), env)
+        result = cli.run(cli.args(sim.api_url, "1"))
     assert result.returncode == 3
     assert "refused the API key (HTTP 401" in result.stderr
 
 
-def test_secrets_are_absent_from_all_logs_in_debug(tmp_path, env):
+def test_secrets_are_absent_from_all_logs_in_debug(tmp_path, cli):
     tasks = [task(1, ["ok/a", "broken/b"]), task(2, ["flaky/c"])]
     with Simulator({"tasks": tasks}, tmp_path, api_key=API_KEY) as sim:
-        result = run_validator(
-            loop_args("fixture", sim.api_url, "1,2", "--max-assignments", "3", "--debug"), env
-        )
+        result = cli.run(cli.args(sim.api_url, "1,2", "--max-assignments", "3", "--debug"))
         assert result.returncode == 0, result.stderr
         assert len(sim.submissions()) == 3
     assert "DEBUG" in result.stderr

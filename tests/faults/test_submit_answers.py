@@ -12,19 +12,14 @@ from __future__ import annotations
 
 import time
 from email.utils import formatdate
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    run_validator,
-    validator_env,
-)
 from tests.faults.figures import record
 from tests.faults.ledger import UPDATE, journal_notes, journal_rows, target
+from tests.helpers.cli import LoopCli
 from validator.ledger.client import ApiUnavailable, FedLedgerClient
 from validator.ledger.transport import MAX_RETRY_AFTER_S
 
@@ -35,9 +30,9 @@ def updates(sim: Simulator) -> list[dict[str, Any]]:
     return [r for r in sim.state()["requests"] if target(r, UPDATE) is not None]
 
 
-def run_one(sim: Simulator, tmp_path: Path, *extra: str):
-    args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1", *extra)
-    return run_validator(args, validator_env(tmp_path))
+def run_one(sim: Simulator, cli: LoopCli, *extra: str):
+    args = cli.args(sim.api_url, "1", "--max-assignments", "1", *extra)
+    return cli.run(args)
 
 
 # (case, fault rule on the update endpoint, what the journal's history must tell)
@@ -93,10 +88,12 @@ SETTLED: list[tuple[str, dict[str, Any], str | None]] = [
 
 
 @pytest.mark.parametrize(("case", "rule", "story"), SETTLED, ids=[c[0] for c in SETTLED])
-def test_submit_answer_ends_with_one_result_and_a_truthful_journal(tmp_path, case, rule, story):
+def test_submit_answer_ends_with_one_result_and_a_truthful_journal(
+    tmp_path, cli, case, rule, story
+):
     fault = {"endpoint": "update", **rule}
     with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, faults=[fault]) as sim:
-        result = run_one(sim, tmp_path)
+        result = run_one(sim, cli)
         assert result.returncode == 0, result.stderr
         taken = sim.submissions()
         calls = updates(sim)
@@ -119,7 +116,7 @@ def test_submit_answer_ends_with_one_result_and_a_truthful_journal(tmp_path, cas
 
 
 @pytest.mark.parametrize("form", ["seconds", "HTTP date"])
-def test_retry_after_is_honoured(tmp_path, form):
+def test_retry_after_is_honoured(tmp_path, cli, form):
     wait_s = 2
     # An HTTP date names a moment, in whole seconds, that the validator's start-up eats into:
     # it is set further out, and the retry must not come before it.
@@ -128,7 +125,7 @@ def test_retry_after_is_honoured(tmp_path, form):
     fault = {"endpoint": "update", "kind": "status", "status": 429, "count": 1}
     with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
         sim.add_faults({**fault, "retry_after": value})
-        result = run_one(sim, tmp_path)
+        result = run_one(sim, cli)
         assert result.returncode == 0, result.stderr
         calls = updates(sim)
     assert [c["status"] for c in calls] == [429, 200]

@@ -79,6 +79,7 @@ REAL_PARTS = (
     "devkit.local_registry",
     "devkit.judge_prompts.JudgeSourceServer",  # a name in a module of pure helpers
     "devkit.tiny_",
+    "tests.helpers.cli",  # the validator's CLI (the `cli` fixture)
     "tests.helpers.served_hub",
     "tests.helpers.trickle_server",
     "tests.helpers.children",
