@@ -6,7 +6,7 @@ server or socket: the unit layer (tests/helpers/layers.py).
     loop = Loop(tmp_path)
     loop.submission("1", "a", TransientError("hub 503"), 0.25)  # task 1 hands out "a"
     assert loop.run(max_assignments=1) == ExitCode.OK
-    assert loop.ledger.taken() == [("1", "completed", {"score": 0.25})]
+    assert loop.ledger.taken() == [("1", "completed", {"score": 0.25, "size": 0})]
 
 Each `run()` is one process of the validator: a fresh module pool, stop event and client start,
 over the same journal and the same Fed Ledger. The clock starts at the real time (the journal
