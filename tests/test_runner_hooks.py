@@ -127,9 +127,9 @@ def test_a_middleware_that_raises_in_every_hook_changes_nothing(tmp_path, caplog
         chain = [observer, trace] if raising is None else [raising, observer, trace]
         try:
             assert walk(loop, *chain) == ExitCode.OK
+            runs[name] = (outcome(loop), trace.calls, observer.status.recent)
         finally:
             loop.close()
-        runs[name] = (outcome(loop), trace.calls, observer.status.recent)
         if raising is not None:
             raised = raising.calls
 

@@ -1,7 +1,8 @@
 """The loop in the test process, for unit tests of validator.runner.Runner: a fake Fed Ledger
 (tests/helpers/fake_ledger.py), a fake clock that moves only when the runner waits, a real
-Journal under tmp_path, and a module whose every scoring the test chooses. No child process,
-server or socket: the unit layer (tests/helpers/layers.py).
+Journal (in memory's file system where there is one, else under tmp_path), and a module whose
+every scoring the test chooses. No child process, server or socket: the unit layer
+(tests/helpers/layers.py).
 
     loop = Loop(tmp_path)
     loop.submission("1", "a", TransientError("hub 503"), 0.25)  # task 1 hands out "a"
@@ -17,7 +18,9 @@ signal would. A loop that passes many times at one instant has spun, and the run
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -41,6 +44,17 @@ HORIZON = 2 * 3600.0
 # Passes of the loop at one instant of the fake clock before it counts as spinning: a pass that
 # works (a lookup, a scoring, a submit) may take no time, but only so many of them are due.
 SPIN_PASSES = 200
+# Each journal write syncs, and each step's room check writes and syncs a probe: on a disk that
+# other work keeps busy, that made these tests 3 times slower than in memory, where a sync is
+# free. The journal's code is the same either way (its disk checks: tests/faults/).
+MEMORY_FS = Path("/dev/shm")
+
+
+def _memory_dir() -> Path | None:
+    try:
+        return Path(tempfile.mkdtemp(prefix="loop-test-", dir=MEMORY_FS))
+    except OSError:
+        return None
 
 
 class FakeClock(Clock):
@@ -140,7 +154,8 @@ class Loop:
         lookup_interval: float = LOOKUP_INTERVAL,
         horizon: float = HORIZON,
     ) -> None:
-        self.state_dir = tmp_path / "state"
+        self._memory = _memory_dir()
+        self.state_dir = (self._memory or tmp_path) / "state"
         self.config_dir = tmp_path / "configs"
         self.time_sleep, self.lookup_interval, self.horizon = time_sleep, lookup_interval, horizon
         self.clock = FakeClock()
@@ -198,6 +213,12 @@ class Loop:
         """Ends the stop watchers the runs left waiting (a process's would die with it)."""
         for stop in self._stops:
             stop.set()
+        # Each marks the stop on disk as it ends (validator/state/phases.py): before removal.
+        for thread in threading.enumerate():
+            if thread.name == "stop-mark":
+                thread.join(10)
+        if self._memory is not None:
+            shutil.rmtree(self._memory, ignore_errors=True)
 
     # --- what the journal holds --------------------------------------------------------
 
