@@ -29,6 +29,25 @@ def engine():
 
 
 @pytest.fixture
+def cli(tmp_path):
+    """The validator's CLI with the fixture module, its state under tmp_path (its users run a
+    child: integration; tests/helpers/cli.py)."""
+    from tests.helpers.cli import LoopCli
+
+    return LoopCli(tmp_path)
+
+
+@pytest.fixture
+def loop(tmp_path):
+    """The runner in this process, against a fake Fed Ledger and clock (tests/helpers/loop.py)."""
+    from tests.helpers.loop import Loop
+
+    harness = Loop(tmp_path)
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
 def chromium(tmp_path):
     """A headless Chromium driver (its users are marked `browser`)."""
     from tests.helpers.browser import browser

@@ -11,15 +11,8 @@ import urllib.request
 import pytest
 
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    run_validator,
-    start_validator,
-    validator_env,
-    wait_for,
-    write_config,
-)
 from tests.faults.ledger import LOOKUP, Ledger, assert_each_submitted_once, journal_rows, target
+from tests.helpers.cli import LoopCli
 from validator.errors import ConfigError
 from validator.shard import Shard, parse_shard, shard_task_ids
 
@@ -62,40 +55,40 @@ def test_a_shard_takes_every_nth_position_from_k():
 # --- the command line ---------------------------------------------------------------------------
 
 
-def test_shard_1_of_2_looks_up_positions_1_and_3_only(tmp_path):
+def test_shard_1_of_2_looks_up_positions_1_and_3_only(tmp_path, cli):
     with Simulator(four_tasks(), tmp_path) as sim:
-        args = loop_args("fixture", sim.api_url, TASK_IDS, "--shard", "1/2", "--max-assignments")
-        result = run_validator([*args, "3"], validator_env(tmp_path))
+        args = cli.args(sim.api_url, TASK_IDS, "--shard", "1/2", "--max-assignments")
+        result = cli.run([*args, "3"])
         assert result.returncode == 0, result.stderr
         assert set(looked_up(sim)) == {"12", "14"}
         assert set(sim.results_by_repo()) == {"ok/ccc", "ok/eeeee", "ok/ffffff"}
     assert "looking up tasks 12, 14 (shard 1/2 of 4 task ids)" in result.stderr
 
 
-def test_the_env_var_gives_the_shard_and_the_flag_wins_over_it(tmp_path):
+def test_the_env_var_gives_the_shard_and_the_flag_wins_over_it(tmp_path, cli):
     with Simulator(four_tasks(), tmp_path) as sim:
-        env = validator_env(tmp_path, VALIDATOR_SHARD="0/2")
-        args = loop_args("fixture", sim.api_url, TASK_IDS, "--max-assignments", "3")
-        result = run_validator(args, env)
+        cli.env.update(VALIDATOR_SHARD="0/2")
+        args = cli.args(sim.api_url, TASK_IDS, "--max-assignments", "3")
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         assert set(looked_up(sim)) == {"11", "13"}
         assert set(sim.results_by_repo()) == {"ok/a", "ok/bb", "ok/dddd"}
-        env["VALIDATOR_STATE_DIR"] = str(tmp_path / "state-flag")
+        cli.env["VALIDATOR_STATE_DIR"] = str(tmp_path / "state-flag")
         before = len(sim.lookups())
-        result = run_validator([*args, "--shard", "1/2"], env)
+        result = cli.run([*args, "--shard", "1/2"])
         assert result.returncode == 0, result.stderr
         assert set(looked_up(sim)[before:]) == {"12", "14"}
 
 
-def test_the_status_page_shows_the_shard(tmp_path):
+def test_the_status_page_shows_the_shard(tmp_path, cli):
     with Simulator({"tasks": [task(i, []) for i in (11, 12, 13)]}, tmp_path) as sim:
-        env = validator_env(tmp_path, VALIDATOR_SHARD="1/2")
-        args = loop_args("fixture", sim.api_url, "11,12,13", "--http-port", "0")
+        cli.env.update(VALIDATOR_SHARD="1/2")
+        args = cli.args(sim.api_url, "11,12,13", "--http-port", "0")
         log = tmp_path / "validator.log"
-        process = start_validator(args, env, log)
+        process = cli.start(args, log)
         try:
-            base = wait_for(lambda: LISTENING.search(log.read_text()), 30, "the status page")
-            wait_for(sim.lookups, 30, "a lookup")
+            base = cli.wait_for(lambda: LISTENING.search(log.read_text()), 30, "the status page")
+            cli.wait_for(sim.lookups, 30, "a lookup")
             with urllib.request.urlopen(base.group(1) + "/", timeout=10) as response:
                 page = response.read().decode()
         finally:
@@ -112,10 +105,10 @@ def test_two_workers_split_the_tasks_and_submit_each_assignment_once(tmp_path):
     with Simulator(four_tasks(), tmp_path) as sim:
         workers = []
         for k in (0, 1):
-            env = validator_env(tmp_path / f"w{k}", VALIDATOR_WORKER=f"w{k}")
-            args = loop_args("fixture", sim.api_url, TASK_IDS, "--shard", f"{k}/2")
+            worker = LoopCli(tmp_path / f"w{k}", VALIDATOR_WORKER=f"w{k}")
+            args = worker.args(sim.api_url, TASK_IDS, "--shard", f"{k}/2")
             log = tmp_path / f"w{k}.log"
-            workers.append((start_validator([*args, "--max-assignments", "3"], env, log), log))
+            workers.append((worker.start([*args, "--max-assignments", "3"], log), log))
         for process, log in workers:
             assert process.wait(60) == 0, log.read_text()
         ledger = Ledger.of(sim)
@@ -139,20 +132,17 @@ def test_two_workers_split_the_tasks_and_submit_each_assignment_once(tmp_path):
     assert not set(rows[0]) & set(rows[1])
 
 
-def test_after_a_reshard_the_journal_s_work_of_other_tasks_is_still_submitted(tmp_path):
+def test_after_a_reshard_the_journal_s_work_of_other_tasks_is_still_submitted(tmp_path, cli):
     # Worker 0 of 2 takes task 11's assignments; its submits fail (the API is down for them),
     # then it is killed while scoring the second. Re-sharded as 1 of 2 (task 12 only), the same
     # state dir must still submit the kept result and score the interrupted one, without ever
     # looking up task 11 again.
-    write_config(tmp_path, "fixture", {"slow_seconds": 120.0, "marker_dir": str(tmp_path)})
-    env = validator_env(tmp_path)
+    cli.config({"slow_seconds": 120.0, "marker_dir": str(tmp_path)})
     tasks = {"tasks": [task(11, ["ok/kept", "slow/cut"]), task(12, ["ok/new"])]}
     submits_down = {"endpoint": "update", "kind": "status", "status": 503, "count": None}
     with Simulator(tasks, tmp_path, faults=[submits_down]) as sim:
-        first = start_validator(
-            loop_args("fixture", sim.api_url, "11,12", "--shard", "0/2"), env, tmp_path / "0.log"
-        )
-        wait_for((tmp_path / "slow_cut.started").exists, 60, "the scoring of slow/cut")
+        first = cli.start(cli.args(sim.api_url, "11,12", "--shard", "0/2"), "0.log")
+        cli.wait_for((tmp_path / "slow_cut.started").exists, 60, "the scoring of slow/cut")
         first.kill()
         first.wait(10)
         rows = journal_rows(tmp_path / "state")
@@ -161,9 +151,9 @@ def test_after_a_reshard_the_journal_s_work_of_other_tasks_is_still_submitted(tm
         sim.clear_faults()
         before = len(sim.lookups())
 
-        write_config(tmp_path, "fixture", {"slow_seconds": 0.0, "marker_dir": str(tmp_path)})
-        args = loop_args("fixture", sim.api_url, "11,12", "--shard", "1/2", "--max-assignments")
-        result = run_validator([*args, "3"], env)
+        cli.config({"slow_seconds": 0.0, "marker_dir": str(tmp_path)})
+        args = cli.args(sim.api_url, "11,12", "--shard", "1/2", "--max-assignments")
+        result = cli.run([*args, "3"])
         assert result.returncode == 0, result.stderr
         assert set(looked_up(sim)[before:]) == {"12"}
         results = sim.results_by_repo()
@@ -187,15 +177,14 @@ def test_after_a_reshard_the_journal_s_work_of_other_tasks_is_still_submitted(tm
     ],
 )
 @pytest.mark.parametrize("given", ["flag", "env"])
-def test_a_bad_or_empty_shard_is_exit_2_with_one_line(tmp_path, value, message, given):
-    env = validator_env(tmp_path)
+def test_a_bad_or_empty_shard_is_exit_2_with_one_line(tmp_path, cli, value, message, given):
     # No API runs at this address: the validator must stop before any call.
-    args = loop_args("fixture", "http://127.0.0.1:9/api/v1", "11,12")
+    args = cli.args("http://127.0.0.1:9/api/v1", "11,12")
     if given == "flag":
         args += ["--shard", value]
     else:
-        env["VALIDATOR_SHARD"] = value
-    result = run_validator(args, env)
+        cli.env["VALIDATOR_SHARD"] = value
+    result = cli.run(args)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines

@@ -61,6 +61,20 @@ class LoopSettings:
     max_assignments: int | None = None
 
 
+class Clock:
+    """The runner's time and its waits; a test passes one that moves at once
+    (tests/helpers/loop.py)."""
+
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        return stop.wait(seconds)
+
+
 class Runner:
     def __init__(
         self,
@@ -70,8 +84,10 @@ class Runner:
         pool: ModulePool,
         stop: threading.Event,
         hooks: Hooks,
+        clock: Clock = Clock(),  # noqa: B008 - stateless
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.hooks = hooks  # observing: metrics, records, the status page
         self.client = client
         self.journal = journal
@@ -143,7 +159,7 @@ class Runner:
     # --- lookups -----------------------------------------------------------------------
 
     def _due_task(self) -> str | None:
-        now = time.time()
+        now = self.clock.time()
         for _ in range(len(self.order)):
             task_id = self.order[0]
             self.order.rotate(-1)
@@ -153,25 +169,26 @@ class Runner:
 
     def _wait(self, pending: list[Entry]) -> None:
         """Until a task's next lookup or a pending entry is due."""
-        delay = min([*self.next_lookup.values(), *(e.not_before for e in pending)]) - time.time()
+        delay = min([*self.next_lookup.values(), *(e.not_before for e in pending)])
+        delay -= self.clock.time()
         if delay > 0:
-            self.stop.wait(delay)
+            self.clock.wait(self.stop, delay)
 
     def _lookup(self, task_id: str) -> None:
         # An assignment handed out that cannot be journaled would sit in `validating`, lost to
         # this validator, until it expires: ask for none unless the journal can record it.
         self.journal.ensure_writable()
-        self.next_lookup[task_id] = time.time() + self.settings.lookup_interval
-        started = time.monotonic()
+        self.next_lookup[task_id] = self.clock.time() + self.settings.lookup_interval
+        started = self.clock.monotonic()
         try:
             result = self.client.request_assignment(task_id)
         except ApiUnavailable as exc:
-            self.hooks.after_lookup(task_id, "unavailable", time.monotonic() - started, None)
+            self.hooks.after_lookup(task_id, "unavailable", self.clock.monotonic() - started, None)
             self._pause(f"task {task_id}: Fed Ledger unavailable ({exc})")
             return
         except RecoverableException as exc:
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
-        took = time.monotonic() - started
+        took = self.clock.monotonic() - started
         if isinstance(result, Assignment):
             self.hooks.after_lookup(task_id, "assignment", took, result.id)
             self._take(task_id, result)
@@ -185,7 +202,7 @@ class Runner:
 
     def _pause(self, why: str) -> None:
         log.warning("%s; sleeping %gs", why, self.settings.time_sleep)
-        self.stop.wait(self.settings.time_sleep)
+        self.clock.wait(self.stop, self.settings.time_sleep)
 
     def _take(self, task_id: str, assignment: Assignment) -> None:
         data = assignment.module_input(self.pool.module_cls.input_data_schema.submitter_fields)
@@ -226,9 +243,8 @@ class Runner:
 
     # --- scoring -----------------------------------------------------------------------
 
-    @staticmethod
-    def _due(pending: list[Entry], states: tuple[State, ...]) -> list[Entry]:
-        now = time.time()
+    def _due(self, pending: list[Entry], states: tuple[State, ...]) -> list[Entry]:
+        now = self.clock.time()
         return [e for e in pending if e.state in states and e.not_before <= now]
 
     def _score_due(self, pending: list[Entry]) -> bool:
@@ -324,11 +340,11 @@ class Runner:
         if last:
             reason = f"{outcome.headline} after {entry.attempts} attempts: {describe(exc)}"
             return self._decide_failed(entry, reason)
-        retry_at = time.time() + self.settings.time_sleep
+        retry_at = self.clock.time() + self.settings.time_sleep
         return self.journal.retry_later(entry, f"{outcome.headline}: {describe(exc)}", retry_at)
 
     def _postpone_transient(self, entry: Entry, exc: Exception) -> Entry:
-        age = time.time() - entry.received_at
+        age = self.clock.time() - entry.received_at
         if age > PENDING_TTL_SECONDS:
             entry = self.journal.dropped(entry, f"transient faults for {age / 3600:.0f} h: {exc}")
             log.error(
@@ -336,7 +352,7 @@ class Runner:
             )
             self._finish(entry)
             return entry
-        retry_at = time.time() + self.settings.time_sleep
+        retry_at = self.clock.time() + self.settings.time_sleep
         entry = self.journal.postpone(entry, f"transient: {exc}", retry_at)
         log.warning(
             "assignment %s: transient fault (%s); retrying in %gs",
@@ -362,14 +378,16 @@ class Runner:
         return bool(entries)
 
     def _submit(self, entry: Entry) -> Entry:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
-            entry = submit_result(self.client, self.journal, entry, self.settings.time_sleep)
+            entry = submit_result(
+                self.client, self.journal, entry, self.settings.time_sleep, self.clock.time
+            )
         except JournalUnwritable:
             raise
         except RecoverableException as exc:  # the API refused the key
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
-        self.hooks.after_submit(entry, time.monotonic() - started)
+        self.hooks.after_submit(entry, self.clock.monotonic() - started)
         if entry.state in FINAL:  # submitted, or dropped as too late
             self._finish(entry)
         return entry

@@ -15,16 +15,9 @@ import time
 from pathlib import Path
 
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    run_validator,
-    start_validator,
-    validator_env,
-    wait_for,
-    write_config,
-)
 from tests.faults.figures import record
 from tests.faults.ledger import assert_each_submitted_once, journal_notes, journal_rows
+from tests.helpers.cli import LoopCli
 from validator.state.store import SCHEMA_V1
 
 LOCK_BOUND_S = "1.5"
@@ -43,20 +36,20 @@ def the_one_error(output: str) -> str:
     return errors[0]
 
 
-def real_journal(tmp_path: Path, sim: Simulator) -> bytes:
+def real_journal(cli: LoopCli, sim: Simulator) -> bytes:
     """A journal as a validator leaves it, with one assignment submitted."""
-    args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-    result = run_validator(args, validator_env(tmp_path))
+    args = cli.args(sim.api_url, "1", "--max-assignments", "1")
+    result = cli.run(args)
     assert result.returncode == 0, result.stderr
-    return journal_of(tmp_path).read_bytes()
+    return journal_of(cli.tmp_path).read_bytes()
 
 
-def assert_refused_as_broken(tmp_path: Path, sim: Simulator, problem: str) -> str:
-    path = journal_of(tmp_path)
+def assert_refused_as_broken(cli: LoopCli, sim: Simulator, problem: str) -> str:
+    path = journal_of(cli.tmp_path)
     before = path.read_bytes()
     calls_before = len(sim.state()["requests"])
     for _rerun in range(2):  # a rerun, as a restarting container would, gets the same answer
-        result = run_validator(loop_args("fixture", sim.api_url, "1"), validator_env(tmp_path))
+        result = cli.run(cli.args(sim.api_url, "1"))
         assert result.returncode == 3, result.stderr
         line = the_one_error(result.stderr)
         assert f"journal {path} is broken: {problem}" in line, line
@@ -66,33 +59,33 @@ def assert_refused_as_broken(tmp_path: Path, sim: Simulator, problem: str) -> st
     return line
 
 
-def test_garbage_in_place_of_the_journal_stops_with_exit_3_and_is_kept(tmp_path):
+def test_garbage_in_place_of_the_journal_stops_with_exit_3_and_is_kept(tmp_path, cli):
     journal_of(tmp_path).parent.mkdir()
     journal_of(tmp_path).write_bytes(b"not a journal at all\n" * 1000)
     with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
-        assert_refused_as_broken(tmp_path, sim, "SQLite cannot read it: file is not a database")
+        assert_refused_as_broken(cli, sim, "SQLite cannot read it: file is not a database")
         # What the message says to do works: the file moved aside, a new journal is started.
         journal_of(tmp_path).rename(tmp_path / "journal.sqlite3.broken")
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-        result = run_validator(args, validator_env(tmp_path))
+        args = cli.args(sim.api_url, "1", "--max-assignments", "1")
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         assert_each_submitted_once(sim, tmp_path / "state", 1)
     record("garbage in place of the journal", "exit 3, one line, 0 API calls, file unchanged")
 
 
-def test_a_truncated_journal_stops_with_exit_3_and_is_kept(tmp_path):
+def test_a_truncated_journal_stops_with_exit_3_and_is_kept(tmp_path, cli):
     with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
-        data = real_journal(tmp_path, sim)
+        data = real_journal(cli, sim)
         journal_of(tmp_path).write_bytes(data[: len(data) // 2])
         assert_refused_as_broken(
-            tmp_path, sim, "SQLite cannot read it: database disk image is malformed"
+            cli, sim, "SQLite cannot read it: database disk image is malformed"
         )
     record("the journal cut to half its size", "exit 3, one line, 0 API calls, file unchanged")
 
 
-def test_a_journal_missing_a_column_stops_with_exit_3_and_is_kept(tmp_path):
+def test_a_journal_missing_a_column_stops_with_exit_3_and_is_kept(tmp_path, cli):
     with Simulator({"tasks": [task(1, ["ok/a", "ok/b"])]}, tmp_path) as sim:
-        real_journal(tmp_path, sim)
+        real_journal(cli, sim)
         # As an older or foreign validator might have left it: the table without not_before.
         old_schema = SCHEMA_V1.replace("    not_before REAL NOT NULL DEFAULT 0,\n", "")
         kept = "id, module, task_id, state, input, metrics, outcome, error, attempts, "
@@ -106,18 +99,18 @@ def test_a_journal_missing_a_column_stops_with_exit_3_and_is_kept(tmp_path):
             assert db.execute("SELECT count(*) FROM assignments").fetchone() == (1,)
         db.close()
         assert_refused_as_broken(
-            tmp_path, sim, "an unknown schema, not migrated: table 'assignments' lacks not_before"
+            cli, sim, "an unknown schema, not migrated: table 'assignments' lacks not_before"
         )
     record("a journal table missing a column", "exit 3, one line, 0 API calls, file unchanged")
 
 
-def test_a_lock_held_for_a_few_seconds_is_waited_for_then_everything_is_recorded(tmp_path):
-    write_config(tmp_path, "fixture", {"slow_seconds": 1.0, "marker_dir": str(tmp_path)})
+def test_a_lock_held_for_a_few_seconds_is_waited_for_then_everything_is_recorded(tmp_path, cli):
+    cli.config({"slow_seconds": 1.0, "marker_dir": str(tmp_path)})
     with Simulator({"tasks": [task(1, ["slow/a", "ok/b"])]}, tmp_path) as sim:
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "2")
+        args = cli.args(sim.api_url, "1", "--max-assignments", "2")
         log = tmp_path / "validator.log"
-        validator = start_validator(args, validator_env(tmp_path), log)
-        wait_for(lambda: (tmp_path / "slow_a.started").exists(), 30, "slow/a to be scoring")
+        validator = cli.start(args, log)
+        cli.wait_for(lambda: (tmp_path / "slow_a.started").exists(), 30, "slow/a to be scoring")
         # An sqlite3 shell, say, in a write transaction while slow/a's result comes in; for
         # longer than SQLite's default busy timeout of 5 s, which the validator used to take.
         holder = sqlite3.connect(journal_of(tmp_path), isolation_level=None)
@@ -139,15 +132,15 @@ def test_a_lock_held_for_a_few_seconds_is_waited_for_then_everything_is_recorded
     )
 
 
-def test_a_lock_held_past_the_bound_at_start_stops_before_any_api_call(tmp_path):
-    env = validator_env(tmp_path, VALIDATOR_JOURNAL_LOCK_TIMEOUT=LOCK_BOUND_S)
+def test_a_lock_held_past_the_bound_at_start_stops_before_any_api_call(tmp_path, cli):
+    cli.env.update(VALIDATOR_JOURNAL_LOCK_TIMEOUT=LOCK_BOUND_S)
     with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
-        real_journal(tmp_path, sim)
+        real_journal(cli, sim)
         sim.add_submission(1, {"hg_repo_id": "ok/b"})
         calls_before = len(sim.state()["requests"])
         holder = sqlite3.connect(journal_of(tmp_path), isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")
-        result = run_validator(loop_args("fixture", sim.api_url, "1"), env)
+        result = cli.run(cli.args(sim.api_url, "1"))
         holder.execute("ROLLBACK")
         holder.close()
         assert result.returncode == 3, result.stderr
@@ -156,21 +149,21 @@ def test_a_lock_held_past_the_bound_at_start_stops_before_any_api_call(tmp_path)
         assert "end that program's transaction, then rerun" in line
         assert len(sim.state()["requests"]) == calls_before
 
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-        result = run_validator(args, env)
+        args = cli.args(sim.api_url, "1", "--max-assignments", "1")
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         assert_each_submitted_once(sim, tmp_path / "state", 2)
     record("the journal locked past the bound at start", "exit 3, 0 API calls; then 0 lost")
 
 
-def test_a_lock_taken_while_running_stops_before_the_next_lookup_and_loses_nothing(tmp_path):
+def test_a_lock_taken_while_running_stops_before_the_next_lookup_and_loses_nothing(tmp_path, cli):
     """The issue's case: the lookup went ahead, and the assignment it got could not be
     recorded; it stayed `validating` at the API, lost to this validator."""
-    env = validator_env(tmp_path, VALIDATOR_JOURNAL_LOCK_TIMEOUT=LOCK_BOUND_S)
+    cli.env.update(VALIDATOR_JOURNAL_LOCK_TIMEOUT=LOCK_BOUND_S)
     with Simulator({"tasks": [task(1, [])]}, tmp_path) as sim:
         log = tmp_path / "validator.log"
-        validator = start_validator(loop_args("fixture", sim.api_url, "1"), env, log)
-        wait_for(lambda: len(sim.lookups()) >= 2, 30, "the validator to be looking up")
+        validator = cli.start(cli.args(sim.api_url, "1"), log)
+        cli.wait_for(lambda: len(sim.lookups()) >= 2, 30, "the validator to be looking up")
         holder = sqlite3.connect(journal_of(tmp_path), isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")
         time.sleep(0.5)  # a lookup already past its check ends, with nothing to hand out
@@ -184,8 +177,8 @@ def test_a_lock_taken_while_running_stops_before_the_next_lookup_and_loses_nothi
         assert len(sim.lookups()) == lookups
         assert sim.state()["assignments"] == []  # nothing handed out, so nothing lost
 
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-        result = run_validator(args, env)
+        args = cli.args(sim.api_url, "1", "--max-assignments", "1")
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         assert_each_submitted_once(sim, tmp_path / "state", 1)
     record(

@@ -14,17 +14,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    run_validator,
-    start_validator,
-    validator_env,
-    wait_for,
-    write_config,
-)
 from tests.faults.figures import record
 from tests.helpers.tmpfs import fill, small_tmpfs
 
@@ -79,23 +69,23 @@ def assert_everything_submitted_once(sim: Simulator, state: Path) -> dict[str, A
     return counts
 
 
-@pytest.fixture
-def env(tmp_path):
+def no_floor(cli) -> None:
     # The tmpfs is far below the default floor; these cases are about the disk being full.
-    return validator_env(tmp_path, VALIDATOR_MIN_FREE_MB="0")
+    cli.env.update(VALIDATOR_MIN_FREE_MB="0")
 
 
-def test_restart_on_a_full_state_dir_asks_for_nothing_then_resumes(tmp_path, env):
+def test_restart_on_a_full_state_dir_asks_for_nothing_then_resumes(tmp_path, cli):
     """The issue's case: a journal left open (a kill) on a disk that is now full; each restart
     used to take an assignment that it then could not journal."""
+    no_floor(cli)
     with (
         small_tmpfs(tmp_path / "state", TMPFS_KIB) as state,
         Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim,
     ):
-        first = start_validator(loop_args("fixture", sim.api_url, "1"), env, tmp_path / "v1.log")
+        first = cli.start(cli.args(sim.api_url, "1"), "v1.log")
         # Killed once the journal holds the submit: a kill between the API's answer and the
         # journal's write is another case: the rerun drops that row (test_submit_answers.py).
-        wait_for(lambda: submitted_rows(state), 20, "the first submission journaled")
+        cli.wait_for(lambda: submitted_rows(state), 20, "the first submission journaled")
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         filler = fill(state)
@@ -103,15 +93,15 @@ def test_restart_on_a_full_state_dir_asks_for_nothing_then_resumes(tmp_path, env
         sim.add_submission(1, {"hg_repo_id": "ok/c"})
         lookups_before = len(sim.lookups())
         for _restart in range(2):
-            result = run_validator(loop_args("fixture", sim.api_url, "1"), env)
+            result = cli.run(cli.args(sim.api_url, "1"))
             assert result.returncode == 3, result.stderr
             assert_one_line_naming(result.stderr, state)
         assert len(sim.lookups()) == lookups_before
         filler.unlink()
         assert handed_out(sim) <= set(journal_states(state))
 
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "2")
-        result = run_validator(args, env)
+        args = cli.args(sim.api_url, "1", "--max-assignments", "2")
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         counts = assert_everything_submitted_once(sim, state)
     assert len(counts) == 3
@@ -121,49 +111,50 @@ def test_restart_on_a_full_state_dir_asks_for_nothing_then_resumes(tmp_path, env
     )
 
 
-def test_below_the_floor_or_with_no_room_to_open_it_stops_then_resumes(tmp_path):
-    env = validator_env(tmp_path, VALIDATOR_MIN_FREE_MB="1")
+def test_below_the_floor_or_with_no_room_to_open_it_stops_then_resumes(tmp_path, cli):
+    cli.env.update(VALIDATOR_MIN_FREE_MB="1")
     with (
         small_tmpfs(tmp_path / "state", TMPFS_KIB) as state,
         Simulator({"tasks": [task(1, ["ok/a", "ok/b"])]}, tmp_path) as sim,
     ):
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-        assert run_validator(args, env).returncode == 0
+        args = cli.args(sim.api_url, "1", "--max-assignments", "1")
+        assert cli.run(args).returncode == 0
         lookups_before = len(sim.lookups())
 
         low = fill(state, leave_bytes=512 * 1024)  # room to write, but under --min-free-mb 1
-        result = run_validator(args, env)
+        result = cli.run(args)
         assert result.returncode == 3, result.stderr
         line = assert_one_line_naming(result.stderr, state)
         assert "below the free-space floor" in line and "--min-free-mb 1" in line
 
         full = fill(state, name="filler2")  # a journal closed cleanly cannot even be opened
-        result = run_validator(args, env)
+        result = cli.run(args)
         assert result.returncode == 3, result.stderr
         assert_one_line_naming(result.stderr, state)
         assert len(sim.lookups()) == lookups_before
 
         low.unlink()
         full.unlink()
-        result = run_validator(args, env)
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         assert_everything_submitted_once(sim, state)
     record("state dir below --min-free-mb", "exit 3, 0 lookups, resumes after freeing")
 
 
-def test_disk_filling_up_during_scoring_keeps_the_result_then_submits_it_once(tmp_path, env):
+def test_disk_filling_up_during_scoring_keeps_the_result_then_submits_it_once(tmp_path, cli):
+    no_floor(cli)
     # slow/b is held inside its scoring until the disk is full, however busy the machine.
     release = tmp_path / "release"
     config = {"slow_seconds": 120.0, "marker_dir": str(tmp_path), "release_file": str(release)}
-    write_config(tmp_path, "fixture", config)
+    cli.config(config)
     tasks = [task(1, ["ok/a", "slow/b", "ok/c"])]
     with (
         small_tmpfs(tmp_path / "state", TMPFS_KIB) as state,
         Simulator({"tasks": tasks}, tmp_path) as sim,
     ):
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "3")
-        process = start_validator(args, env, tmp_path / "v1.log")
-        wait_for(lambda: (tmp_path / "slow_b.started").exists(), 60, "the slow scoring")
+        args = cli.args(sim.api_url, "1", "--max-assignments", "3")
+        process = cli.start(args, "v1.log")
+        cli.wait_for(lambda: (tmp_path / "slow_b.started").exists(), 60, "the slow scoring")
         filler = fill(state)
         release.touch()
         assert process.wait(60) == 3
@@ -179,7 +170,7 @@ def test_disk_filling_up_during_scoring_keeps_the_result_then_submits_it_once(tm
         assert handed_out(sim) <= set(journaled)
         assert journaled[_id_of(sim, "slow/b")] == "scored"  # the reserve paid for this write
 
-        result = run_validator(args[:-1] + ["2"], env)  # slow/b from the journal, then ok/c
+        result = cli.run(args[:-1] + ["2"])  # slow/b from the journal, then ok/c
         assert result.returncode == 0, result.stderr
         counts = assert_everything_submitted_once(sim, state)
     assert len(counts) == 3
@@ -190,11 +181,10 @@ def test_disk_filling_up_during_scoring_keeps_the_result_then_submits_it_once(tm
     )
 
 
-def test_no_space_while_scoring_keeps_the_assignment_then_scores_it_after_the_fix(tmp_path):
-    env = validator_env(tmp_path)
+def test_no_space_while_scoring_keeps_the_assignment_then_scores_it_after_the_fix(tmp_path, cli):
     with Simulator({"tasks": [task(1, ["nospace/x"])]}, tmp_path) as sim:
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-        result = run_validator(args, env)
+        args = cli.args(sim.api_url, "1", "--max-assignments", "1")
+        result = cli.run(args)
         assert result.returncode == 3, result.stderr
         errors = error_lines(result.stderr)
         assert len(errors) == 1 and "No space left on device" in errors[0], result.stderr
@@ -202,20 +192,20 @@ def test_no_space_while_scoring_keeps_the_assignment_then_scores_it_after_the_fi
         assert [a["status"] for a in sim.state()["assignments"]] == ["validating"]
         assert journal_states(tmp_path / "state") == {"1": "received"}
 
-        write_config(tmp_path, "fixture", {"nospace_fixed": True})
+        cli.config({"nospace_fixed": True})
         lookups_before = len(sim.lookups())
-        result = run_validator(args, env)
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         assert [s["status"] for s in sim.submissions()] == ["completed"]
         assert len(sim.lookups()) == lookups_before
     record("ENOSPC in the download dir / HF cache", "exit 3, not failed, completed after the fix")
 
 
-def test_check_with_no_space_is_an_operator_problem_not_a_crash(tmp_path):
+def test_check_with_no_space_is_an_operator_problem_not_a_crash(tmp_path, cli):
     """A trainer's `--check` must not read "the submission would fail" or a traceback."""
     input_path = tmp_path / "input.json"
     input_path.write_text(json.dumps({"hg_repo_id": "nospace/x"}))
-    result = run_validator(["fixture", "--check", str(input_path)], validator_env(tmp_path))
+    result = cli.run(["fixture", "--check", str(input_path)])
     assert result.returncode == 3, result.stderr
     errors = error_lines(result.stderr)
     assert len(errors) == 1 and "No space left on device" in errors[0], result.stderr

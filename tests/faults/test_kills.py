@@ -29,13 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    start_validator,
-    validator_env,
-    wait_for,
-    write_config,
-)
 from tests.faults.figures import record
 from tests.faults.ledger import (
     FINAL,
@@ -47,6 +40,7 @@ from tests.faults.ledger import (
     reached_api,
     target,
 )
+from tests.helpers.cli import LoopCli
 
 TRIALS = 12  # each a validator start and a kill; a new seed every run (issue 33: 24 took 28 s)
 KILL_WINDOW_S = (0.0, 0.6)
@@ -97,11 +91,11 @@ def add_work(sim: Simulator, trial: int, repos: list[str]) -> None:
         repos.append(repo)
 
 
-def run_trial(sim: Simulator, args: list[str], env: dict[str, str], log: Path, delay: float):
+def run_trial(sim: Simulator, cli: LoopCli, args: list[str], log: Path, delay: float):
     first = request_count(sim)
-    process = start_validator(args, env, log)
+    process = cli.start(args, log)
     # Kill times count from the run's first API call: Python's start-up is not the loop.
-    wait_for(lambda: request_count(sim) > first, 30, "the validator's first API call")
+    cli.wait_for(lambda: request_count(sim) > first, 30, "the validator's first API call")
     time.sleep(delay)
     process.send_signal(signal.SIGKILL)
     killed_at = time.time()
@@ -111,16 +105,16 @@ def run_trial(sim: Simulator, args: list[str], env: dict[str, str], log: Path, d
     # A call the dead process left in flight is answered (and logged) after the delay; the next
     # run's calls must come after it in the log, or they would look like this run's.
     time.sleep(0.05)
-    wait_for(lambda: sim.state()["in_flight"] == 0, 10, "the simulator to answer the dead run")
+    cli.wait_for(lambda: sim.state()["in_flight"] == 0, 10, "the simulator to answer the dead run")
     return Trial(first, killed_at, log.read_text())
 
 
 def drain(
-    sim: Simulator, args: list[str], env: dict[str, str], log: Path, repos: list[str]
+    sim: Simulator, cli: LoopCli, args: list[str], log: Path, repos: list[str]
 ) -> tuple[int, bool]:
     """A last run, left alone until every submission was handed out and finished (or for
     DRAIN_S); its first request's index, and whether it got there."""
-    state_dir = Path(env["VALIDATOR_STATE_DIR"])
+    state_dir = Path(cli.env["VALIDATOR_STATE_DIR"])
 
     def done() -> bool:
         ledger = Ledger.of(sim)
@@ -130,11 +124,11 @@ def drain(
         return handed == set(repos) and not open_
 
     first = request_count(sim)
-    process = start_validator(args, env, log)
+    process = cli.start(args, log)
     # Until its first call the process has no SIGTERM handler yet: the default one would kill it.
-    wait_for(lambda: request_count(sim) > first, 30, "the last run's first API call")
+    cli.wait_for(lambda: request_count(sim) > first, 30, "the last run's first API call")
     try:
-        wait_for(done, DRAIN_S, "the last run to finish every submission", interval=0.2)
+        cli.wait_for(done, DRAIN_S, "the last run to finish every submission", interval=0.2)
         finished = True
     except AssertionError:
         finished = False  # the checks below say what is missing
@@ -157,22 +151,21 @@ def segment_ends(starts: list[int], total: int) -> dict[int, int]:
     return ends
 
 
-def test_kill_9_at_random_moments_loses_nothing_and_submits_nothing_twice(tmp_path):
+def test_kill_9_at_random_moments_loses_nothing_and_submits_nothing_twice(tmp_path, cli):
     seed = int(os.environ.get("FAULT_SEED") or random.SystemRandom().randrange(1_000_000))
     rng = random.Random(seed)
-    env = validator_env(tmp_path)
-    write_config(tmp_path, "fixture", {"slow_seconds": SLOW_SECONDS, "marker_dir": str(tmp_path)})
+    cli.config({"slow_seconds": SLOW_SECONDS, "marker_dir": str(tmp_path)})
     repos = ["slow/a", "ok/b", "slow/c", "broken/d"]
     tasks = [task(1, repos[:2]), task(2, repos[2:])]
     began = time.monotonic()
     with Simulator({"tasks": tasks}, tmp_path, faults=LATENCY) as sim:
-        args = loop_args("fixture", sim.api_url, "1,2", "--debug")
+        args = cli.args(sim.api_url, "1,2", "--debug")
         trials = []
         for n in range(TRIALS):
             add_work(sim, n, repos)
             delay = rng.uniform(*KILL_WINDOW_S)
-            trials.append(run_trial(sim, args, env, tmp_path / f"trial{n}.log", delay))
-        drain_start, drained = drain(sim, args, env, tmp_path / "drain.log", repos)
+            trials.append(run_trial(sim, cli, args, tmp_path / f"trial{n}.log", delay))
+        drain_start, drained = drain(sim, cli, args, tmp_path / "drain.log", repos)
         ledger = Ledger.of(sim)
     elapsed = time.monotonic() - began
     rows = journal_rows(tmp_path / "state")

@@ -9,28 +9,21 @@ import signal
 import pytest
 
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    run_validator,
-    start_validator,
-    validator_env,
-    wait_for,
-    write_config,
-)
 from tests.faults.figures import record
 from tests.faults.ledger import journal_notes, journal_rows
 
 DEATHS = 3  # MAX_SCORING_ATTEMPTS: one more counted death would fail the submission
 
 
-def die_while_scoring(tmp_path, args, env, repo: str, stop_first: bool, round_: int) -> None:
-    marker = tmp_path / (repo.replace("/", "_") + ".started")
+def die_while_scoring(cli, args, repo: str, stop_first: bool, round_: int) -> None:
+    marker = cli.tmp_path / (repo.replace("/", "_") + ".started")
     marker.unlink(missing_ok=True)
-    process = start_validator(args, env, tmp_path / f"run-{round_}.log")
-    wait_for(marker.exists, 30, f"scoring of {repo} to start")
+    process = cli.start(args, f"run-{round_}.log")
+    cli.wait_for(marker.exists, 30, f"scoring of {repo} to start")
     if stop_first:  # docker stop: SIGTERM, then SIGKILL when the grace period runs out
         process.send_signal(signal.SIGTERM)
-        wait_for(lambda: (tmp_path / "state" / "stop.requested").exists(), 10, "the stop mark")
+        stopped = cli.tmp_path / "state" / "stop.requested"
+        cli.wait_for(stopped.exists, 10, "the stop mark")
     process.kill()
     process.wait(10)
 
@@ -44,17 +37,16 @@ def die_while_scoring(tmp_path, args, env, repo: str, stop_first: bool, round_: 
     ],
     ids=["killed-in-its-compute", "stopped-then-killed", "killed-in-host-work"],
 )
-def test_only_deaths_the_submission_caused_count(tmp_path, request, repo, stop_first, counted):
-    env = validator_env(tmp_path)
+def test_only_deaths_the_submission_caused_count(tmp_path, cli, request, repo, stop_first, counted):
     config = {"slow_seconds": 60.0, "marker_dir": str(tmp_path)}
-    write_config(tmp_path, "fixture", config)
+    cli.config(config)
     with Simulator({"tasks": [task(1, [repo])]}, tmp_path) as sim:
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
+        args = cli.args(sim.api_url, "1", "--max-assignments", "1")
         for round_ in range(DEATHS):
-            die_while_scoring(tmp_path, args, env, repo, stop_first, round_)
+            die_while_scoring(cli, args, repo, stop_first, round_)
         # The next run scores quickly: an honest submission is completed now.
-        write_config(tmp_path, "fixture", {**config, "slow_seconds": 0.0})
-        result = run_validator(args, env)
+        cli.config({**config, "slow_seconds": 0.0})
+        result = cli.run(args)
         assert result.returncode == 0, result.stderr
         (submitted,) = sim.submissions()
     row = journal_rows(tmp_path / "state")["1"]

@@ -11,52 +11,44 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    run_validator,
-    start_validator,
-    validator_env,
-    wait_for,
-    write_config,
-)
 from tests.faults.figures import record
 from tests.faults.ledger import Ledger, assert_each_submitted_once, journal_notes, journal_rows
+from tests.helpers.cli import LoopCli
 
 SLOW_SECONDS = 1.0
 SUBMIT_DOWN = {"endpoint": "update", "kind": "status", "status": 503, "count": None}
 
 
-def slow_config(tmp_path: Path, seconds: float = SLOW_SECONDS) -> None:
-    write_config(tmp_path, "fixture", {"slow_seconds": seconds, "marker_dir": str(tmp_path)})
+def slow_config(cli: LoopCli, seconds: float = SLOW_SECONDS) -> None:
+    cli.config({"slow_seconds": seconds, "marker_dir": str(cli.tmp_path)})
 
 
-def start_and_wait_for_scoring(sim: Simulator, tmp_path: Path, log: str):
-    args = loop_args("fixture", sim.api_url, "1")
-    process = start_validator(args, validator_env(tmp_path), tmp_path / log)
-    wait_for(lambda: (tmp_path / "slow_a.started").exists(), 30, "the slow scoring to start")
+def start_and_wait_for_scoring(sim: Simulator, cli: LoopCli, log: str):
+    process = cli.start(cli.args(sim.api_url, "1"), log)
+    started = cli.tmp_path / "slow_a.started"
+    cli.wait_for(started.exists, 30, "the slow scoring to start")
     return process
 
 
-def rerun_for_one(sim: Simulator, tmp_path: Path) -> None:
+def rerun_for_one(sim: Simulator, cli: LoopCli) -> None:
     """A second run finishes the first one's assignment from the journal, without a lookup."""
     lookups = len(sim.lookups())
-    args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-    result = run_validator(args, validator_env(tmp_path))
+    args = cli.args(sim.api_url, "1", "--max-assignments", "1")
+    result = cli.run(args)
     assert result.returncode == 0, result.stderr
     assert len(sim.lookups()) == lookups
 
 
 @pytest.mark.parametrize("api", ["up", "down on submit"])
-def test_sigterm_mid_scoring_finishes_the_step_and_exits_0(tmp_path, api):
-    slow_config(tmp_path)
+def test_sigterm_mid_scoring_finishes_the_step_and_exits_0(tmp_path, cli, api):
+    slow_config(cli)
     faults = [SUBMIT_DOWN] if api != "up" else None
     with Simulator({"tasks": [task(1, ["slow/a", "ok/b"])]}, tmp_path, faults=faults) as sim:
-        process = start_and_wait_for_scoring(sim, tmp_path, "v1.log")
+        process = start_and_wait_for_scoring(sim, cli, "v1.log")
         signalled = time.monotonic()
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
@@ -72,7 +64,7 @@ def test_sigterm_mid_scoring_finishes_the_step_and_exits_0(tmp_path, api):
         else:
             assert after_first == "scored" and sim.submissions() == []
             sim.clear_faults()
-            rerun_for_one(sim, tmp_path)
+            rerun_for_one(sim, cli)
         ledger, rows = assert_each_submitted_once(sim, tmp_path / "state", 1)
     assert [r["status"] for r in ledger.results] == ["completed"]
     assert rows["1"]["attempts"] == 1
@@ -84,12 +76,12 @@ def test_sigterm_mid_scoring_finishes_the_step_and_exits_0(tmp_path, api):
     )
 
 
-def test_second_sigterm_mid_scoring_exits_130_and_the_next_run_submits_once(tmp_path):
-    slow_config(tmp_path, seconds=5.0)
+def test_second_sigterm_mid_scoring_exits_130_and_the_next_run_submits_once(tmp_path, cli):
+    slow_config(cli, seconds=5.0)
     with Simulator({"tasks": [task(1, ["slow/a", "ok/b"])]}, tmp_path) as sim:
-        process = start_and_wait_for_scoring(sim, tmp_path, "v1.log")
+        process = start_and_wait_for_scoring(sim, cli, "v1.log")
         process.send_signal(signal.SIGTERM)
-        wait_for(
+        cli.wait_for(
             lambda: "SIGTERM received" in (tmp_path / "v1.log").read_text(), 10, "the first stop"
         )
         signalled = time.monotonic()
@@ -105,8 +97,8 @@ def test_second_sigterm_mid_scoring_exits_130_and_the_next_run_submits_once(tmp_
         assert (tmp_path / "state" / "stop.requested").is_file()
         assert Ledger.of(sim).unfinished() == ["1"] and sim.submissions() == []
 
-        slow_config(tmp_path, seconds=0.1)
-        rerun_for_one(sim, tmp_path)
+        slow_config(cli, seconds=0.1)
+        rerun_for_one(sim, cli)
         ledger, rows = assert_each_submitted_once(sim, tmp_path / "state", 1)
     assert [r["status"] for r in ledger.results] == ["completed"]
     assert rows["1"]["attempts"] == 1

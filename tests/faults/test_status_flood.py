@@ -25,14 +25,6 @@ from pathlib import Path
 
 from devkit import REPO_ROOT
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    run_validator,
-    start_validator,
-    validator_env,
-    wait_for,
-    write_config,
-)
 from tests.faults.figures import record
 
 LISTENING = re.compile(r"status page on http://127\.0\.0\.1:(\d+)")
@@ -92,23 +84,23 @@ def submits_per_second(times: list[float], spans: list[tuple[float, float]]) -> 
     return inside / sum(end - start for start, end in spans)
 
 
-def test_a_flood_of_the_status_page_does_not_slow_the_loop(tmp_path):
-    write_config(tmp_path, "fixture", {"marker_dir": str(tmp_path)})
+def test_a_flood_of_the_status_page_does_not_slow_the_loop(tmp_path, cli):
+    cli.config({"marker_dir": str(tmp_path)})
     repos = [f"ok/r{i}" for i in range(ASSIGNMENTS)]
     # The API in its own process: in this one, it would share a GIL with the test's own polling,
     # and the rate measured would be the simulator's as much as the validator's.
     with Simulator({"tasks": [task(1, repos)]}, tmp_path, in_thread=False) as sim:
-        args = loop_args("fixture", sim.api_url, "1", "--http-port", "0")
+        args = cli.args(sim.api_url, "1", "--http-port", "0")
         # No --max-assignments: the validator must outlive the flood's check of its half-open
         # connections (its exit would close them too).
         args += ["--assignment-lookup-interval", "0.001"]
         log = tmp_path / "validator.log"
-        process = start_validator(args, validator_env(tmp_path), log)
+        process = cli.start(args, log)
         flood = None
         spans: dict[str, list[tuple[float, float]]] = {"quiet": [], "flood": []}
         threads: dict[str, int] = {"quiet": 0, "flood": 0}
         try:
-            port = int(wait_for(lambda: LISTENING.search(log.read_text()), 30, "the page")[1])
+            port = int(cli.wait_for(lambda: LISTENING.search(log.read_text()), 30, "the page")[1])
             # The flood's own client at the lowest priority: what is measured is what the
             # validator spends answering it, not the client's CPU taken from a 2-core machine.
             flood = subprocess.Popen(
@@ -131,7 +123,7 @@ def test_a_flood_of_the_status_page_does_not_slow_the_loop(tmp_path):
             )
             sampler = Sampler(process.pid)
             submitted = SubmitCount(log)
-            wait_for(lambda: submitted() >= SEGMENT, 120, "the first submits")
+            cli.wait_for(lambda: submitted() >= SEGMENT, 120, "the first submits")
             for window in range(WINDOWS):
                 kind = ("quiet", "flood")[window % 2]
                 flood.stdin.write("on\n" if kind == "flood" else "off\n")
@@ -139,13 +131,13 @@ def test_a_flood_of_the_status_page_does_not_slow_the_loop(tmp_path):
                 sampler.take()
                 started = time.time()
                 goal = SEGMENT * (window + 2)
-                wait_for(lambda g=goal: submitted() >= g, 120, f"{goal} submits", 0.1)
+                cli.wait_for(lambda g=goal: submitted() >= g, 120, f"{goal} submits", 0.1)
                 spans[kind].append((started, time.time()))
                 threads[kind] = max(threads[kind], sampler.take())
             flood_alive = flood.poll() is None
             seen = json.loads(flood.communicate("stop\n", timeout=60)[0])
             flood = None
-            wait_for(lambda: submitted() >= ASSIGNMENTS, 120, "all submits", 0.1)
+            cli.wait_for(lambda: submitted() >= ASSIGNMENTS, 120, "all submits", 0.1)
             sampler.stop.set()
             process.send_signal(signal.SIGTERM)
             assert process.wait(60) == 0
@@ -188,14 +180,14 @@ def test_a_flood_of_the_status_page_does_not_slow_the_loop(tmp_path):
     )
 
 
-def test_a_port_in_use_is_a_one_line_config_error(tmp_path):
-    write_config(tmp_path, "fixture", {"marker_dir": str(tmp_path)})
+def test_a_port_in_use_is_a_one_line_config_error(tmp_path, cli):
+    cli.config({"marker_dir": str(tmp_path)})
     with socket.socket() as taken, Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        args = loop_args("fixture", sim.api_url, "1", "--http-port", str(port))
-        result = run_validator(args, validator_env(tmp_path))
+        args = cli.args(sim.api_url, "1", "--http-port", str(port))
+        result = cli.run(args)
         lookups = sim.lookups()
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -204,19 +196,19 @@ def test_a_port_in_use_is_a_one_line_config_error(tmp_path):
     assert lookups == []  # no work asked for
 
 
-def test_a_client_that_goes_away_is_one_line(tmp_path):
+def test_a_client_that_goes_away_is_one_line(tmp_path, cli):
     """Clients that close before the answer: a line each at most, never a traceback."""
     # The scoring is held until the test releases it, so that the stop below waits for no
     # fixed sleep however busy the machine (a 30 s sleep once outlasted the wait on a busy host).
     release = tmp_path / "release"
     config = {"slow_seconds": 300.0, "marker_dir": str(tmp_path), "release_file": str(release)}
-    write_config(tmp_path, "fixture", config)
+    cli.config(config)
     with Simulator({"tasks": [task(1, ["slow/a"])]}, tmp_path) as sim:
-        args = loop_args("fixture", sim.api_url, "1", "--http-port", "0")
+        args = cli.args(sim.api_url, "1", "--http-port", "0")
         log = tmp_path / "validator.log"
-        process = start_validator(args, validator_env(tmp_path), log)
+        process = cli.start(args, log)
         try:
-            port = int(wait_for(lambda: LISTENING.search(log.read_text()), 30, "the page")[1])
+            port = int(cli.wait_for(lambda: LISTENING.search(log.read_text()), 30, "the page")[1])
             for n in range(20):
                 with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
                     sock.sendall(f"GET {('/report', '/metrics')[n % 2]} HTTP/1.0\r\n\r\n".encode())

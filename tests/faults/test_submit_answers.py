@@ -1,35 +1,26 @@
-"""Every answer a submit can get, and what the journal then says: the real CLI (or the real
-client) against the Fed Ledger simulator.
+"""Submit answers met within one call, and what the journal then says: the real CLI (or the real
+client) against the Fed Ledger simulator's faults, over HTTP.
 
 Nothing leaves the journal unless the API has the result or says it never will take it, and the
 journal tells what is known: a result whose first answer was lost after the API committed it is
-"submitted" with that story, not "dropped: too late"; an unknown 4xx keeps the result, with an
-error the operator sees, for a later try.
+"submitted" with that story, not "dropped: too late". What the loop does with each call's last
+answer (kept, sent again, dropped, across processes) is tests/test_runner_submit_answers.py's,
+in the test process.
 """
 
 from __future__ import annotations
 
-import signal
-import sqlite3
 import time
 from email.utils import formatdate
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    run_validator,
-    start_validator,
-    validator_env,
-    wait_for,
-)
 from tests.faults.figures import record
 from tests.faults.ledger import UPDATE, journal_notes, journal_rows, target
+from tests.helpers.cli import LoopCli
 from validator.ledger.client import ApiUnavailable, FedLedgerClient
-from validator.ledger.submitting import MAYBE_TAKEN
 from validator.ledger.transport import MAX_RETRY_AFTER_S
 
 LOST_ANSWER = "the API's answer to an earlier try was lost"
@@ -39,9 +30,9 @@ def updates(sim: Simulator) -> list[dict[str, Any]]:
     return [r for r in sim.state()["requests"] if target(r, UPDATE) is not None]
 
 
-def run_one(sim: Simulator, tmp_path: Path, *extra: str):
-    args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1", *extra)
-    return run_validator(args, validator_env(tmp_path))
+def run_one(sim: Simulator, cli: LoopCli, *extra: str):
+    args = cli.args(sim.api_url, "1", "--max-assignments", "1", *extra)
+    return cli.run(args)
 
 
 # (case, fault rule on the update endpoint, what the journal's history must tell)
@@ -97,10 +88,12 @@ SETTLED: list[tuple[str, dict[str, Any], str | None]] = [
 
 
 @pytest.mark.parametrize(("case", "rule", "story"), SETTLED, ids=[c[0] for c in SETTLED])
-def test_submit_answer_ends_with_one_result_and_a_truthful_journal(tmp_path, case, rule, story):
+def test_submit_answer_ends_with_one_result_and_a_truthful_journal(
+    tmp_path, cli, case, rule, story
+):
     fault = {"endpoint": "update", **rule}
     with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, faults=[fault]) as sim:
-        result = run_one(sim, tmp_path)
+        result = run_one(sim, cli)
         assert result.returncode == 0, result.stderr
         taken = sim.submissions()
         calls = updates(sim)
@@ -123,7 +116,7 @@ def test_submit_answer_ends_with_one_result_and_a_truthful_journal(tmp_path, cas
 
 
 @pytest.mark.parametrize("form", ["seconds", "HTTP date"])
-def test_retry_after_is_honoured(tmp_path, form):
+def test_retry_after_is_honoured(tmp_path, cli, form):
     wait_s = 2
     # An HTTP date names a moment, in whole seconds, that the validator's start-up eats into:
     # it is set further out, and the retry must not come before it.
@@ -132,7 +125,7 @@ def test_retry_after_is_honoured(tmp_path, form):
     fault = {"endpoint": "update", "kind": "status", "status": 429, "count": 1}
     with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
         sim.add_faults({**fault, "retry_after": value})
-        result = run_one(sim, tmp_path)
+        result = run_one(sim, cli)
         assert result.returncode == 0, result.stderr
         calls = updates(sim)
     assert [c["status"] for c in calls] == [429, 200]
@@ -160,82 +153,3 @@ def test_a_long_retry_after_is_bounded_and_not_waited_out_in_the_call(tmp_path):
     # A 429 may come after the API committed the result (issue 23, item 12).
     assert raised.value.maybe_processed
     assert elapsed < 5 and len(calls) == 1, (elapsed, calls)
-
-
-def test_an_unknown_4xx_keeps_the_result_for_the_operator(tmp_path):
-    fault = {"endpoint": "update", "kind": "status", "status": 404, "count": 1}
-    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, faults=[fault]) as sim:
-        args = loop_args("fixture", sim.api_url, "1")
-        process = start_validator(args, validator_env(tmp_path), tmp_path / "v1.log")
-        try:
-            wait_for(lambda: updates(sim), 30, "the submit")
-            wait_for(
-                lambda: "rejected" in (journal_rows(tmp_path / "state")["1"]["error"] or ""),
-                10,
-                "the journal to record the refusal",
-            )
-        finally:
-            process.send_signal(signal.SIGTERM)
-            assert process.wait(30) == 0
-        row = journal_rows(tmp_path / "state")["1"]
-        log = (tmp_path / "v1.log").read_text()
-        # Kept as a decided, unsubmitted result, with the reason, for a try much later.
-        assert row["state"] == "scored", row
-        assert row["error"] == "the API rejected the submit: HTTP 404: Simulated fault", row
-        assert row["not_before"] > time.time() + 3000, row
-        assert "operator action may be needed" in log and "stays in the journal" in log, log
-        assert sim.submissions() == []
-
-        # A restart sends kept results at once, whatever their wait.
-        result = run_one(sim, tmp_path)
-        assert result.returncode == 0, result.stderr
-        assert [s["status"] for s in sim.submissions()] == ["completed"]
-    assert journal_rows(tmp_path / "state")["1"]["state"] == "submitted"
-    record(
-        "submit answered 404 (unknown 4xx)", "kept (scored, retried in 1 h), submitted on restart"
-    )
-
-
-def test_not_validating_without_an_earlier_try_is_too_late(tmp_path):
-    # The assignment expired while scoring: nothing of it reached the API, ever.
-    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, assignment_ttl_seconds=0.5) as sim:
-        sim.add_faults({"endpoint": "update", "kind": "delay", "delay_seconds": 1, "count": 1})
-        result = run_one(sim, tmp_path)
-        assert result.returncode == 0, result.stderr
-        assert sim.submissions() == []
-    row = journal_rows(tmp_path / "state")["1"]
-    assert row["state"] == "dropped", row
-    assert row["error"].startswith("too late: the API says 'Validation assignment is not in")
-    assert "earlier process" not in row["error"]
-
-
-def test_a_lost_answer_is_remembered_across_processes(tmp_path):
-    # Every try of the first process loses its answer; the API took the first one.
-    fault = {"endpoint": "update", "kind": "drop", "processed": True}
-    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path, faults=[fault]) as sim:
-        args = loop_args("fixture", sim.api_url, "1")
-        process = start_validator(args, validator_env(tmp_path), tmp_path / "v1.log")
-        try:
-            wait_for(
-                lambda: (journal_rows(tmp_path / "state").get("1") or {}).get("error"),
-                30,
-                "a kept result",
-            )
-        finally:
-            process.send_signal(signal.SIGTERM)
-            assert process.wait(30) == 0
-        row = journal_rows(tmp_path / "state")["1"]
-        assert row["state"] == "scored" and row["error"].startswith(MAYBE_TAKEN), row
-        assert row["maybe_taken"] and row["maybe_taken"] in row["error"], row
-        # The column decides, not the error's text (issue 33): an operator's note over it
-        # changes nothing.
-        with sqlite3.connect(tmp_path / "state" / "journal.sqlite3") as db:
-            db.execute("UPDATE assignments SET error = 'looked at by the operator' WHERE id = '1'")
-        db.close()
-        sim.clear_faults()
-        result = run_one(sim, tmp_path)
-        assert result.returncode == 0, result.stderr
-        assert len(sim.submissions()) == 1
-    row = journal_rows(tmp_path / "state")["1"]
-    assert row["state"] == "submitted", row
-    assert LOST_ANSWER in journal_notes(tmp_path / "state", "1")[-1]

@@ -13,40 +13,33 @@ import time
 import pytest
 
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import (
-    loop_args,
-    run_validator,
-    start_validator,
-    validator_env,
-    wait_for,
-    write_config,
-)
 from tests.faults.figures import record
 from tests.faults.ledger import assert_each_submitted_once
 
 
 @pytest.mark.parametrize("other_files", ["kept", "deleted"])
-def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(tmp_path, other_files):
+def test_second_validator_on_the_same_state_dir_refuses_without_an_api_call(
+    tmp_path, cli, other_files
+):
     # The first is held inside its scoring of slow/a until the test releases it, so the second
     # provably starts while the first runs, however long a loaded machine takes to start it.
     release = tmp_path / "release"
     config = {"slow_seconds": 120.0, "marker_dir": str(tmp_path), "release_file": str(release)}
-    write_config(tmp_path, "fixture", config)
-    env = validator_env(tmp_path)
+    cli.config(config)
     tasks = {"tasks": [task(1, ["slow/a", "ok/b"])]}
     (tmp_path / "second").mkdir()
     # The second validator gets an API of its own, so that any call it made would show there.
     with Simulator(tasks, tmp_path) as sim, Simulator(tasks, tmp_path / "second") as other:
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "2")
-        first = start_validator(args, env, tmp_path / "first.log")
-        wait_for(lambda: (tmp_path / "slow_a.started").exists(), 30, "the first to be scoring")
+        args = cli.args(sim.api_url, "1", "--max-assignments", "2")
+        first = cli.start(args, "first.log")
+        cli.wait_for(lambda: (tmp_path / "slow_a.started").exists(), 30, "the first to be scoring")
         if other_files == "deleted":  # all but the journal's, which the first still writes
             for path in (tmp_path / "state").iterdir():
                 if path.is_file() and not path.name.startswith("journal.sqlite3"):
                     path.unlink()
 
         started = time.monotonic()
-        second = run_validator(loop_args("fixture", other.api_url, "1"), env)
+        second = cli.run(cli.args(other.api_url, "1"))
         refusal_s = time.monotonic() - started
         assert second.returncode == 2, second.stderr
         assert (

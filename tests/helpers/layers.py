@@ -80,6 +80,7 @@ REAL_PARTS = (
     "devkit.release_channel.LocalReleaseChannel",  # its ReleaseKey is a pure helper
     "devkit.judge_prompts.JudgeSourceServer",  # a name in a module of pure helpers
     "devkit.tiny_",
+    "tests.helpers.cli",  # the validator's CLI (the `cli` fixture)
     "tests.helpers.served_hub",
     "tests.helpers.trickle_server",
     "tests.helpers.children",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from validator.ledger.client import ApiUnavailable, FedLedgerClient
 from validator.state.journal import Entry, Journal, State
@@ -21,11 +22,15 @@ LATER = "; then: "
 
 
 def submit_result(
-    client: FedLedgerClient, journal: Journal, entry: Entry, time_sleep: float
+    client: FedLedgerClient,
+    journal: Journal,
+    entry: Entry,
+    time_sleep: float,
+    now: Callable[[], float] = time.time,
 ) -> Entry:
     """Submits `entry`'s result; returns the entry as the journal then holds it: finished
     (submitted, or dropped as too late), or kept for a later try. A RecoverableException from
-    the client (the key refused) is raised on."""
+    the client (the key refused) is raised on. `now`: the runner's clock, for the next try."""
     # Below the floor still: a decided result is better submitted before it expires, and the
     # reserve that ensure_writable() keeps records the API's answer.
     journal.ensure_writable(floor=False)
@@ -43,7 +48,7 @@ def submit_result(
             reason = f"{MAYBE_TAKEN}{kept_after}{LATER}{exc}"
         else:
             reason = f"submit: {exc}"
-        kept = journal.defer_submit(entry, reason, time.time() + wait, taken)
+        kept = journal.defer_submit(entry, reason, now() + wait, taken)
         log.warning(
             "assignment %s: submit failed (%s); kept in the journal, retrying in %gs",
             entry.id,
@@ -80,7 +85,7 @@ def submit_result(
     reason = f"the API rejected the submit: HTTP {result.status}: {result.detail}"
     if earlier:
         reason = f"{MAYBE_TAKEN}{earlier}{LATER}{reason}"
-    kept = journal.defer_submit(entry, reason, time.time() + wait, earlier)
+    kept = journal.defer_submit(entry, reason, now() + wait, earlier)
     log.error(
         "assignment %s: the API rejected the %s result (HTTP %s: %s); operator action may be "
         "needed (--api-url?); it stays in the journal, sent again in %gs",
