@@ -52,7 +52,8 @@ class Channel:
 
     def __post_init__(self) -> None:
         split = urlsplit(self.url)
-        if split.scheme not in ("https", "http") or len(split.path.strip("/").split("/")) != 2:
+        owner_and_repo = split.path.strip("/").split("/")
+        if split.scheme not in ("https", "http") or len(owner_and_repo) != len(("owner", "repo")):
             raise UsageError(
                 f"--release-channel {self.url!r}: give a repository's address such as "
                 f"{DEFAULT_CHANNEL}"
