@@ -16,7 +16,7 @@ STACKS := $(filter $(MODULES),$(patsubst modules/%/module.yaml,%,$(shell \
 SHARED := $(filter-out $(STACKS),$(MODULES))
 STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 
-.PHONY: install test lint format docs demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser prometheus registry report
+.PHONY: install test lint format docs demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm bench-llm-judge-plan gpu-kit browser prometheus registry report
 
 install: $(VENV)/.installed $(STACK_VENVS)
 
@@ -216,6 +216,11 @@ bench-llm-judge: install
 # The llm_judge module's model work per LoRA assignment: a warm base against a reload (CPU).
 bench-llm-judge-warm: install
 	.venv-llm_judge/bin/python -m bench.llm_judge_warm_base
+
+# The validator's own CPU while it fetches an llm_judge full model: honest, and an index of
+# 1,000 tiny shards (issue 40).
+bench-llm-judge-plan: install
+	.venv-llm_judge/bin/python -m bench.llm_judge_plan
 
 # Pinned wheels for running the GPU benches on a machine without network: the lora stack
 # (bench/gpu_session.sh there) and the llm_judge stack with fla-core
