@@ -19,7 +19,7 @@ STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 # docs` needs nothing else, and `make lint` builds and lints the pages from it.
 DOCS_VENV := .venv-docs
 
-.PHONY: install test lint format docs docs-figures demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm gpu-kit browser prometheus registry report
+.PHONY: install test lint format docs docs-figures demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm bench-llm-judge-plan gpu-kit browser prometheus registry report
 
 install: $(VENV)/.installed $(STACK_VENVS)
 
@@ -236,6 +236,11 @@ bench-llm-judge: install
 # The llm_judge module's model work per LoRA assignment: a warm base against a reload (CPU).
 bench-llm-judge-warm: install
 	.venv-llm_judge/bin/python -m bench.llm_judge_warm_base
+
+# The validator's own CPU while it fetches an llm_judge full model: honest, and an index of
+# 1,000 tiny shards (issue 40).
+bench-llm-judge-plan: install
+	.venv-llm_judge/bin/python -m bench.llm_judge_plan
 
 # Pinned wheels for running the GPU benches on a machine without network: the lora stack
 # (bench/gpu_session.sh there) and the llm_judge stack with fla-core

@@ -63,6 +63,9 @@ class LocalHub(LocalServer):
         # (repo, commit) -> names listed as they are, served at any path ending in their last part
         self._listed_only: dict[tuple[str, str], dict[str, bytes]] = {}
         self._oversend: list[tuple[str, int]] = []
+        # (repo, commit) -> name -> the size its listing gives instead of the file's own
+        self._listed_sizes: dict[tuple[str, str], dict[str, object]] = {}
+        self._padding: dict[tuple[str, str], int] = {}  # (repo, commit) -> names listed only
         self._lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -131,6 +134,21 @@ class LocalHub(LocalServer):
         with self._lock:
             commit = self._refs[(repo_id, revision)]
             self._listed_only.setdefault((repo_id, commit), {})[name] = data
+
+    def list_size(self, repo_id: str, name: str, size: object, revision: str = "main") -> None:
+        """A hostile Hub: `revision`'s listing gives `size` (any JSON value: a negative number,
+        text) as the size of `name`, a file of the repo or a name listed by `list_name`; the
+        file is served as it is."""
+        with self._lock:
+            commit = self._refs[(repo_id, revision)]
+            self._listed_sizes.setdefault((repo_id, commit), {})[name] = size
+
+    def pad_listing(self, repo_id: str, count: int, revision: str = "main") -> None:
+        """A hostile Hub: `revision`'s listing also names `count` files (`padding/N.txt`, one
+        byte each) that are never served."""
+        with self._lock:
+            commit = self._refs[(repo_id, revision)]
+            self._padding[(repo_id, commit)] = count
 
     def require_token(self, repo_id: str, token: str | None) -> None:
         """Make the repo gated: 401 unless `Authorization: Bearer <token>` is sent."""

@@ -47,6 +47,15 @@ def _sibling(info: _FileInfo, blobs: bool) -> dict[str, object]:
     return entry
 
 
+def _misstate(siblings: list[dict[str, object]], sizes: dict[str, object]) -> None:
+    """The sizes `LocalHub.list_size` set, in place of the files' own (and their LFS size)."""
+    for entry in siblings:
+        if entry["rfilename"] in sizes:
+            entry["size"] = sizes[str(entry["rfilename"])]
+            if isinstance(entry.get("lfs"), dict):
+                entry["lfs"] = {**entry["lfs"], "size": entry["size"]}
+
+
 class HubHandler(LocalHandler):
     hub: LocalHub
     protocol_version = "HTTP/1.0"
@@ -126,6 +135,11 @@ class HubHandler(LocalHandler):
         with self.hub._lock:
             extra = self.hub._listed_only.get((repo_id, commit), {})
             info["siblings"] += [{"rfilename": n, "size": len(d)} for n, d in extra.items()]
+            padding = self.hub._padding.get((repo_id, commit), 0)
+            info["siblings"] += [
+                {"rfilename": f"padding/{n}.txt", "size": 1} for n in range(padding)
+            ]
+            _misstate(info["siblings"], self.hub._listed_sizes.get((repo_id, commit), {}))
         payload = json.dumps(info).encode()
         self.reply(200, payload, {"Content-Type": "application/json"}, body=body)
         return 200

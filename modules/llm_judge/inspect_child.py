@@ -7,7 +7,8 @@ nothing of the validator) under the kit's CPU, memory and wall-clock limits.
 - "model": a full model's config.json (refused with `auto_map`: never remote code), read by
   AutoConfig and built on the meta device (the parameter count, tied parameters once, as
   `model.parameters()` gives them), its generation_config.json (the values the module bounds)
-  and its safetensors index (the shard names);
+  and its safetensors index (the shard names: at most `request["max_shards"]`, each in the
+  repo's listing, `request["listed"]`);
 - "adapter": adapter_config.json (its base, `r`, `rank_pattern`) and its weights' header;
 - "headers": the safetensors headers of the named files, read from their first bytes (names,
   dtypes, shapes, offsets checked; parameters and bytes summed).
@@ -77,6 +78,8 @@ def model(request: dict) -> dict:
     finally:
         tracemalloc.stop()
     _check_reread(peak, request, " (with generation_config.json and the index)")
+    if shards is not None:
+        _check_shards(shards, request)
     count, buffers = _guarded(lambda: _meta_count(config), "it does not build a model")
     return {"parameter_count": count, "buffer_count": buffers, "shards": shards, **generation}
 
@@ -181,6 +184,24 @@ def _shards(path: str) -> list[str] | None:
             "tensor names to file names)"
         )
     return sorted(set(weight_map.values()))
+
+
+def _check_shards(shards: list[str], request: dict) -> None:
+    """The download the index plans, before any of it: at most `max_shards` files (each one is
+    a download in the validator's process), every one of them in the repo's listing."""
+    if not shards:
+        raise Refused("its safetensors index names no shards")
+    if len(shards) > request["max_shards"]:
+        raise Refused(
+            f"its safetensors index names {len(shards)} shard files, over {request['max_shards']}"
+        )
+    listed = set(request["listed"])
+    unlisted = [name for name in shards if name not in listed]
+    if unlisted:
+        raise Refused(
+            "its safetensors index names shards the repo does not have "
+            f"({', '.join(repr(name[:100]) for name in unlisted[:3])})"
+        )
 
 
 def _header(path: str, name: str, *, listed: bool = False) -> dict:

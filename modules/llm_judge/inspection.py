@@ -4,7 +4,8 @@ checked data (docs/llm-judge-scoring.md, "The submission").
 
 - `inspect_model`: a full model's config.json (never remote code; the parameter count of the
   causal LM it describes, built on the meta device: issue 23, item 6), the values of its
-  generation_config.json the module bounds, and the shard names of its safetensors index;
+  generation_config.json the module bounds, and the shard names of its safetensors index,
+  checked against the repo's listing (how many, each one listed) before any is downloaded;
 - `inspect_adapter`: an adapter's base, `r` and `rank_pattern`, and its weights' header;
 - `inspect_headers`: the safetensors headers of the downloaded weights (names, dtypes, shapes
   and offsets checked; parameters summed), before transformers or peft loads them here.
@@ -17,6 +18,7 @@ refuses those whose reading took more than MAX_REREAD_BYTES, so that the re-read
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +91,16 @@ class Headers(BaseModel):
         return sum(f.parameters for f in self.files)
 
 
-def inspect_model(folder: Path, work: Path) -> ModelFacts:
+def inspect_model(
+    folder: Path, work: Path, *, listed: Collection[str] = (), max_shards: int = 0
+) -> ModelFacts:
+    """`listed`: the repo's file names (the Hub's listing, checked: validator.kit.listing);
+    the index may name at most `max_shards` shard files, each of them listed (the defaults:
+    a model without an index)."""
+    request = {"folder": str(folder), "listed": list(listed), "max_shards": max_shards}
     return inspect_in_child(
         CHILD,
-        {"phase": "model", "folder": str(folder), "max_reread_bytes": MAX_REREAD_BYTES},
+        {"phase": "model", **request, "max_reread_bytes": MAX_REREAD_BYTES},
         work=work,
         what="config.json",
         answer=ModelFacts,

@@ -27,6 +27,7 @@ from validator.kit import (
     SubmissionRejected,
     TransientError,
     check_layer_replication,
+    checked_listing,
     hub,
 )
 
@@ -95,6 +96,18 @@ VERSIONED_TOKENIZER = re.compile(
     r"tokenizer\.[0-9]+(\.[0-9]+)*\.json|tokenizer\.model\.[A-Za-z0-9_-]+"
 )
 MAX_NAMED_TEMPLATES = 32  # and as many versioned tokenizer files
+# Shards a full model's index may name: each is a download in this process (issue 40: 1,000
+# tiny shards took 27 s of its CPU). Released checkpoints have a few to a few dozen, and
+# 80 GiB (max_model_total_bytes) in 1 GB shards is 80. With the files above, a submission is at
+# most 28 + 2 x 32 + 256 files and an index.
+MAX_SHARDS = 256
+# A full model's weight files may hold this many bytes a parameter of max_params, no more:
+# float32 (the widest dtype checkpoints use) for four times the parameters, room for the weights
+# the causal LM leaves out (Qwen3.5's vision model and MTP weights: a fraction of the text
+# model in the released checkpoints; the tests' tiny one's files hold 2.4 times its parameters).
+# Past it, the files are mostly weights the model never loads, which the network downloads and
+# ignores.
+MAX_WEIGHT_BYTES_PER_PARAMETER = 16
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
 
 
@@ -127,7 +140,7 @@ def fetch_submission(
     info = hub.model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
     commit = hub.commit_of(info.sha, what)
     what = f"submission {repo_id}@{commit}"
-    sizes = hub.file_sizes(info)
+    sizes = checked_listing(info, what)  # its count, names and sizes, before any download
     work = dest.parent / "inspect"
     try:
         if ADAPTER_CONFIG in sizes:
@@ -188,7 +201,8 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what, wor
     _check_total({name: sizes[name] for name in metadata}, limit, what)
     for name in metadata:
         _get(repo_id, commit, name, dest, what, sizes)
-    facts = _inspected(lambda: inspect_model(dest, work), what)
+    # The child also checks the download the index plans: how many shards, each one listed.
+    facts = _inspected(lambda: inspect_model(dest, work, listed=sizes, max_shards=MAX_SHARDS), what)
     if facts.buffer_count > max_params:
         # The buffers are built here with the model (gpt_neo: a max_position_embeddings**2 mask
         # per layer, 10 GB a layer at 10**5) and no real model's come near its parameters.
@@ -198,13 +212,8 @@ def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what, wor
         )
     check_max_params(facts.parameter_count, max_params, what)
     check_generation_config(facts, what)
-    weights = facts.shards if sharded else ["model.safetensors"]
-    unlisted = [name for name in weights or [] if name not in sizes]
-    if not weights or unlisted:
-        raise SubmissionRejected(
-            f"{what}: its safetensors index names no shards, or shards the repo does not have "
-            f"({', '.join(repr(n[:100]) for n in unlisted[:3])})"
-        )
+    weights = (facts.shards or []) if sharded else ["model.safetensors"]
+    _check_weight_budget({name: sizes[name] for name in weights}, max_params, what)
     named = sorted(name for name in sizes if NAMED_TEMPLATE.fullmatch(name))
     versioned = sorted(name for name in sizes if VERSIONED_TOKENIZER.fullmatch(name))
     for found, kind in ((named, "named chat templates"), (versioned, "versioned tokenizers")):
@@ -248,6 +257,18 @@ def _check_total(sizes: dict[str, int | None], limit: int, what: str) -> None:
     total = sum(size for size in sizes.values() if size is not None)
     if total > limit:
         raise SubmissionRejected(f"{what}: the files add up to {total} bytes, over {limit}")
+
+
+def _check_weight_budget(sizes: dict[str, int | None], max_params: int, what: str) -> None:
+    """The weight files against what a model of max_params parameters can need to be stored
+    (MAX_WEIGHT_BYTES_PER_PARAMETER), from the listing, before any of them is fetched."""
+    total = sum(size or 0 for size in sizes.values())
+    budget = MAX_WEIGHT_BYTES_PER_PARAMETER * max(max_params, 0)
+    if total > budget:
+        raise SubmissionRejected(
+            f"{what}: its weight files add up to {total} bytes, over {budget} "
+            f"({MAX_WEIGHT_BYTES_PER_PARAMETER} bytes a parameter of max_params {max_params})"
+        )
 
 
 def _pickles(sizes: dict[str, int | None]) -> str:

@@ -1,10 +1,11 @@
 """Downloads for the lora module from the Hub: submitted adapters and base models.
 
 A submission is hostile (docs/lora-scoring.md, "Untrusted submissions"): we pin the revision we
-score to a commit, fetch only the allow-listed adapter files into the assignment's work folder
-(never the shared HF cache), never pickle weights or code, and check sizes from the Hub's
-listing before any byte is downloaded and again on what was written. Nothing here parses a
-downloaded file: modules/lora/reading.py reads them in a bounded child.
+score to a commit, check the Hub's listing (at most 10,000 files, names inside the repo's
+folder, whole sizes: validator/kit/listing.py), fetch only the allow-listed adapter files into
+the assignment's work folder (never the shared HF cache), never pickle weights or code, and
+check sizes from the listing before any byte is downloaded and again on what was written.
+Nothing here parses a downloaded file: modules/lora/reading.py reads them in a bounded child.
 
 Every call goes through validator/kit/hub.py: huggingface_hub with one error translation, and
 `HF_ENDPOINT`, `HF_HUB_CACHE`/`HF_HOME` and `HF_TOKEN` read at call time.
@@ -17,7 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from validator.kit import SubmissionRejected, TransientError, hub
+from validator.kit import SubmissionRejected, TransientError, checked_listing, hub
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ def fetch_adapter(
     )  # fmt: skip
     commit = hub.commit_of(info.sha, what)
     what = f"submission {repo_id}@{commit}"
-    sizes = hub.file_sizes(info)
+    # Its count, names and sizes, before any download (validator/kit/listing.py).
+    sizes = checked_listing(info, what)
     if ADAPTER_CONFIG not in sizes:
         return FetchedSubmission(dest, commit, False, sorted(sizes))
     _check_weight_format(sizes, what)

@@ -7,7 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from validator.kit import SubmissionRejected, TransientError, hub
+from validator.kit import SubmissionRejected, TransientError, checked_listing, hub
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,15 @@ def fetch_policy(
     max_model_bytes: int,
     max_data_bytes: int,
 ) -> FetchedPolicy:
-    """Download the policy's one or two files into `dest`; sizes are checked from the Hub's
-    listing before any byte is fetched, and again on disk."""
+    """Download the policy's one or two files into `dest`; the Hub's listing is checked
+    (validator/kit/listing.py) and the files' sizes taken from it before any byte is fetched,
+    and checked again on disk."""
     what = f"submission {repo_id}@{revision}"
     info = hub.model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
     commit = hub.commit_of(info.sha, what)
     what = f"submission {repo_id}@{commit}"
-    sizes = hub.file_sizes(info)
+    # Its count, names and sizes, before any download (validator/kit/listing.py).
+    sizes = checked_listing(info, what)
     data_filename = model_filename + ".data"
     if model_filename not in sizes:
         onnx_files = sorted(name for name in sizes if name.endswith(".onnx"))

@@ -10,13 +10,16 @@ import resource
 import warnings
 
 import pytest
+import torch
 import transformers
 from safetensors import safe_open
 
+from devkit.hf_hub_http import file_name
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
 from modules.llm_judge.loading import ModelCannotLoad, load
 from modules.llm_judge.submission import MODEL_FILES, OverMaxParams, fetch_submission
+from tests.helpers.hostile_listings import HOSTILE_LISTINGS
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected, TransientError
 
@@ -85,6 +88,71 @@ def test_a_sharded_full_model_loads_the_shards_its_index_names(world):
     assert "model-00001-of-00001.safetensors" in fetched
     assert "model-00002-of-00002.safetensors" not in fetched  # not in the index
     assert load(submission).parameter_count == submission.parameter_count
+
+
+def served_since(hub, before: int) -> list[str]:
+    """The files whose bytes the hub sent after its `before`-th request."""
+    return [
+        name
+        for method, path, status in hub.requests[before:]
+        if method == "GET" and status in (200, 206) and (name := file_name(path)) is not None
+    ]
+
+
+def test_an_index_of_1000_shards_is_refused_before_any_shard_is_fetched(world):
+    # Issue 40: each shard an index names was a download in the validator's process, 27 s of
+    # its CPU for 1,000 tiny ones (each a real file holding one tensor the model ignores: the
+    # network downloads them all and loads the model). The bounded child that reads the index
+    # checks the download it plans (at most MAX_SHARDS, each listed) before any is fetched.
+    from safetensors.torch import save
+
+    hub, base, _, _ = world
+    files = sharded(base)
+    index = json.loads(files["model.safetensors.index.json"])
+    for n in range(1000):
+        shard = f"junk-{n:05d}.safetensors"
+        files[shard] = save({f"junk.{n}": torch.zeros(1)})
+        index["weight_map"][f"junk.{n}"] = shard
+    files["model.safetensors.index.json"] = json.dumps(index).encode()
+    hub.add_repo("mallory/shards", files)
+    before, usage = len(hub.requests), resource.getrusage(resource.RUSAGE_SELF)
+    with pytest.raises(SubmissionRejected, match=r"index names 1001 shard files, over 256$"):
+        fetch(world, "mallory/shards")
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    assert not [name for name in served_since(hub, before) if name.endswith(".safetensors")]
+    # This process's CPU (the hub's threads with it; the child's is its own): 27 s before.
+    assert after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime < 5
+
+
+@pytest.mark.parametrize("hostile", sorted(HOSTILE_LISTINGS))
+def test_a_listing_no_real_hub_sends_is_refused_before_any_file_is_fetched(world, hostile):
+    hub, base, _, _ = world
+    repo = f"mallory/listing-{hostile}"
+    hub.add_repo(repo, files_of(base))
+    make, message = HOSTILE_LISTINGS[hostile]
+    make(hub, repo)
+    before = len(hub.requests)
+    with pytest.raises(SubmissionRejected, match=message):
+        fetch(world, repo)
+    assert served_since(hub, before) == []
+
+
+def test_weights_over_16_bytes_a_parameter_of_max_params_are_never_fetched(world):
+    # Weights the model never loads (the network downloads and ignores them): refused from the
+    # listing, before the weights are fetched.
+    from safetensors.torch import load_file, save
+
+    hub, base, _, _ = world
+    tensors = load_file(str(base / "model.safetensors"))
+    count = sum(t.numel() for t in tensors.values())
+    padded = save({**tensors, "junk": torch.zeros(4 * count)})  # 20 bytes a parameter
+    hub.add_repo("mallory/padded", {**files_of(base), "model.safetensors": padded})
+    before = len(hub.requests)
+    with pytest.raises(SubmissionRejected, match=r"weight files add up to \d+ bytes, over"):
+        fetch(world, "mallory/padded", max_params=count)
+    assert "model.safetensors" not in served_since(hub, before)
+    hub.add_repo("bob/unpadded", files_of(base))  # 4 bytes a parameter: fetched
+    assert fetch(world, "bob/unpadded", max_params=count).parameter_count <= count
 
 
 def test_an_index_naming_a_shard_out_of_the_work_folder_is_the_submissions(world):

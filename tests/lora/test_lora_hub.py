@@ -14,6 +14,7 @@ import pytest
 from devkit.hf_hub import LocalHub
 from modules.lora.hub import DownloadLimits, SubmissionRejected, fetch_adapter
 from modules.lora.reading import read_adapter
+from tests.helpers.hostile_listings import HOSTILE_LISTINGS
 from validator.errors import RecoverableException, TransientError
 from validator.kit import hub as kit_hub
 from validator.kit.downloads import fetch_validation_set
@@ -138,6 +139,19 @@ def test_a_file_sent_past_its_listed_size_is_cut_off_while_it_arrives(
     statuses = [s for m, p, s in hub.requests if m == "GET" and "adapter_config" in p]
     assert statuses in ([], [499])
     assert sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) < 1 << 30
+
+
+@pytest.mark.parametrize("hostile", sorted(HOSTILE_LISTINGS))
+def test_a_listing_no_real_hub_sends_is_refused_before_any_download(
+    hub: LocalHub, tmp_path: Path, hostile: str
+) -> None:
+    # Issue 40: the listing's count, names and sizes, checked before any file is requested.
+    hub.add_repo("trainer/plan", adapter_files())
+    make, message = HOSTILE_LISTINGS[hostile]
+    make(hub, "trainer/plan")
+    with pytest.raises(SubmissionRejected, match=message):
+        fetch_adapter("trainer/plan", "main", tmp_path / "a", LIMITS)
+    assert hub.file_requests("GET") == [] and hub.file_requests("HEAD") == []
 
 
 def test_total_size_is_capped(hub: LocalHub, tmp_path: Path) -> None:

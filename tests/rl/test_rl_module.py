@@ -26,6 +26,7 @@ from devkit.tiny_policies import (
 )
 from devkit.validator_cli import REPO_ROOT, run_validator, validator_env
 from modules.rl import RlConfig, RlModule
+from tests.helpers.hostile_listings import HOSTILE_LISTINGS
 from tests.helpers.served_hub import served_hub
 from tests.rl.test_rl_reward import plain_reward
 from validator.errors import SubmissionRejected, Verdict, classify
@@ -212,6 +213,19 @@ def test_missing_and_oversized_files_are_refused_before_download(hub, repo, file
     before = len(hub.file_requests())
     with pytest.raises(SubmissionRejected, match=message):
         scored(hub, repo, **fields)
+    assert hub.file_requests()[before:] == []
+
+
+@pytest.mark.parametrize("hostile", sorted(HOSTILE_LISTINGS))
+def test_a_listing_no_real_hub_sends_is_refused_before_any_download(hub, hostile):
+    # Issue 40: the listing's count, names and sizes, checked before any file is requested.
+    repo = f"mallory/listing-{hostile}"
+    hub.add_repo(repo, {"model.onnx": to_bytes(linear_policy(FEATURES, VENUES, 3))})
+    make, message = HOSTILE_LISTINGS[hostile]
+    make(hub, repo)
+    before = len(hub.file_requests())
+    with pytest.raises(SubmissionRejected, match=message):
+        scored(hub, repo)
     assert hub.file_requests()[before:] == []
 
 

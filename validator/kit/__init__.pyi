@@ -70,6 +70,10 @@ from .child_files import (
 # the Hugging Face Hub, with deadlines and the failure contract
 from . import hub as hub
 from .hub import fetch_base_model as fetch_base_model
+from .listing import (
+    checked_listing as checked_listing,
+    MAX_LISTED_FILES as MAX_LISTED_FILES,
+)
 from .adapter_bounds import (
     check_lora_against_base as check_lora_against_base,
     ranks_of as ranks_of,
