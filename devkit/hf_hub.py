@@ -63,6 +63,8 @@ class LocalHub(LocalServer):
         # (repo, commit) -> names listed as they are, served at any path ending in their last part
         self._listed_only: dict[tuple[str, str], dict[str, bytes]] = {}
         self._oversend: list[tuple[str, int]] = []
+        self._padded_listings: dict[str, int] = {}  # repo -> extra files its listing names
+        self.listings_sent: list[tuple[str, int, int]] = []  # padded: (repo, length, sent)
         self._lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -159,6 +161,13 @@ class LocalHub(LocalServer):
         (spaces) than the listing says, the length header saying so too."""
         with self._lock:
             self._oversend.append((match, extra))
+
+    def pad_listing(self, repo_id: str, files: int) -> None:
+        """A hostile Hub: `repo_id`'s listing (model_info) also names `files` more files, made as
+        it is sent (10^6 files is a 46 MB answer); `listings_sent` then records how many of its
+        bytes went out before the client closed the connection."""
+        with self._lock:
+            self._padded_listings[repo_id] = files
 
     def bodies_served(self) -> list[str]:
         """Repo-relative names of the files whose content was sent (a GET answered 200 or 206,

@@ -15,14 +15,37 @@ MAX_DEPTH = 64  # real adapter configs nest 3 deep, validation lines about 6
 # A JSON string literal (unrolled, so the regex engine does not backtrack per character).
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NOT_STRUCTURE = re.compile(r"[^\[\]{},]+")
 
 
 def nesting_depth(text: str, stop_above: int | None = None) -> int:
     """How deep arrays and objects nest in `text` (brackets inside strings do not count).
     Counting stops past `stop_above`."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return _depth(_NOT_BRACKET.sub("", _STRING.sub("", text)), stop_above)
+
+
+def value_count(text: str) -> int:
+    """At most how many values the JSON `text` holds (arrays, objects and what they hold: each
+    but the first in a container follows a comma; a container after one counts twice),
+    counted without decoding it: what decoding would cost in objects, whatever their shape
+    (`[{},{},...]` is 24 bytes of Python per 3 bytes of text)."""
+    return _values(_structure(text))
+
+
+def _structure(text: str) -> str:
+    """`text`'s brackets and commas outside strings."""
+    return _NOT_STRUCTURE.sub("", _STRING.sub("", text))
+
+
+def _values(structure: str) -> int:
+    return structure.count(",") + structure.count("[") + structure.count("{") + 1
+
+
+def _depth(brackets: str, stop_above: int | None) -> int:
     depth = deepest = 0
     for char in brackets:
+        if char == ",":
+            continue
         depth += 1 if char in "[{" else -1
         if depth > deepest:
             deepest = depth
@@ -32,10 +55,17 @@ def nesting_depth(text: str, stop_above: int | None = None) -> int:
 
 
 def loads_bounded(
-    data: bytes | str, what: str, *, max_bytes: int | None = None, max_depth: int = MAX_DEPTH
+    data: bytes | str,
+    what: str,
+    *,
+    max_bytes: int | None = None,
+    max_depth: int = MAX_DEPTH,
+    max_values: int | None = None,
 ) -> Any:
     """`json.loads` for untrusted text; raises JsonRefused naming `what` and the limit.
-    `max_bytes` None: the caller already bounded the size (a capped download, say)."""
+    `max_bytes` None: the caller already bounded the size (a capped download, say).
+    `max_values`: text holding more values (`value_count`) is refused before it is decoded,
+    so that what decoding costs is bounded by the text's size and this, whatever its shape."""
     if max_bytes is not None and len(data) > max_bytes:  # characters <= bytes: a cheap bound
         size = len(data.encode("utf-8") if isinstance(data, str) else data)
         if size > max_bytes:
@@ -44,7 +74,13 @@ def loads_bounded(
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as exc:
         raise JsonRefused(f"{what}: not UTF-8: {exc}") from exc
-    too_deep = nesting_depth(text, stop_above=max_depth) > max_depth
+    if max_values is None:
+        too_deep = nesting_depth(text, stop_above=max_depth) > max_depth
+    else:  # one pass over the text for both: it is bounded, and its values are too
+        structure = _structure(text)
+        if _values(structure) > max_values:
+            raise JsonRefused(f"{what}: holds more than {max_values} JSON values")
+        too_deep = _depth(structure, max_depth) > max_depth
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

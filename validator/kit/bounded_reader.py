@@ -1,0 +1,456 @@
+"""The one reader of answers from outside (issue 40): the Fed Ledger's, the Hub's, a judge's,
+GitHub's, a registry's. Whatever library makes the call, what the validator's process reads of
+an answer is capped by the kind of call (`CAPS`, docs/reliability.md "Byte caps on answers"):
+
+- in bytes, counted as they arrive (decoded, so that a compressed answer counts at its real
+  size): past the cap the connection is closed and nothing more is read;
+- in JSON values, for answers that are JSON, counted before anything decodes them
+  (safe_json.value_count): a megabyte of `[{},{},...]` is 24 MB of Python objects, so bytes
+  alone do not bound what a parse costs in memory and in time holding the GIL;
+- within an overall deadline (validator/kit/deadline.py) that covers the reading, and the
+  parsing when it runs inside it too (`fetch` then `Answer.json`, or a library's own parse).
+
+Past its cap an answer raises AnswerTooLarge, a TransientError: the sender's fault, transient
+for a service; the kit's hub makes it the submission's for a submission's own repo.
+
+The hooks, one per HTTP stack, each through the library's supported way of giving it a
+connection layer, so that the library itself is not re-implemented:
+
+- requests (the Fed Ledger transport, huggingface_hub 0.x's `configure_http_backend`, our own
+  calls through `fetch`): `CappedAdapter`, a transport adapter around another;
+- httpx or httpx2 (huggingface_hub 1.x's `set_client_factory`, the `openai` client's
+  `http_client`): `capped_transport`, a transport around another.
+
+Either caps with the cap it was given, or, inside `reading_at_most(cap)`, with that one: a
+library's shared session then reads a listing, a file of a known size and an error page each
+under its own cap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import requests
+from pydantic import BaseModel, TypeAdapter
+from requests.adapters import BaseAdapter, HTTPAdapter
+
+from validator.errors import AnswerTooLarge
+from validator.kit.deadline import overall_deadline
+from validator.kit.safe_json import loads_bounded, value_count
+
+KIB = 1024
+MIB = 1024 * KIB
+CHUNK = 64 * KIB
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Cap:
+    """What one kind of call may send: `max_bytes` of answer, and for JSON `max_values`
+    values (None: not JSON, a file streamed to disk); `over` says what an answer past it gets
+    (the docs' table)."""
+
+    kind: str
+    max_bytes: int
+    max_values: int | None
+    over: str
+    listed: int | None = None  # a file's: the size its listing gave
+
+
+# The table (docs/reliability.md "Byte caps on answers" is this table; a test compares them).
+# Each cap is many times the biggest honest answer of its kind, and small enough that decoding
+# an answer at the cap costs the validator's process tens of megabytes at most.
+CAPS: dict[str, Cap] = {
+    cap.kind: cap
+    for cap in (
+        Cap(
+            "ledger.tasks",
+            2 * MIB,
+            100_000,
+            "transient: GET /tasks/list fails (at start: one warning, the loop goes on), not tried "
+            "again within the call",
+        ),
+        Cap(
+            "ledger.lookup",
+            4 * MIB,
+            20_000,
+            "transient: no assignment taken (the one the API handed out expires there); the "
+            "task is asked again after its interval",
+        ),
+        Cap(
+            "ledger.submit",
+            64 * KIB,
+            1_000,
+            "transient, the API may have taken it: the result is kept and submitted again "
+            "(a repeat refused as not validating is recorded as submitted)",
+        ),
+        Cap(
+            "hub.listing",
+            4 * MIB,
+            200_000,
+            "a submission's repo: the submission's (failed; -999 in llm_judge); a base "
+            "model's: transient (the cached snapshot stands in when there is one)",
+        ),
+        Cap(
+            "hub.metadata",
+            1 * MIB,
+            20_000,
+            "as the call it belongs to (any other Hub answer: headers, redirects, errors)",
+        ),
+        Cap(
+            "hub.file",
+            1 * MIB,
+            None,
+            "the file's listed size plus this: a submission's file, the submission's; a base "
+            "model's, transient",
+        ),
+        Cap(
+            "judge.models",
+            4 * MIB,
+            100_000,
+            "the listing fails: the judge is unusable (exit 3 at start)",
+        ),
+        Cap(
+            "judge.completion",
+            1 * MIB,
+            20_000,
+            "a failed attempt, tried again; after the retries the judge is failing "
+            "(the assignment kept, exit 3)",
+        ),
+        Cap(
+            "github.commits",
+            1 * MIB,
+            50_000,
+            "the protocol drift is unknown (said once), asked again in 30 min",
+        ),
+        Cap(
+            "registry.pull",
+            64 * KIB,
+            1_000,
+            "a line of the engine's pull progress: the pull fails, run.py builds the image",
+        ),
+    )
+}
+
+
+def file_cap(size: int | None) -> Cap | None:
+    """The cap of a file listed at `size` bytes (None: not listed, so not capped: it goes to
+    disk, bounded by its deadline)."""
+    if size is None:
+        return None
+    base = CAPS["hub.file"]
+    return Cap(base.kind, size + base.max_bytes, None, base.over, listed=size)
+
+
+# -- the cap of the calls in progress ---------------------------------------------------------
+
+_UNSET: Any = object()
+_current: ContextVar[Any] = ContextVar("validator_answer_cap", default=_UNSET)
+
+
+@contextmanager
+def reading_at_most(cap: Cap | None) -> Iterator[None]:
+    """Answers read in this thread within: capped at `cap` by any capped adapter or transport,
+    whatever cap it was given; None: not capped (a file of unknown size streamed to disk)."""
+    token = _current.set(cap)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def current_cap(default: Cap | None) -> Cap | None:
+    """The cap of `reading_at_most` around this call, else `default`."""
+    cap = _current.get()
+    return default if cap is _UNSET else cap
+
+
+def where(url: str) -> str:
+    """A URL as messages name it: without its query."""
+    split = urlsplit(str(url))
+    return f"{split.scheme}://{split.netloc}{split.path}"
+
+
+def too_large(cap: Cap, what: str, read: int) -> AnswerTooLarge:
+    if cap.listed is not None:
+        why = f"the Hub sent more than {cap.max_bytes} bytes of a file it listed at {cap.listed}"
+    else:
+        why = f"the answer is over the {cap.max_bytes} bytes a {cap.kind} answer may have"
+    return AnswerTooLarge(f"{what}: {why}", kind=cap.kind, max_bytes=cap.max_bytes)
+
+
+def _too_many_values(cap: Cap, what: str) -> AnswerTooLarge:
+    return AnswerTooLarge(
+        f"{what}: the answer holds more than the {cap.max_values} JSON values a {cap.kind} "
+        "answer may have",
+        kind=cap.kind,
+        max_bytes=cap.max_bytes,
+    )
+
+
+def check_values(data: bytes, cap: Cap, what: str) -> None:
+    """Raises AnswerTooLarge when `data` (within the byte cap) holds more JSON values than
+    `cap` allows; counted on the text, nothing decoded."""
+    if cap.max_values is not None:
+        if value_count(data.decode("utf-8", errors="replace")) > cap.max_values:
+            raise _too_many_values(cap, what)
+
+
+class _Counter:
+    """Bytes of one answer against its cap."""
+
+    def __init__(self, cap: Cap, what: str) -> None:
+        self.cap, self.what, self.read = cap, what, 0
+
+    def add(self, size: int) -> None:
+        self.read += size
+        if self.read > self.cap.max_bytes:
+            raise too_large(self.cap, self.what, self.read)
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+class _CappedRaw:
+    """A urllib3 response whose reads count against a cap; everything else is the response's.
+    requests reads a body through `stream` (or `read`), so that is where the cap sits. A JSON
+    answer is read whole (within the cap) and its values counted before the first byte goes
+    on to whoever parses it."""
+
+    def __init__(self, raw: Any, cap: Cap, what: str) -> None:
+        self._raw = raw
+        self._counter = _Counter(cap, what)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+    def _count(self, size: int) -> None:
+        try:
+            self._counter.add(size)
+        except AnswerTooLarge:
+            self._raw.close()  # nothing more is read; the connection is not reused
+            raise
+
+    def stream(self, amt: int | None = CHUNK, decode_content: bool | None = None) -> Iterator:
+        cap = self._counter.cap
+        if cap.max_values is None:
+            for chunk in self._raw.stream(amt, decode_content=decode_content):
+                self._count(len(chunk))
+                yield chunk
+            return
+        body = bytearray()
+        for chunk in self._raw.stream(amt, decode_content=decode_content):
+            self._count(len(chunk))
+            body += chunk
+        check_values(bytes(body), cap, self._counter.what)
+        if body:
+            yield bytes(body)
+
+    def read(self, amt: int | None = None, decode_content: bool | None = None, **kwargs: Any):
+        if amt is not None:
+            data = self._raw.read(amt, decode_content=decode_content, **kwargs)
+            self._count(len(data))
+            return data
+        parts = []  # never one unbounded read
+        while chunk := self._raw.read(CHUNK, decode_content=decode_content, **kwargs):
+            self._count(len(chunk))
+            parts.append(chunk)
+        return b"".join(parts)
+
+
+class CappedAdapter(BaseAdapter):
+    """A requests transport adapter around `inner` (an HTTPAdapter unless given) whose answers
+    are read under `cap` (or the cap of `reading_at_most` around the call; None: not capped).
+    Mount it where the session would mount the adapter it wraps."""
+
+    def __init__(self, cap: Cap | None, inner: BaseAdapter | None = None) -> None:
+        super().__init__()
+        self.cap = cap
+        self.inner = inner if inner is not None else HTTPAdapter(max_retries=0)
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        response = self.inner.send(request, **kwargs)
+        cap = current_cap(self.cap)
+        if cap is not None and response.raw is not None:
+            response.raw = _CappedRaw(response.raw, cap, f"{request.method} {where(request.url)}")
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def capped_session(cap: Cap | None, inner: BaseAdapter | None = None) -> requests.Session:
+    """A session whose http(s) answers are read under `cap` (CappedAdapter); without `inner`,
+    urllib3 makes no retries of its own."""
+    session = requests.Session()
+    adapter = CappedAdapter(cap, inner)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def cap_session(session: requests.Session, cap: Cap | None) -> requests.Session:
+    """`session` with each adapter it mounts wrapped in a CappedAdapter (a library's own
+    session, made by its factory)."""
+    for prefix, adapter in list(session.adapters.items()):
+        if not isinstance(adapter, CappedAdapter):
+            session.mount(prefix, CappedAdapter(cap, adapter))
+    return session
+
+
+# -- httpx and httpx2 -------------------------------------------------------------------------
+
+_stream_classes: dict[str, type] = {}
+_stream_lock = threading.Lock()
+
+
+def _library(transport: Any) -> Any:
+    """The httpx-like library (`httpx` or `httpx2`) that `transport` belongs to."""
+    return importlib.import_module(type(transport).__module__.split(".")[0])
+
+
+def _capped_stream_class(lib: Any) -> type:
+    """The library's SyncByteStream (its client checks the type) counting against a cap."""
+    with _stream_lock:
+        if lib.__name__ in _stream_classes:
+            return _stream_classes[lib.__name__]
+
+        class CappedStream(lib.SyncByteStream):  # type: ignore[name-defined,misc]
+            def __init__(self, inner: Any, cap: Cap, what: str) -> None:
+                self.inner, self.counter = inner, _Counter(cap, what)
+
+            def __iter__(self) -> Iterator[bytes]:
+                cap = self.counter.cap
+                body = bytearray()
+                try:
+                    for chunk in self.inner:
+                        self.counter.add(len(chunk))
+                        if cap.max_values is None:
+                            yield chunk
+                        else:
+                            body += chunk
+                except AnswerTooLarge:
+                    self.inner.close()
+                    raise
+                if cap.max_values is not None:
+                    check_values(bytes(body), cap, self.counter.what)
+                    yield bytes(body)
+
+            def close(self) -> None:
+                self.inner.close()
+
+        _stream_classes[lib.__name__] = CappedStream
+        return CappedStream
+
+
+def capped_transport(inner: Any, cap: Cap | None = None) -> Any:
+    """`inner`, an httpx or httpx2 transport (`HTTPTransport(...)`), whose answers are read
+    under `cap` (or the cap of `reading_at_most` around the call; None: not capped). Requests
+    ask for no content coding: the client would decode a compressed answer whole, whatever its
+    size once decoded, so an answer that comes encoded all the same is refused."""
+    lib = _library(inner)
+    stream_class = _capped_stream_class(lib)
+
+    class CappedTransport(lib.BaseTransport):  # type: ignore[name-defined,misc]
+        def handle_request(self, request: Any) -> Any:
+            limit = current_cap(cap)
+            if limit is None:
+                return inner.handle_request(request)
+            request.headers["Accept-Encoding"] = "identity"
+            response = inner.handle_request(request)
+            what = f"{request.method} {where(request.url)}"
+            coding = response.headers.get("Content-Encoding", "").strip().lower()
+            if coding not in ("", "identity"):
+                response.close()
+                raise AnswerTooLarge(
+                    f"{what}: the answer came {coding}-encoded, which was not asked for (its "
+                    "size once decoded is not bounded)",
+                    kind=limit.kind,
+                    max_bytes=limit.max_bytes,
+                )
+            response.stream = stream_class(response.stream, limit, what)
+            return response
+
+        def close(self) -> None:
+            inner.close()
+
+    return CappedTransport()
+
+
+# -- our own calls ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer read within its cap: status, headers, the body's bytes."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+    cap: Cap
+    what: str
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body decoded within the cap (JsonRefused, a ValueError, when it is not JSON or
+        nests too deep)."""
+        return parse(self.content, self.cap, self.what)
+
+    def model(self, model: type[M]) -> M:
+        """The body as `model` (pydantic; its `extra` setting decides what unknown keys do)."""
+        return model.model_validate(self.json())
+
+
+def parse(data: bytes, cap: Cap, what: str) -> Any:
+    """JSON `data` decoded only within `cap` (bytes, values, depth): JsonRefused otherwise."""
+    return loads_bounded(data, what, max_bytes=cap.max_bytes, max_values=cap.max_values)
+
+
+def validate(data: Any, shape: type[M] | TypeAdapter) -> Any:
+    """Decoded JSON as `shape`, a pydantic model or TypeAdapter."""
+    if isinstance(shape, TypeAdapter):
+        return shape.validate_python(data)
+    return shape.model_validate(data)
+
+
+def fetch(
+    method: str,
+    url: str,
+    kind: str | Cap,
+    *,
+    deadline_s: float,
+    timeout: tuple[float, float],
+    headers: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    data: bytes | str | None = None,
+    what: str | None = None,
+) -> Answer:
+    """One request and its answer, read under the cap of `kind` (a name of CAPS, or a Cap)
+    within an overall deadline of `deadline_s`; no redirect is followed (a key never travels
+    to another host). Raises AnswerTooLarge past the cap, CallAbandoned past the deadline,
+    requests' errors as they come. Parse the answer inside the caller's own overall deadline
+    to have it cover the parse too."""
+    cap = CAPS[kind] if isinstance(kind, str) else kind
+    what = what or f"{method} {where(url)}"
+    with capped_session(cap) as session, overall_deadline(deadline_s, what):
+        response = session.request(
+            method,
+            url,
+            headers=dict(headers or {}),
+            params=dict(params or {}),
+            data=data,
+            timeout=timeout,
+            allow_redirects=False,
+        )
+        return Answer(response.status_code, response.headers, response.content, cap, what)
