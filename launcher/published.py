@@ -23,7 +23,8 @@ from requests.exceptions import RequestException
 
 from launcher.errors import UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, pull_failure_reason, source_hash
-from validator.errors import ConfigError, ExitCode
+from validator.errors import AnswerTooLarge, ConfigError, ExitCode, JsonRefused
+from validator.kit.bounded_reader import CAPS, json_lines
 from validator.spec import REPO_ROOT, find_modules, load_spec, module_folder
 
 DEFAULT_REGISTRY = "ghcr.io/flock-io"
@@ -74,14 +75,18 @@ def pull_published(client: docker.DockerClient, image: str) -> str | None:
     _say(f"pulling the published image {image}")
     name, tag = parse_repository_tag(image)
     try:
-        # Errors found before the download starts are HTTP errors; later ones are stream items.
-        for chunk in client.api.pull(name, tag=tag, stream=True, decode=True):
-            if "error" in chunk:
+        # Errors found before the download starts are HTTP errors; later ones are stream items,
+        # each line read within the kit's registry.pull cap.
+        stream = client.api.pull(name, tag=tag, stream=True, decode=False)
+        for chunk in json_lines(stream, CAPS["registry.pull"], f"pulling {image}"):
+            if isinstance(chunk, dict) and "error" in chunk:
                 return _not_pulled(image, str(chunk["error"]))
     except APIError as exc:
         return _not_pulled(image, str(exc.explanation or exc))
     except (DockerException, RequestException) as exc:  # e.g. the engine's answer timed out
         return _not_pulled(image, str(exc))
+    except (AnswerTooLarge, JsonRefused) as exc:
+        return _not_pulled(image, str(exc)[:300])
     return image
 
 

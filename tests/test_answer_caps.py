@@ -20,7 +20,8 @@ from validator.kit.bounded_reader import (
     CAPS,
     Cap,
     capped_session,
-    fetch,
+    fetch_answer,
+    json_lines,
     reading_at_most,
 )
 from validator.kit.safe_json import loads_bounded, value_count
@@ -63,7 +64,7 @@ def test_the_docs_table_is_the_code():
 def test_an_answer_past_its_bytes_is_not_read_further(github):
     github.pad_next(1, 40 * MIB)
     with pytest.raises(AnswerTooLarge, match="over the 65536 bytes a test.small answer") as info:
-        fetch("GET", listing(github), SMALL, deadline_s=60, timeout=TIMEOUT)
+        fetch_answer("GET", listing(github), SMALL, deadline_s=60, timeout=TIMEOUT)
     assert isinstance(info.value, TransientError)  # the sender's fault: transient unless told
     # The server's write fails once the client has closed the connection (a moment later).
     ((length, sent),) = wait_for(lambda: github.padded, 30, "the server's record")
@@ -75,16 +76,16 @@ def test_an_answer_within_its_bytes_but_of_too_many_values_is_never_decoded(gith
     cap = Cap("test.values", 200 * 1024, 1_000, "a test's")
     github.pad_next(1, 120 * 1024)
     with pytest.raises(AnswerTooLarge, match="more than the 1000 JSON values a test.values"):
-        fetch("GET", listing(github), cap, deadline_s=60, timeout=TIMEOUT)
+        fetch_answer("GET", listing(github), cap, deadline_s=60, timeout=TIMEOUT)
     # The same within its values is read and decoded.
-    answer = fetch("GET", listing(github), cap, deadline_s=60, timeout=TIMEOUT)
+    answer = fetch_answer("GET", listing(github), cap, deadline_s=60, timeout=TIMEOUT)
     assert [item["sha"] for item in answer.json()] == ["a" * 40]
 
 
 def test_a_compressed_answer_counts_at_its_decoded_size(github):
     github.pad_next(1, 40 * MIB, gzip=True)
     with pytest.raises(AnswerTooLarge, match="over the 1048576 bytes a github.commits answer"):
-        fetch("GET", listing(github), "github.commits", deadline_s=60, timeout=TIMEOUT)
+        fetch_answer("GET", listing(github), "github.commits", deadline_s=60, timeout=TIMEOUT)
     ((length, _sent),) = wait_for(lambda: github.padded, 30, "the server's record")
     assert length < 200 * 1024  # what came over the wire
 
@@ -104,11 +105,13 @@ def test_the_cap_of_the_call_in_progress_wins_and_a_streamed_read_is_capped_too(
 
 
 def test_redirects_are_not_followed_by_fetch(github):
-    answer = fetch("GET", f"{github.endpoint}/nowhere", "github.commits", deadline_s=60,
+    answer = fetch_answer("GET", f"{github.endpoint}/nowhere", "github.commits", deadline_s=60,
                    timeout=TIMEOUT)  # fmt: skip
     assert answer.status_code == 404 and answer.json() == {"message": "Not Found"}
     with pytest.raises(requests.ConnectionError):
-        fetch("GET", "http://127.0.0.1:9/x", "github.commits", deadline_s=60, timeout=TIMEOUT)
+        fetch_answer(
+            "GET", "http://127.0.0.1:9/x", "github.commits", deadline_s=60, timeout=TIMEOUT
+        )
 
 
 def test_json_values_are_counted_on_the_text():
@@ -129,3 +132,18 @@ def test_a_hostile_hubs_huge_listing_is_capped(tmp_path):
         f"a base model's transient; peak {measured['hostile'] // MIB} MiB against "
         f"{measured['honest'] // MIB} MiB honest",
     )
+
+
+def test_a_stream_of_json_lines_is_read_line_by_line_within_the_cap():
+    # The Docker engine's pull progress (run.py --pull): each line decoded as it completes.
+    cap = Cap("test.lines", 100, 10, "a test's")
+    chunks = [b'{"status": "a"}\r\n{"sta', b'tus": "b"}\r\n', '{"error": "c"}']
+    assert list(json_lines(chunks, cap, "pull")) == [
+        {"status": "a"}, {"status": "b"}, {"error": "c"},
+    ]  # fmt: skip
+    with pytest.raises(AnswerTooLarge, match="pull: the answer is over the 100 bytes"):
+        list(json_lines([b'{"status": "a"}\n', b"x" * 60, b"y" * 60], cap, "pull"))
+    with pytest.raises(AnswerTooLarge, match="more than the 10 JSON values"):
+        list(json_lines([b"[" + b",".join([b"0"] * 20) + b"]\n"], cap, "pull"))
+    with pytest.raises(JsonRefused, match="pull: not valid JSON"):
+        list(json_lines([b"<html>\n"], cap, "pull"))

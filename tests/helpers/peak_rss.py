@@ -1,18 +1,16 @@
 """The peak memory of a process, as the kernel counts it, for tests that bound what an answer
-from outside can cost the validator (issue 40): a command's whole life (`run_measured`, the
-rusage of that one child, os.wait4), or one stretch of a child's own life (`reset_peak` then
-`peak_bytes`, the kernel's VmHWM: written for a child script to import)."""
+from outside can cost the validator (issue 40): a command's whole life (`run_measured`, its
+rusage, taken by a small wrapper process), or one stretch of a process's own life
+(`reset_peak` then `peak_bytes`, the kernel's VmHWM: for a child script to import)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import time
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -23,31 +21,41 @@ class Measured:
     peak_bytes: int  # the process's peak resident set (ru_maxrss)
 
 
+# Runs the command and writes its peak (ru_maxrss, kB) to the file argv[1]. The command is
+# started from this small interpreter, not from the test's: a forked child's peak counts the
+# pages it shares with its parent until it execs, and a test process may hold gigabytes.
+WRAPPER = """
+import resource, subprocess, sys
+code = subprocess.call(sys.argv[2:])
+with open(sys.argv[1], "w") as out:
+    out.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(code)
+"""
+
+
 def run_measured(
     command: list[str], env: dict[str, str], cwd: Path, folder: Path, timeout: float = 120
 ) -> Measured:
     """`command` run to its end, with its output (through files in `folder`) and the peak
     resident set of that process alone (not the test's, not another child's)."""
     folder.mkdir(parents=True, exist_ok=True)
-    out_path, err_path = folder / "stdout", folder / "stderr"
+    out_path, err_path, peak_path = folder / "stdout", folder / "stderr", folder / "peak"
+    wrapped = [sys.executable, "-c", WRAPPER, str(peak_path), *command]
     with out_path.open("w") as out, err_path.open("w") as err:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
-    end = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > end:
-            process.send_signal(signal.SIGKILL)
-            os.wait4(process.pid, 0)
-            raise AssertionError(f"{command[:4]} still running after {timeout} s")
-        time.sleep(POLL_S)
-    process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        process = subprocess.Popen(
+            wrapped, cwd=cwd, env=env, stdout=out, stderr=err, start_new_session=True
+        )
+    try:
+        returncode = process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the wrapper and the command
+        process.wait()
+        raise AssertionError(f"{command[:4]} still running after {timeout} s") from None
     return Measured(
-        process.returncode,
+        returncode,
         out_path.read_text(errors="replace"),
         err_path.read_text(errors="replace"),
-        usage.ru_maxrss * 1024,  # kilobytes on Linux
+        int(peak_path.read_text()) * 1024,  # kilobytes on Linux
     )
 
 

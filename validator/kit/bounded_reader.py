@@ -19,9 +19,10 @@ connection layer, so that the library itself is not re-implemented:
 - requests (the Fed Ledger transport, huggingface_hub 0.x's `configure_http_backend`, our own
   calls through `fetch`): `CappedAdapter`, a transport adapter around another;
 - httpx or httpx2 (huggingface_hub 1.x's `set_client_factory`, the `openai` client's
-  `http_client`): `capped_transport`, a transport around another.
+  `http_client`): `capped_event_hooks`, the client's response hook, which hands the body to the
+  client through a counting stream (whatever transport, proxy or mount carries it).
 
-Either caps with the cap it was given, or, inside `reading_at_most(cap)`, with that one: a
+Each caps with the cap it was given, or, inside `reading_at_most(cap)`, with that one: a
 library's shared session then reads a listing, a file of a known size and an error page each
 under its own cap.
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -139,6 +140,9 @@ CAPS: dict[str, Cap] = {
         ),
     )
 }
+
+
+ANSWER_CAPS = CAPS  # the kit's name for the table (validator.kit.ANSWER_CAPS)
 
 
 def file_cap(size: int | None) -> Cap | None:
@@ -256,6 +260,9 @@ class _CappedRaw:
 
     def read(self, amt: int | None = None, decode_content: bool | None = None, **kwargs: Any):
         if amt is not None:
+            # Never more than one byte past the cap in one read (a caller may ask for a whole
+            # chunk of any size the server declared); a short read is a read.
+            amt = max(min(amt, self._counter.cap.max_bytes - self._counter.read + 1), 1)
             data = self._raw.read(amt, decode_content=decode_content, **kwargs)
             self._count(len(data))
             return data
@@ -312,9 +319,9 @@ _stream_classes: dict[str, type] = {}
 _stream_lock = threading.Lock()
 
 
-def _library(transport: Any) -> Any:
-    """The httpx-like library (`httpx` or `httpx2`) that `transport` belongs to."""
-    return importlib.import_module(type(transport).__module__.split(".")[0])
+def _library(response: Any) -> Any:
+    """The httpx-like library (`httpx` or `httpx2`) that `response` belongs to."""
+    return importlib.import_module(type(response).__module__.split(".")[0])
 
 
 def _capped_stream_class(lib: Any) -> type:
@@ -351,38 +358,36 @@ def _capped_stream_class(lib: Any) -> type:
         return CappedStream
 
 
-def capped_transport(inner: Any, cap: Cap | None = None) -> Any:
-    """`inner`, an httpx or httpx2 transport (`HTTPTransport(...)`), whose answers are read
-    under `cap` (or the cap of `reading_at_most` around the call; None: not capped). Requests
-    ask for no content coding: the client would decode a compressed answer whole, whatever its
+def capped_event_hooks(cap: Cap | None = None) -> dict[str, list]:
+    """Event hooks for an httpx or httpx2 client (`Client(event_hooks=...)`) that read its
+    answers under `cap` (or the cap of `reading_at_most` around the call; None: not capped):
+    the client calls the response hook before it reads the body, whatever transport, proxy or
+    mount carries it, and the hook hands it the body through a counting stream. Requests ask
+    for no content coding: the client would decode a compressed answer whole, whatever its
     size once decoded, so an answer that comes encoded all the same is refused."""
-    lib = _library(inner)
-    stream_class = _capped_stream_class(lib)
 
-    class CappedTransport(lib.BaseTransport):  # type: ignore[name-defined,misc]
-        def handle_request(self, request: Any) -> Any:
-            limit = current_cap(cap)
-            if limit is None:
-                return inner.handle_request(request)
+    def on_request(request: Any) -> None:
+        if current_cap(cap) is not None:
             request.headers["Accept-Encoding"] = "identity"
-            response = inner.handle_request(request)
-            what = f"{request.method} {where(request.url)}"
-            coding = response.headers.get("Content-Encoding", "").strip().lower()
-            if coding not in ("", "identity"):
-                response.close()
-                raise AnswerTooLarge(
-                    f"{what}: the answer came {coding}-encoded, which was not asked for (its "
-                    "size once decoded is not bounded)",
-                    kind=limit.kind,
-                    max_bytes=limit.max_bytes,
-                )
-            response.stream = stream_class(response.stream, limit, what)
-            return response
 
-        def close(self) -> None:
-            inner.close()
+    def on_response(response: Any) -> None:
+        limit = current_cap(cap)
+        if limit is None:
+            return
+        what = f"{response.request.method} {where(response.request.url)}"
+        coding = response.headers.get("Content-Encoding", "").strip().lower()
+        if coding not in ("", "identity"):
+            response.close()
+            raise AnswerTooLarge(
+                f"{what}: the answer came {coding}-encoded, which was not asked for (its "
+                "size once decoded is not bounded)",
+                kind=limit.kind,
+                max_bytes=limit.max_bytes,
+            )
+        stream_class = _capped_stream_class(_library(response))
+        response.stream = stream_class(response.stream, limit, what)
 
-    return CappedTransport()
+    return {"request": [on_request], "response": [on_response]}
 
 
 # -- our own calls ----------------------------------------------------------------------------
@@ -417,6 +422,31 @@ def parse(data: bytes, cap: Cap, what: str) -> Any:
     return loads_bounded(data, what, max_bytes=cap.max_bytes, max_values=cap.max_values)
 
 
+def json_lines(chunks: Iterable[bytes | str], cap: Cap, what: str) -> Iterator[Any]:
+    """A stream of JSON messages, one a line (the Docker engine's pull progress), each decoded
+    within `cap` as it completes: a line past the cap raises AnswerTooLarge, a line that is not
+    JSON JsonRefused; nothing is kept between lines."""
+    pending = bytearray()
+    for chunk in chunks:
+        pending += chunk.encode() if isinstance(chunk, str) else chunk
+        while (end := pending.find(b"\n")) >= 0:
+            line = bytes(pending[:end]).strip()
+            del pending[: end + 1]
+            if line:
+                yield _line(line, cap, what)
+        if len(pending) > cap.max_bytes:
+            raise too_large(cap, what, len(pending))
+    if pending.strip():
+        yield _line(bytes(pending).strip(), cap, what)
+
+
+def _line(line: bytes, cap: Cap, what: str) -> Any:
+    if len(line) > cap.max_bytes:
+        raise too_large(cap, what, len(line))
+    check_values(line, cap, what)
+    return parse(line, cap, what)
+
+
 def validate(data: Any, shape: type[M] | TypeAdapter) -> Any:
     """Decoded JSON as `shape`, a pydantic model or TypeAdapter."""
     if isinstance(shape, TypeAdapter):
@@ -424,7 +454,7 @@ def validate(data: Any, shape: type[M] | TypeAdapter) -> Any:
     return shape.model_validate(data)
 
 
-def fetch(
+def fetch_answer(
     method: str,
     url: str,
     kind: str | Cap,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from validator.kit.bounded_reader import CAPS, cap_session, capped_transport
+from validator.kit.bounded_reader import CAPS, cap_session, capped_event_hooks
 
 _capped = False
 _capped_lock = threading.Lock()
@@ -39,17 +39,15 @@ def cap_the_library() -> None:
 def _capped_httpx_client() -> Any:
     """huggingface_hub 1.x's default client (`default_client_factory`: its request hook, which
     refuses requests in offline mode, redirects followed, no timeout of its own) with the
-    kit's capped transport."""
+    kit's capping hooks."""
     import httpx  # noqa: PLC0415 - 1.x only
     from huggingface_hub.utils import _http  # noqa: PLC0415
 
-    hook = getattr(_http, "hf_request_event_hook", None)
-    return httpx.Client(
-        event_hooks={"request": [hook] if hook is not None else []},
-        follow_redirects=True,
-        timeout=None,
-        transport=capped_transport(httpx.HTTPTransport(), CAPS["hub.metadata"]),
-    )
+    hooks = capped_event_hooks(CAPS["hub.metadata"])
+    library_hook = getattr(_http, "hf_request_event_hook", None)
+    if library_hook is not None:
+        hooks["request"].insert(0, library_hook)
+    return httpx.Client(event_hooks=hooks, follow_redirects=True, timeout=None)
 
 
 def fresh_connections() -> None:

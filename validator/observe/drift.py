@@ -28,7 +28,7 @@ from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from validator.errors import AnswerTooLarge, describe
-from validator.kit.bounded_reader import fetch
+from validator.kit.bounded_reader import fetch_answer
 from validator.kit.deadline import overall_deadline
 from validator.observe.telemetry import PREFIX, REGISTRY
 from validator.spec import ModuleSpec, ProtocolPin
@@ -147,7 +147,7 @@ def ask(pin: ProtocolPin, api: str) -> Drift:
 def _commits(api: str, pin: ProtocolPin, params: dict[str, str]) -> list[_Commit]:
     url = f"{api}/repos/{pin.repo}/commits"
     headers = {"Accept": "application/vnd.github+json", "User-Agent": "flock-validator"}
-    answer = fetch(
+    answer = fetch_answer(
         "GET", url, "github.commits", deadline_s=DEADLINE_S, timeout=TIMEOUT, headers=headers,
         params=params, what=f"GET {api}/repos/{pin.repo}/commits",
     )  # fmt: skip
