@@ -96,7 +96,7 @@ CAPS: dict[str, Cap] = {
         Cap(
             "hub.listing",
             4 * MIB,
-            200_000,
+            100_000,
             "a submission's repo: the submission's (failed; -999 in llm_judge); a base "
             "model's: transient (the cached snapshot stands in when there is one)",
         ),
