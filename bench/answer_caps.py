@@ -1,5 +1,5 @@
 """What an answer at its cap can cost the validator's process (issue 40): for each JSON kind of
-the kit's bounded reader (validator/kit/bounded_reader.py CAPS), the worst answer that passes
+the kit's bounded reader (validator/kit/answer_caps.py CAPS), the worst answer that passes
 its cap (as many values as it allows, and as many bytes, in one string) is checked and decoded
 as the validator would, and the longest of those holds of the interpreter (a thread that
 decodes holds the GIL: the scoring thread waits that long) and the memory it took are printed,

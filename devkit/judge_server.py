@@ -17,10 +17,10 @@ HTTP status, optionally with Retry-After; `models=True`: of the next model listi
 (a reply after a delay), `raw_next` (any body, an HTML page say), `trickle_next` (a byte at a
 time, never finished) and `oversize_next` (the reply padded with megabytes of JSON values,
 gzip-encoded or not; `models=True`: the model listing; `padded` records the bytes of each that
-went out before the client closed the connection). `requests` logs every chat completion: model, temperature,
-reasoning_effort, chat_template_kwargs, extra_body, seed, the messages, the rubric prompt (the
-last user message), the answer found in it, the status and the
-content sent. `peak_in_flight` is the most completions it was answering at once (from a
+went out before the client closed the connection). `requests` logs every chat completion:
+model, temperature, reasoning_effort, chat_template_kwargs, extra_body, seed, the messages, the
+rubric prompt (the last user message), the answer found in it, the status and the content
+sent. `peak_in_flight` is the most completions it was answering at once (from a
 request's arrival to the first byte of its answer: a client that has its answer is done);
 `trickles_left` counts the trickled completions whose client closed the connection. It keeps
 connections alive (HTTP/1.1), as a real endpoint does.

@@ -42,8 +42,10 @@ def judge_of(server: LocalJudge, retries: int = 3) -> Judge:
 def test_an_oversized_completion_is_a_failed_attempt_read_to_its_cap(server, gzip):
     judge = judge_of(server)
     server.oversize_next(1, 40 * MIB, gzip=gzip)
+    start = len(server.requests)
     grade = judge.ask(request("abc"), "judge-a", 0.1)
     assert (grade.score, grade.confidence) == ABC  # the retry's
+    assert len(server.requests) == start + 2  # the oversized answer was not taken
     ((length, sent),) = wait_for(lambda: server.padded, 30, "the judge's record")
     assert sent <= COMPLETION + IN_FLIGHT
     assert gzip or length > 40 * MIB

@@ -1,6 +1,6 @@
 """The one reader of answers from outside (issue 40): the Fed Ledger's, the Hub's, a judge's,
 GitHub's, a registry's. Whatever library makes the call, what the validator's process reads of
-an answer is capped by the kind of call (`CAPS`, docs/reliability.md "Byte caps on answers"):
+an answer is capped by the kind of call (`CAPS`, in answer_caps.py; docs/reliability.md "Byte caps on answers"):
 
 - in bytes, counted as they arrive (decoded, so that a compressed answer counts at its real
   size): past the cap the connection is closed and nothing more is read;
@@ -8,7 +8,7 @@ an answer is capped by the kind of call (`CAPS`, docs/reliability.md "Byte caps 
   (safe_json.value_count): a megabyte of `[{},{},...]` is 24 MB of Python objects, so bytes
   alone do not bound what a parse costs in memory and in time holding the GIL;
 - within an overall deadline (validator/kit/deadline.py) that covers the reading, and the
-  parsing when it runs inside it too (`fetch` then `Answer.json`, or a library's own parse).
+  parsing when it runs inside it too (`fetch_answer` then `Answer.json`, or a library's own parse).
 
 Past its cap an answer raises AnswerTooLarge, a TransientError: the sender's fault, transient
 for a service; the kit's hub makes it the submission's for a submission's own repo.
@@ -17,7 +17,7 @@ The hooks, one per HTTP stack, each through the library's supported way of givin
 connection layer, so that the library itself is not re-implemented:
 
 - requests (the Fed Ledger transport, huggingface_hub 0.x's `configure_http_backend`, our own
-  calls through `fetch`): `CappedAdapter`, a transport adapter around another;
+  calls through `fetch_answer`): `CappedAdapter`, a transport adapter around another;
 - httpx or httpx2 (huggingface_hub 1.x's `set_client_factory`, the `openai` client's
   `http_client`): `capped_event_hooks`, the client's response hook, which hands the body to the
   client through a counting stream (whatever transport, proxy or mount carries it).
@@ -32,193 +32,49 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import requests
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 from requests.adapters import BaseAdapter, HTTPAdapter
 
 from validator.errors import AnswerTooLarge
+from validator.kit.answer_caps import (
+    ANSWER_CAPS,
+    CAPS,
+    CHUNK,
+    ByteCounter,
+    Cap,
+    check_values,
+    current_cap,
+    file_cap,
+    reading_at_most,
+    too_large,
+    where,
+)
 from validator.kit.deadline import overall_deadline
-from validator.kit.safe_json import loads_bounded, value_count
+from validator.kit.safe_json import loads_bounded
 
-KIB = 1024
-MIB = 1024 * KIB
-CHUNK = 64 * KIB
+# The table and the counting live in answer_caps.py; named here too, the reader's names.
+__all__ = [
+    "ANSWER_CAPS",
+    "CAPS",
+    "Answer",
+    "Cap",
+    "CappedAdapter",
+    "cap_session",
+    "capped_event_hooks",
+    "capped_session",
+    "check_values",
+    "fetch_answer",
+    "file_cap",
+    "json_lines",
+    "parse",
+    "reading_at_most",
+]
 
 M = TypeVar("M", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class Cap:
-    """What one kind of call may send: `max_bytes` of answer, and for JSON `max_values`
-    values (None: not JSON, a file streamed to disk); `over` says what an answer past it gets
-    (the docs' table)."""
-
-    kind: str
-    max_bytes: int
-    max_values: int | None
-    over: str
-    listed: int | None = None  # a file's: the size its listing gave
-
-
-# The table (docs/reliability.md "Byte caps on answers" is this table; a test compares them).
-# Each cap is many times the biggest honest answer of its kind, and small enough that decoding
-# an answer at the cap costs the validator's process tens of megabytes at most.
-CAPS: dict[str, Cap] = {
-    cap.kind: cap
-    for cap in (
-        Cap(
-            "ledger.tasks",
-            2 * MIB,
-            100_000,
-            "transient: GET /tasks/list fails (at start: one warning, the loop goes on), not tried "
-            "again within the call",
-        ),
-        Cap(
-            "ledger.lookup",
-            4 * MIB,
-            20_000,
-            "transient: no assignment taken (the one the API handed out expires there); the "
-            "task is asked again after its interval",
-        ),
-        Cap(
-            "ledger.submit",
-            64 * KIB,
-            1_000,
-            "transient, the API may have taken it: the result is kept and submitted again "
-            "(a repeat refused as not validating is recorded as submitted)",
-        ),
-        Cap(
-            "hub.listing",
-            4 * MIB,
-            100_000,
-            "a submission's repo: the submission's (failed; -999 in llm_judge); a base "
-            "model's: transient (the cached snapshot stands in when there is one)",
-        ),
-        Cap(
-            "hub.metadata",
-            1 * MIB,
-            20_000,
-            "as the call it belongs to (any other Hub answer: headers, redirects, errors)",
-        ),
-        Cap(
-            "hub.file",
-            1 * MIB,
-            None,
-            "the file's listed size plus this: a submission's file, the submission's; a base "
-            "model's, transient",
-        ),
-        Cap(
-            "judge.models",
-            4 * MIB,
-            100_000,
-            "the listing fails: the judge is unusable (exit 3 at start)",
-        ),
-        Cap(
-            "judge.completion",
-            1 * MIB,
-            20_000,
-            "a failed attempt, tried again; after the retries the judge is failing "
-            "(the assignment kept, exit 3)",
-        ),
-        Cap(
-            "github.commits",
-            1 * MIB,
-            50_000,
-            "the protocol drift is unknown (said once), asked again in 30 min",
-        ),
-        Cap(
-            "registry.pull",
-            64 * KIB,
-            1_000,
-            "a line of the engine's pull progress: the pull fails, run.py builds the image",
-        ),
-    )
-}
-
-
-ANSWER_CAPS = CAPS  # the kit's name for the table (validator.kit.ANSWER_CAPS)
-
-
-def file_cap(size: int | None) -> Cap | None:
-    """The cap of a file listed at `size` bytes (None: not listed, so not capped: it goes to
-    disk, bounded by its deadline)."""
-    if size is None:
-        return None
-    base = CAPS["hub.file"]
-    return Cap(base.kind, size + base.max_bytes, None, base.over, listed=size)
-
-
-# -- the cap of the calls in progress ---------------------------------------------------------
-
-_UNSET: Any = object()
-_current: ContextVar[Any] = ContextVar("validator_answer_cap", default=_UNSET)
-
-
-@contextmanager
-def reading_at_most(cap: Cap | None) -> Iterator[None]:
-    """Answers read in this thread within: capped at `cap` by any capped adapter or transport,
-    whatever cap it was given; None: not capped (a file of unknown size streamed to disk)."""
-    token = _current.set(cap)
-    try:
-        yield
-    finally:
-        _current.reset(token)
-
-
-def current_cap(default: Cap | None) -> Cap | None:
-    """The cap of `reading_at_most` around this call, else `default`."""
-    cap = _current.get()
-    return default if cap is _UNSET else cap
-
-
-def where(url: str) -> str:
-    """A URL as messages name it: without its query."""
-    split = urlsplit(str(url))
-    return f"{split.scheme}://{split.netloc}{split.path}"
-
-
-def too_large(cap: Cap, what: str, read: int) -> AnswerTooLarge:
-    if cap.listed is not None:
-        why = f"the Hub sent more than {cap.max_bytes} bytes of a file it listed at {cap.listed}"
-    else:
-        why = f"the answer is over the {cap.max_bytes} bytes a {cap.kind} answer may have"
-    return AnswerTooLarge(f"{what}: {why}", kind=cap.kind, max_bytes=cap.max_bytes)
-
-
-def _too_many_values(cap: Cap, what: str) -> AnswerTooLarge:
-    return AnswerTooLarge(
-        f"{what}: the answer holds more than the {cap.max_values} JSON values a {cap.kind} "
-        "answer may have",
-        kind=cap.kind,
-        max_bytes=cap.max_bytes,
-    )
-
-
-def check_values(data: bytes, cap: Cap, what: str) -> None:
-    """Raises AnswerTooLarge when `data` (within the byte cap) holds more JSON values than
-    `cap` allows; counted on the text, nothing decoded."""
-    if cap.max_values is not None:
-        if value_count(data.decode("utf-8", errors="replace")) > cap.max_values:
-            raise _too_many_values(cap, what)
-
-
-class _Counter:
-    """Bytes of one answer against its cap."""
-
-    def __init__(self, cap: Cap, what: str) -> None:
-        self.cap, self.what, self.read = cap, what, 0
-
-    def add(self, size: int) -> None:
-        self.read += size
-        if self.read > self.cap.max_bytes:
-            raise too_large(self.cap, self.what, self.read)
-
 
 # -- requests ---------------------------------------------------------------------------------
 
@@ -231,7 +87,7 @@ class _CappedRaw:
 
     def __init__(self, raw: Any, cap: Cap, what: str) -> None:
         self._raw = raw
-        self._counter = _Counter(cap, what)
+        self._counter = ByteCounter(cap, what)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
@@ -332,7 +188,7 @@ def _capped_stream_class(lib: Any) -> type:
 
         class CappedStream(lib.SyncByteStream):  # type: ignore[name-defined,misc]
             def __init__(self, inner: Any, cap: Cap, what: str) -> None:
-                self.inner, self.counter = inner, _Counter(cap, what)
+                self.inner, self.counter = inner, ByteCounter(cap, what)
 
             def __iter__(self) -> Iterator[bytes]:
                 cap = self.counter.cap
@@ -445,13 +301,6 @@ def _line(line: bytes, cap: Cap, what: str) -> Any:
         raise too_large(cap, what, len(line))
     check_values(line, cap, what)
     return parse(line, cap, what)
-
-
-def validate(data: Any, shape: type[M] | TypeAdapter) -> Any:
-    """Decoded JSON as `shape`, a pydantic model or TypeAdapter."""
-    if isinstance(shape, TypeAdapter):
-        return shape.validate_python(data)
-    return shape.model_validate(data)
 
 
 def fetch_answer(

@@ -75,7 +75,7 @@ class Policy:
 
     name: str  # the call, as the metrics label it: lookup, submit, tasks_list
     statuses: frozenset[int]
-    # The kit's cap on its answers (validator/kit/bounded_reader.py CAPS).
+    # The kit's cap on its answers (validator/kit/answer_caps.py CAPS).
     cap: str
     # Whether a try the API may have processed (sent, then no answer, 500/502/504, a 2xx
     # without JSON) may be repeated: not for a lookup, which hands out an assignment each time.
@@ -108,7 +108,7 @@ def normalise_id(value: Any) -> str:
 
 # What the API sends beyond these fields is dropped here, at the boundary (issue 40: a lookup
 # answer's extra keys were kept, 2.7 GB for 100 MB); the answers' size is capped by the kit's
-# reader (validator/kit/bounded_reader.py: CAPS, the Policy's `cap`).
+# reader (validator/kit/answer_caps.py: CAPS, the Policy's `cap`).
 
 
 class Task(BaseModel):
@@ -212,7 +212,15 @@ def read_tasks(response: requests.Response) -> list[Task]:
         raise ApiUnavailable(
             f"GET /tasks/list: HTTP {response.status_code}: {_detail(response, body)}"
         )
-    return [Task.model_validate(item) for item in body if isinstance(item, dict)]
+    tasks, left_out = [], 0
+    for item in body:
+        try:
+            tasks.append(Task.model_validate(item))
+        except ValidationError:  # not a task (no id, say): the others stand
+            left_out += 1
+    if left_out:
+        log.warning("GET /tasks/list: %d listed entries are not tasks; left out", left_out)
+    return tasks
 
 
 def read_lookup(response: requests.Response) -> Assignment | Refusal:
