@@ -1,6 +1,7 @@
 """The one reader of answers from outside (issue 40): the Fed Ledger's, the Hub's, a judge's,
 GitHub's, a registry's. Whatever library makes the call, what the validator's process reads of
-an answer is capped by the kind of call (`CAPS`, in answer_caps.py; docs/reliability.md "Byte caps on answers"):
+an answer is capped by the kind of call (`CAPS`, in answer_caps.py; docs/reliability.md "Byte
+caps on answers"):
 
 - in bytes, counted as they arrive (decoded, so that a compressed answer counts at its real
   size): past the cap the connection is closed and nothing more is read;
