@@ -66,6 +66,8 @@ class LocalHub(LocalServer):
         # (repo, commit) -> name -> the size its listing gives instead of the file's own
         self._listed_sizes: dict[tuple[str, str], dict[str, object]] = {}
         self._padding: dict[tuple[str, str], int] = {}  # (repo, commit) -> names listed only
+        self._flooded_listings: dict[str, int] = {}  # repo -> extra files, streamed
+        self.listings_sent: list[tuple[str, int, int]] = []  # flooded: (repo, length, sent)
         self._lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -177,6 +179,14 @@ class LocalHub(LocalServer):
         (spaces) than the listing says, the length header saying so too."""
         with self._lock:
             self._oversend.append((match, extra))
+
+    def flood_listing(self, repo_id: str, files: int) -> None:
+        """A hostile Hub: `repo_id`'s listing (model_info) also names `files` more files, made as
+        it is streamed (10^6 files is a 46 MB answer; pad_listing's few thousand are built whole);
+        `listings_sent` then records how many of its bytes went out before the client closed
+        the connection."""
+        with self._lock:
+            self._flooded_listings[repo_id] = files
 
     def bodies_served(self) -> list[str]:
         """Repo-relative names of the files whose content was sent (a GET answered 200 or 206,

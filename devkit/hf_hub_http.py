@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from devkit.local_server import CHUNK as REPLY_CHUNK
 from devkit.local_server import LocalHandler
 
 if TYPE_CHECKING:
@@ -140,9 +141,31 @@ class HubHandler(LocalHandler):
                 {"rfilename": f"padding/{n}.txt", "size": 1} for n in range(padding)
             ]
             _misstate(info["siblings"], self.hub._listed_sizes.get((repo_id, commit), {}))
+            flood = self.hub._flooded_listings.get(repo_id, 0)
         payload = json.dumps(info).encode()
+        if flood and body:
+            return self._flooded_listing(repo_id, payload, flood)
         self.reply(200, payload, {"Content-Type": "application/json"}, body=body)
         return 200
+
+    def _flooded_listing(self, repo_id: str, payload: bytes, files: int) -> int:
+        """The listing (siblings last) with `files` more siblings, streamed."""
+        head, tail = payload[: -len(b"]}")], b"]}"
+        entry = b', {"rfilename": "pad/f%08d.bin", "size": 1}'
+        length = len(head) + files * len(entry % 0) + len(tail)
+        per_chunk = max(REPLY_CHUNK // len(entry % 0), 1)
+
+        def chunks():
+            yield head
+            for start in range(0, files, per_chunk):
+                yield b"".join(entry % i for i in range(start, min(start + per_chunk, files)))
+            yield tail
+
+        headers = {"Content-Type": "application/json"}
+        sent = self.reply_chunks(200, headers, length, chunks())
+        with self.hub._lock:
+            self.hub.listings_sent.append((repo_id, length, sent))
+        return 200 if sent == length else 499
 
     def _resolve(self, raw_path: str, body: bool) -> int:
         head, _, tail = raw_path.lstrip("/").partition("/resolve/")

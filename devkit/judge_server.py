@@ -14,11 +14,13 @@ after the conversation and the reference); its score is 1 + (length of the strip
 Faults are queued; each takes the next chat completion, whatever its model: `fail_next` (an
 HTTP status, optionally with Retry-After; `models=True`: of the next model listings instead),
 `malformed_next` (a reply that is not JSON), `reply_next` (a given reply text), `slow_next`
-(a reply after a delay), `raw_next` (any body, an HTML page say) and `trickle_next` (a byte at a
-time, never finished). `requests` logs every chat completion: model, temperature,
-reasoning_effort, chat_template_kwargs, extra_body, seed, the messages, the rubric prompt (the
-last user message), the answer found in it, the status and the
-content sent. `peak_in_flight` is the most completions it was answering at once (from a
+(a reply after a delay), `raw_next` (any body, an HTML page say), `trickle_next` (a byte at a
+time, never finished) and `oversize_next` (the reply padded with megabytes of JSON values,
+gzip-encoded or not; `models=True`: the model listing; `padded` records the bytes of each that
+went out before the client closed the connection). `requests` logs every chat completion:
+model, temperature, reasoning_effort, chat_template_kwargs, extra_body, seed, the messages, the
+rubric prompt (the last user message), the answer found in it, the status and the content
+sent. `peak_in_flight` is the most completions it was answering at once (from a
 request's arrival to the first byte of its answer: a client that has its answer is done);
 `trickles_left` counts the trickled completions whose client closed the connection. It keeps
 connections alive (HTTP/1.1), as a real endpoint does.
@@ -29,13 +31,14 @@ connections alive (HTTP/1.1), as a real endpoint does.
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from devkit.local_server import LocalHandler, LocalServer, bind
+from devkit.local_server import LocalHandler, LocalServer, bind, padded_json
 
 OPEN, CLOSE = "<answer>\n", "\n</answer>"
 
@@ -57,6 +60,7 @@ class LocalJudge(LocalServer):
         self.requests: list[dict[str, Any]] = []
         self.peak_in_flight = 0
         self.trickles_left = 0
+        self.padded: list[tuple[int, int]] = []  # oversized answers: (length, bytes sent)
         self._in_flight = 0
         self._faults: list[tuple[str, Any]] = []
         self._model_faults: list[tuple[str, Any]] = []
@@ -116,6 +120,16 @@ class LocalJudge(LocalServer):
         with self._lock:
             self._faults += [("trickle", interval)] * n
 
+    def oversize_next(
+        self, n: int, size: int, *, after: int = 0, models: bool = False, gzip: bool = False
+    ) -> None:
+        """The `n` completions (model listings with `models=True`) after the next `after`
+        answer as usual, with `size` bytes of JSON values more in the body (gzip-encoded with
+        `gzip`, whatever the client asked for: a few kB that decode to `size`)."""
+        with self._lock:
+            queue = self._model_faults if models else self._faults
+            queue += [("none", None)] * after + [("oversize", (size, gzip))] * n
+
     def _take_fault(self, models: bool = False) -> tuple[str, Any] | None:
         with self._lock:
             queue = self._model_faults if models else self._faults
@@ -141,14 +155,16 @@ class _Handler(LocalHandler):
         if self.path.rstrip("/") != "/v1/models":
             return self._error(404, "not found", "invalid_request_error")
         fault = self.judge._take_fault(models=True)
-        if fault is not None:
-            status, retry_after = fault[1]
-            headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-            return self._error(status, "injected fault", "server_error", headers=headers)
         data = [
             {"id": m, "object": "model", "created": 0, "owned_by": "local"}
             for m in self.judge.models
         ]
+        if fault is not None and fault[0] == "oversize":
+            return self._send_padded({"object": "list", "data": data}, *fault[1])
+        if fault is not None and fault[0] == "status":
+            status, retry_after = fault[1]
+            headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+            return self._error(status, "injected fault", "server_error", headers=headers)
         self._send(200, {"object": "list", "data": data})
 
     def do_POST(self) -> None:  # noqa: N802
@@ -223,12 +239,28 @@ class _Handler(LocalHandler):
             reasoning = "length-based test grade"
             content = json.dumps({"score": score, "confidence": confidence, "reasoning": reasoning})
         self.judge._log({**entry, "status": 200, "content": content})
-        self._send(200, {
+        completion = {
             "id": "chatcmpl-local", "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": content}}],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        })  # fmt: skip
+        }  # fmt: skip
+        if kind == "oversize":
+            return self._send_padded(completion, *value)
+        self._send(200, completion)
+
+    def _send_padded(self, payload: dict, size: int, encoded: bool) -> None:
+        length, chunks = padded_json(json.dumps(payload).encode(), size)
+        headers = {"Content-Type": "application/json"}
+        if encoded:
+            data = gzip.compress(b"".join(chunks), compresslevel=9)
+            length, chunks = len(data), iter([data])
+            headers["Content-Encoding"] = "gzip"
+        sent = self.reply_chunks(200, headers, length, chunks)
+        if sent < length:
+            self.close_connection = True
+        with self.judge._lock:
+            self.judge.padded.append((length, sent))
 
     def _send_raw(self, status: int, content_type: str, data: bytes) -> None:
         try:

@@ -17,13 +17,17 @@ from __future__ import annotations
 import json
 import socketserver
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, TypeVar
 
 # Seconds serve_forever waits between two looks at a shutdown request: shutdown() (once per test
 # or more) takes up to this long.
 POLL_S = 0.05
+
+# A padded answer's filler (`padded_json`): the cheapest text for the most Python objects.
+FILLER = b"{},"
+CHUNK = 1 << 16
 
 S = TypeVar("S", bound="LocalServer")
 H = TypeVar("H", bound=type)
@@ -49,6 +53,37 @@ def stop_serving(
     server.server_close()
     if thread is not None:
         thread.join(timeout)
+
+
+def padded_json(document: bytes, size: int) -> tuple[int, Iterator[bytes]]:
+    """A hostile answer: the JSON `document` (an object or an array) with about `size` bytes
+    more in it, made as it is sent (a 300 MB answer costs the server nothing): in an object a
+    key "padding" holding a list of empty objects, in an array more empty objects. Returns
+    (its length in bytes, its chunks)."""
+    document = document.strip()
+    count = max(size // len(FILLER), 1)
+    empty = document[1:-1].strip() == b""
+    if document.startswith(b"{"):
+        head = document[:-1] + (b'"padding": [' if empty else b', "padding": [')
+        tail = b"]}"
+    elif document.startswith(b"["):
+        head, tail = document[:-1] + (b"" if empty else b","), b"]"
+    else:
+        raise ValueError("only an object or an array can be padded")
+    length = len(head) + count * len(FILLER) - 1 + len(tail)
+
+    def chunks() -> Iterator[bytes]:
+        yield head
+        per_chunk = CHUNK // len(FILLER)
+        left = count
+        while left > 0:
+            n = min(per_chunk, left)
+            left -= n
+            block = FILLER * n
+            yield block if left else block[:-1]
+        yield tail
+
+    return length, chunks()
 
 
 def bind(handler: H, **attrs: object) -> H:
@@ -122,6 +157,22 @@ class LocalHandler(BaseHTTPRequestHandler):
         self.start_reply(status, {**headers, "Content-Length": str(len(payload))})
         if body and payload:
             self.wfile.write(payload)
+
+    def reply_chunks(
+        self, status: int, headers: Mapping[str, str], length: int, chunks: Iterable[bytes]
+    ) -> int:
+        """`chunks` as the body of `length` bytes; the bytes sent before the client went away
+        (what a test asserts the client read at most, give or take the sockets' buffers)."""
+        sent = 0
+        try:
+            self.start_reply(status, {**headers, "Content-Length": str(length)})
+            for chunk in chunks:
+                self.wfile.write(chunk)
+                sent += len(chunk)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        return sent
 
     def reply_json(
         self, status: int, payload: object, headers: Mapping[str, str] | None = None

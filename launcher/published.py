@@ -27,7 +27,8 @@ from launcher.errors import UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, pull_failure_reason, source_hash
 from launcher.release import FIX, ReleaseManifest, ReleaseRefused
 from launcher.release_channel import Channel, ReleaseUnavailable, fetch_release
-from validator.errors import ConfigError, ExitCode
+from validator.errors import AnswerTooLarge, ConfigError, ExitCode, JsonRefused
+from validator.kit.bounded_reader import CAPS, json_lines
 from validator.spec import REPO_ROOT, find_modules, load_spec, module_folder
 
 DEFAULT_REGISTRY = "ghcr.io/flock-io"
@@ -128,14 +129,18 @@ def _pull(client: docker.DockerClient, reference: str) -> str | None:
     """Pulls `reference` (repository@digest); the engine's error, or None once pulled."""
     name, digest = reference.split("@", 1)
     try:
-        # Errors found before the download starts are HTTP errors; later ones are stream items.
-        for chunk in client.api.pull(name, tag=digest, stream=True, decode=True):
-            if "error" in chunk:
+        # Errors found before the download starts are HTTP errors; later ones are stream items,
+        # each line read within the kit's registry.pull cap.
+        stream = client.api.pull(name, tag=digest, stream=True, decode=False)
+        for chunk in json_lines(stream, CAPS["registry.pull"], f"pulling {reference}"):
+            if isinstance(chunk, dict) and "error" in chunk:
                 return str(chunk["error"])
     except APIError as exc:
         return str(exc.explanation or exc)
     except (DockerException, RequestException) as exc:  # e.g. the engine's answer timed out
         return str(exc)
+    except (AnswerTooLarge, JsonRefused) as exc:  # a pull stream past its cap: not pulled
+        return str(exc)[:300]
     return None
 
 

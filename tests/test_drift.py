@@ -4,8 +4,11 @@ the cache that spares a restart the question, and the switch that turns it off."
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import urllib.request
 
@@ -13,7 +16,8 @@ import pytest
 
 from devkit.github_api import LocalGitHub
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import loop_args, run_validator, validator_env
+from devkit.validator_cli import loop_args, run_validator, validator_env, wait_for
+from validator.kit.bounded_reader import CAPS
 from validator.observe import drift
 from validator.observe.observer import StatusBoard
 from validator.observe.status_server import StatusServer
@@ -163,3 +167,98 @@ def test_the_validator_starts_the_watch_and_the_flag_turns_it_off(github, tmp_pa
     assert len(warned) == 1 and "5555555 feat: scoring changed" in warned[0], first.stderr
     assert asked == 2 and len(github.requests) == asked  # off: GitHub never asked
     assert "protocol drift" not in off.stderr
+
+
+# -- issue 40: what the watch reads and keeps -------------------------------------------------
+
+MIB = 1 << 20
+# What the loopback's socket buffers may hold beyond what the client read.
+IN_FLIGHT = 12 * MIB
+# A child that asks once honestly, then once more with a padded answer, and says its peak
+# memory over each (VmHWM, reset in between) and what the watch made of the second.
+PEAK_CHILD = """
+import json, sys
+from pathlib import Path
+from tests.helpers.peak_rss import peak_bytes, reset_peak
+from validator.kit.bounded_reader import CAPS
+from validator.observe import drift
+from validator.spec import ProtocolPin
+api, repo, folder, pin = sys.argv[1:5]
+pin = ProtocolPin(repo=repo, path=folder, commit=pin)
+honest = drift.ask(pin, api)
+assert honest.state == "current", honest
+honest_peak = peak_bytes()
+reset_peak()
+hostile = drift.ask(pin, api)
+print(json.dumps({"honest": honest_peak, "hostile": peak_bytes(), "why": hostile.why,
+                  "state": hostile.state}))
+"""
+
+
+def peak_of_a_padded_answer(github, size: int, *, gzip: bool = False) -> dict:
+    github.pad_next(1, size, after=2, gzip=gzip)  # the hostile ask's first listing
+    command = [sys.executable, "-c", PEAK_CHILD, github.endpoint, REPO, FOLDER, PIN]
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+def test_a_huge_listing_is_read_to_its_cap_and_never_parsed(github, gzip):
+    # Issue 40: a 200 MB listing took the validator from 43 MB to 1,749 MB, held the GIL 19 s
+    # and ran past the 30 s deadline. Gzip-encoded it is 140 kB on the wire and 40 MB decoded.
+    measured = peak_of_a_padded_answer(github, 40 * MIB, gzip=gzip)
+    assert measured["state"] == "unknown"
+    assert measured["why"] == f"an answer over its cap of {CAPS['github.commits'].max_bytes} bytes"
+    ((length, sent),) = wait_for(lambda: github.padded, 30, "the server's record")
+    assert sent <= CAPS["github.commits"].max_bytes + IN_FLIGHT < length or gzip
+    assert measured["hostile"] <= 1.5 * measured["honest"], measured
+
+
+def test_a_damaged_cache_is_said_deleted_and_asked_again(github, tmp_path, caplog):
+    spec = spec_pinned("drift_e")
+    path = drift.cache_file(tmp_path, spec.name)
+    good = drift.check(spec.name, spec.protocol, tmp_path, github.endpoint)
+    record = json.loads(path.read_text())
+    caplog.set_level(logging.INFO, logger=drift.__name__)
+    damaged = [
+        b"\x00garbage",
+        path.read_bytes()[:-10],  # cut
+        json.dumps({**record, "checked_at": "yesterday"}).encode(),  # turned the watch off
+        json.dumps({**record, "state": "behind", "count": 2, "commits": [["x", "y"]]}).encode(),
+        json.dumps({**record, "extra": "k" * 100_000}).encode(),  # grown
+    ]
+    for data in damaged:
+        path.write_bytes(data)
+        asked = len(github.requests)
+        caplog.clear()
+        again = drift.check(spec.name, spec.protocol, tmp_path, github.endpoint)
+        assert (again.state, again.count) == (good.state, good.count)
+        assert len(github.requests) == asked + 2  # GitHub asked again
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == 1 and f"the cache {path} is damaged" in warned[0], warned
+        assert json.loads(path.read_text())["state"] == "current"  # written afresh
+
+
+def test_the_cache_keeps_a_few_names_of_a_page_of_commits(github, tmp_path, caplog):
+    spec = spec_pinned("drift_f")
+    for index in range(130):
+        github.add_commit(REPO, f"{index + 10:040x}", f"change {index}", [FOLDER + "/x.py"])
+    watcher = watch(spec, tmp_path, github.endpoint)
+    caplog.set_level(logging.INFO, logger=drift.__name__)
+    found = drift.check(spec.name, spec.protocol, tmp_path, github.endpoint)
+    assert found.count == drift.PAGE and len(found.commits) == drift.NAMED
+    assert os.path.getsize(drift.cache_file(tmp_path, spec.name)) < 1024
+    assert drift.check(spec.name, spec.protocol, tmp_path, github.endpoint) == found  # cached
+    watcher.report(found)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "at least 100 commit(s)" in warning and "and 95 more" in warning
+    assert behind_of("drift_f") == drift.PAGE
+
+
+def test_a_listed_sha_that_is_not_40_hex_digits_is_unknown(github, tmp_path):
+    spec = spec_pinned("drift_g")
+    github.add_commit(REPO, "not-a-sha\nforged line", "evil", [FOLDER + "/x.py"])
+    found = drift.check(spec.name, spec.protocol, tmp_path, github.endpoint)
+    assert (found.state, found.why) == ("unknown", "an answer of an unexpected shape")

@@ -206,3 +206,24 @@ LIST_ROWS = [
 @pytest.mark.parametrize(("given", "again", "outcome"), LIST_ROWS)
 def test_each_task_list_answer_has_its_verdict(given, again, outcome):
     assert verdict(LIST, answer(*given)) == (again, outcome)
+
+
+def test_what_an_answer_carries_beyond_the_models_is_dropped_at_the_boundary():
+    # Issue 40: a lookup's extra keys were kept (100 MB of them: +2.7 GB), and a listed entry
+    # without an id ended the validator at start (a ValidationError, exit 1).
+    extra = {**ASSIGNMENT, "padding": [{}] * 1000, "task_submission": {"data": {"r": 1}, "x": 2}}
+    assignment = read_lookup(answer(200, extra))
+    assert assignment == read_lookup(answer(200, ASSIGNMENT))
+    assert not assignment.model_extra and not assignment.task_submission.model_extra
+    listed = [{"id": 12, "task_type": "training", "title": "t" * 100}, {"task_type": "no id"}]
+    (task,) = read_tasks(answer(200, listed))
+    assert task == Task(id="12", task_type="training") and not task.model_extra
+
+
+def test_an_answer_of_too_many_json_values_is_not_decoded():
+    # The transport reads no more than the call's bytes; what the bytes may hold is capped too.
+    body = b'{"id": 7, "data": {}, "padding": [' + b",".join([b"0"] * 30_000) + b"]}"
+    assert read_lookup(answer(200, body)) == Refusal(
+        "unexpected", 200, "malformed assignment: Input should be a valid dictionary or "
+        "instance of Assignment",
+    )  # fmt: skip

@@ -188,7 +188,8 @@ class _RegistryWithout:
     class api:  # noqa: N801
         @staticmethod
         def pull(name, tag, stream, decode):
-            yield {"error": f"manifest for {name}@{tag} not found: manifest unknown"}
+            error = f"manifest for {name}@{tag} not found: manifest unknown"
+            yield json.dumps({"error": error}).encode() + b"\n"
 
 
 def _removed_from_registry() -> Produced:

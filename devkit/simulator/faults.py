@@ -6,7 +6,9 @@ is used up by one request.
 
 Most faults answer before the API sees the request, as a proxy in front would;
 with `processed` the API handles it first and only its answer is lost (the
-fault replaces it), and `trickle` sends the API's own answer a byte at a time.
+fault replaces it), `trickle` sends the API's own answer a byte at a time, and
+`oversized` sends the API's own answer padded with `size_bytes` more bytes of
+JSON values (a hostile or broken API: devkit/local_server.py's padded_json).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from devkit.simulator.state import SimulatorConfigError, describe_errors, read_json_file
 
 Endpoint = Literal["list", "request", "update", "any"]
-FaultKind = Literal["status", "non_json", "empty", "delay", "drop", "trickle"]
+FaultKind = Literal["status", "non_json", "empty", "delay", "drop", "trickle", "oversized"]
 
 HTML_BODY = b"<html><body>502 Bad Gateway</body></html>"
 FAULT_DETAIL = "Simulated fault"
@@ -38,6 +40,8 @@ class FaultRule(BaseModel):
     processed: bool = False
     # A Retry-After header for `status` answers: seconds, or an HTTP date.
     retry_after: str | None = Field(default=None, max_length=64)
+    # `oversized`: the bytes of padding added to the API's answer.
+    size_bytes: int = Field(default=0, ge=0, le=4 << 30)
 
 
 _RULE_LIST = TypeAdapter(list[FaultRule])
@@ -115,7 +119,7 @@ class FaultBook:
 def _dump(rule: FaultRule) -> dict[str, Any]:
     """A rule as listed: the later options only where given, so older listings stay as they were."""
     dumped = rule.model_dump()
-    for name in ("processed", "retry_after"):
+    for name in ("processed", "retry_after", "size_bytes"):
         if dumped[name] == FaultRule.model_fields[name].default:
             del dumped[name]
     return dumped

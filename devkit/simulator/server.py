@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, model_validator
 
-from devkit.local_server import LocalHandler
+from devkit.local_server import LocalHandler, padded_json
 from devkit.simulator.faults import (
     FAULT_DETAIL,
     HTML_BODY,
@@ -44,6 +44,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     # Seconds between two bytes of the body: a link or proxy that trickles the answer.
     trickle_seconds: float | None = None
+    # Bytes of JSON values added to the body as it is sent (an `oversized` fault).
+    padding: int = 0
 
 
 def json_reply(status: int, payload: Any) -> Reply:
@@ -182,6 +184,11 @@ class SimulatorHandler(LocalHandler):
 
     def _send(self, reply: Reply) -> None:
         headers = {"Content-Type": reply.content_type} if reply.content_type else {}
+        if reply.padding:
+            length, chunks = padded_json(reply.body, reply.padding)
+            sent = self.reply_chunks(reply.status, {**headers, **reply.headers}, length, chunks)
+            self.server.state.note_sent(self.command, urlsplit(self.path).path, length, sent)
+            return
         self.start_reply(
             reply.status, {**headers, "Content-Length": str(len(reply.body)), **reply.headers}
         )
@@ -213,7 +220,7 @@ class SimulatorHandler(LocalHandler):
         rule = self.server.faults.take(endpoint_of(sub_path))
         fault = rule.kind if rule else None
         reply = None
-        processed = rule is None or rule.kind in ("delay", "trickle") or rule.processed
+        processed = rule is None or rule.kind in ("delay", "trickle", "oversized") or rule.processed
         try:
             if rule is not None and rule.kind == "delay":
                 time.sleep(rule.delay_seconds)
@@ -221,6 +228,9 @@ class SimulatorHandler(LocalHandler):
             if rule is not None and rule.kind == "trickle":
                 reply = self._api_call(method, sub_path, raw)
                 reply.trickle_seconds = rule.delay_seconds
+            elif rule is not None and rule.kind == "oversized":
+                reply = self._api_call(method, sub_path, raw)
+                reply.padding = rule.size_bytes
             elif rule is not None and rule.processed:
                 # The API commits; its answer is lost on the way back.
                 self._api_call(method, sub_path, raw)

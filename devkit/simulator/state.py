@@ -175,6 +175,7 @@ class SimState:
         self._assignments: dict[int, Assignment] = {}
         self._results: list[dict[str, Any]] = []
         self._requests: list[dict[str, Any]] = []
+        self._sent: list[dict[str, Any]] = []  # padded answers: declared and sent bytes
         # API requests read but not yet answered (a delay fault holds one for a while).
         self._in_flight = 0
         # (api key hash, task id as str) -> time the current window started
@@ -200,6 +201,7 @@ class SimState:
                     "submissions": self._results,
                     "requests": self._requests,
                     "in_flight": self._in_flight,
+                    "padded": self._sent,
                 }
             )
 
@@ -250,6 +252,12 @@ class SimState:
                 raise NotFound("Task not found")
             submission = self._add_submission(task.id, data, assignment_data)
             return {"id": submission.id}
+
+    def note_sent(self, method: str, path: str, length: int, sent: int) -> None:
+        """An `oversized` answer of `length` bytes, of which `sent` went out before the client
+        closed the connection (the rest never left: what the client read is at most this)."""
+        with self._lock:
+            self._sent.append({"method": method, "path": path, "length": length, "sent": sent})
 
     def request_begun(self) -> float:
         """Count an API request in flight; the simulator's clock when it arrived."""

@@ -41,12 +41,16 @@ from modules.llm_judge.grading import (
     resolve_models,
 )
 from validator.kit import (
+    ANSWER_CAPS,
+    AnswerTooLarge,
     CallAbandoned,
     ConfigError,
     Progress,
     RecoverableException,
+    capped_event_hooks,
     current_run,
     overall_deadline,
+    reading_at_most,
     wait_or_stop,
 )
 
@@ -107,12 +111,16 @@ class Judge:
         self.retries, self.concurrency, self.timeout = retries, concurrency, timeout
         self.backoff = BACKOFF_SECONDS if backoff_seconds is None else backoff_seconds
         self._key = api_key  # only to keep it out of relayed server messages
+        # Every answer read under the kit's caps (judge.completion; the listing its own).
         self.client = openai.OpenAI(
             base_url=self.base_url,
             api_key=api_key,
             timeout=timeout,
             max_retries=0,
-            http_client=openai.DefaultHttpxClient(limits=CONNECTION_LIMITS),
+            http_client=openai.DefaultHttpxClient(
+                limits=CONNECTION_LIMITS,
+                event_hooks=capped_event_hooks(ANSWER_CAPS["judge.completion"]),
+            ),
         )
         self.models = self._list_models()
 
@@ -137,7 +145,8 @@ class Judge:
 
     def _list_models(self) -> list[str]:
         def listing() -> list[str]:
-            return [model.id for model in self.client.models.list()]
+            with reading_at_most(ANSWER_CAPS["judge.models"]):
+                return [model.id for model in self.client.models.list()]
 
         result = self._with_retries(listing)
         if isinstance(result, _Failed):
@@ -262,6 +271,8 @@ class Judge:
                 return _Failed(f"HTTP {status}", wait=_retry_after(exc.response), status=status)
             message = self._scrub(_server_message(exc))
             return _Failed(f"HTTP {status}: {message}", retry=False, status=status)
+        except AnswerTooLarge as exc:  # the kit's cap: read no further, never parsed
+            return _Failed(str(exc))
         except openai.APIConnectionError as exc:  # timeouts included
             return _Failed(type(exc).__name__)
         except (openai.APIResponseValidationError, ValueError, AttributeError) as exc:

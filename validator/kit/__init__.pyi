@@ -50,6 +50,18 @@ from .deadline import (
 )
 from .safe_json import loads_bounded as loads_bounded
 from .errors import JsonRefused as JsonRefused
+
+# answers from outside: one bounded reader (a cap per kind of call, docs/reliability.md)
+from .bounded_reader import (
+    fetch_answer as fetch_answer,
+    Answer as Answer,
+    Cap as Cap,
+    ANSWER_CAPS as ANSWER_CAPS,
+    capped_session as capped_session,
+    capped_event_hooks as capped_event_hooks,
+    reading_at_most as reading_at_most,
+)
+from .errors import AnswerTooLarge as AnswerTooLarge
 from .child_process import (
     run_child as run_child,
     ChildLimits as ChildLimits,

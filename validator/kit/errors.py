@@ -6,6 +6,7 @@ Re-exported, never copied: the loop catches these very classes. The names are li
 `validator/kit/__init__.pyi`, the kit's one table; import them from `validator.kit`.
 """
 
+from validator.errors import AnswerTooLarge as AnswerTooLarge
 from validator.errors import BaseNotRestored as BaseNotRestored
 from validator.errors import ConfigError as ConfigError
 from validator.errors import DeviceError as DeviceError

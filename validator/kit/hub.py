@@ -13,11 +13,9 @@ that is given none; without one, the library's own (its login file).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from functools import partial
@@ -31,6 +29,8 @@ from huggingface_hub.hf_api import ModelInfo
 
 from validator.disk import no_room
 from validator.errors import (
+    AnswerTooLarge,
+    JsonRefused,
     RecoverableException,
     SubmissionRejected,
     TransientError,
@@ -38,8 +38,10 @@ from validator.errors import (
     exception_chain,
 )
 from validator.kit import hf_cache
+from validator.kit.bounded_reader import CAPS, Cap, file_cap, parse, reading_at_most
 from validator.kit.deadline import CallOverLimit, overall_deadline
 from validator.kit.downloads import TRANSIENT_STATUSES
+from validator.kit.hub_http import cap_the_library, fresh_connections
 from validator.kit.progress import watch_bytes
 from validator.kit.run_context import current_run
 from validator.kit.scope import held_until_scored
@@ -100,6 +102,8 @@ def _classify(
     blame: type[Exception] = SubmissionRejected if submission else RecoverableException
     hint = "" if submission else " Check the repo id, and that HF_TOKEN has been granted access."
     for err in exception_chain(exc):
+        if isinstance(err, AnswerTooLarge):  # wrapped by the library on its way out
+            return _over_cap(err, what, submission)
         if isinstance(err, OSError) and disk_full(err):
             return _no_room(err, what, local_dir)
         if isinstance(err, hf.HFValidationError):
@@ -146,6 +150,13 @@ def _classify_status(response: Any, what: str, blame: type[Exception], hint: str
     return blame(f"{what}: the Hub answered HTTP {status}.{hint}")
 
 
+def _over_cap(exc: AnswerTooLarge, what: str, submission: bool) -> Exception:
+    """An answer past its cap (validator/kit/bounded_reader.py): the sender's fault, so a
+    submission's for its own repo and files, transient for the operator's base model."""
+    blame = SubmissionRejected if submission else TransientError
+    return blame(f"{what}: {exc}")
+
+
 def download_deadline(size: int | None) -> float:
     """The overall deadline for downloading `size` bytes (None: not known)."""
     return HUB_CALL_DEADLINE_S + (size or 0) / HUB_MIN_BYTES_PER_S
@@ -160,17 +171,22 @@ def hub_call(
     deadline_what: str | None = None,
     local_dir: Path | None = None,
     guard: Callable[[], str | None] | None = None,
+    cap: Cap | None = CAPS["hub.metadata"],
 ) -> T:
     """`call()` within an overall deadline (HUB_CALL_DEADLINE_S unless given; past it,
     TransientError naming `deadline_what`, or `what`), its hub errors translated; `what` names
     the repo in messages, `submission` says whose fault a missing repo or file is, `local_dir`
     where the call downloads to when not the HF cache (a full disk names it); `guard` as in
-    overall_deadline (CallOverLimit passes through)."""
-    _fresh_connections()
+    overall_deadline (CallOverLimit passes through). Every answer of the call is read under
+    `cap` (the kit's bounded reader; None: not capped, a file of unknown size to disk)."""
+    cap_the_library()
+    fresh_connections()
     try:
         deadline = deadline_s or HUB_CALL_DEADLINE_S
-        with overall_deadline(deadline, deadline_what or what, guard=guard):
+        with overall_deadline(deadline, deadline_what or what, guard=guard), reading_at_most(cap):
             return call()
+    except AnswerTooLarge as exc:
+        raise _over_cap(exc, what, submission) from exc
     except TransientError:
         raise
     except Exception as exc:
@@ -178,49 +194,6 @@ def hub_call(
         if translated is None:
             raise
         raise translated from exc
-
-
-def _fresh_connections() -> None:
-    """Makes the call connect anew inside its deadline: the deadline covers the sockets
-    connected within it, and a kept-alive connection from an earlier call (a listing, the file
-    before) would escape it. 0.x keeps a requests session per thread, dropped here with its pool
-    (`reset_sessions`; a module's Hub calls are made from one thread, so no other call is using
-    it). 1.x keeps one httpx client for the process, made by `_client_without_keepalive`: it
-    keeps no connection alive, so there is nothing to drop, and the client and its SSL context
-    are made once (a client per call read the CA bundle again for every file: two thirds of
-    the validator's CPU for an index of 1,000 shards; issue 40)."""
-    from huggingface_hub.utils import _http  # noqa: PLC0415 - the library's own pool
-
-    if hasattr(_http, "set_client_factory"):
-        _one_client(_http)
-    else:
-        _http.reset_sessions()
-
-
-_client_lock = threading.Lock()
-_client_factory_set = False
-
-
-def _one_client(http: Any) -> None:
-    """huggingface_hub 1.x's one client made by `_client_without_keepalive` from now on."""
-    global _client_factory_set
-    with _client_lock:
-        if not _client_factory_set:
-            http.set_client_factory(partial(_client_without_keepalive, http))
-            _client_factory_set = True
-
-
-def _client_without_keepalive(http: Any) -> Any:
-    """The library's own client (its request hook, redirects followed, its timeouts), keeping
-    no idle connection: each request connects again."""
-    import httpx  # noqa: PLC0415 - huggingface_hub 1.x's client
-
-    return httpx.Client(
-        event_hooks={"request": [http.hf_request_event_hook]},
-        follow_redirects=True,
-        timeout=None,
-        limits=httpx.Limits(max_keepalive_connections=0),
-    )
 
 
 def _with_token(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -232,8 +205,9 @@ def _with_token(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def model_info(repo_id: str, what: str, *, submission: bool, **kwargs: Any) -> ModelInfo:
+    """The repo's listing, read under the hub.listing cap."""
     call = partial(api().model_info, repo_id, **_with_token(kwargs))
-    return hub_call(call, what, submission=submission)
+    return hub_call(call, what, submission=submission, cap=CAPS["hub.listing"])
 
 
 def download(
@@ -245,9 +219,10 @@ def download(
     size: int | None = None,
     **kwargs: Any,
 ) -> Path:
-    """One file of a repo; `size` (from the listing) sets the overall deadline. A `name` that
-    would be written outside the download folder is refused before any request for it, and the
-    written path is checked to lie inside it (`unsafe_name`)."""
+    """One file of a repo; `size` (from the listing) sets the overall deadline and the cap on
+    what is read of it (the size plus OVERSEND_SLACK_BYTES; not listed: not capped). A `name`
+    that would be written outside the download folder is refused before any request for it,
+    and the written path is checked to lie inside it (`unsafe_name`)."""
     local_dir = Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None
     folder = local_dir or Path(kwargs.get("cache_dir") or cache_dir() or constants.HF_HUB_CACHE)
     blame = SubmissionRejected if submission else RecoverableException
@@ -268,6 +243,7 @@ def download(
                 deadline_what=f"{what}: {name} from {endpoint() or 'the Hub'}",
                 local_dir=local_dir,
                 guard=guard,
+                cap=file_cap(size),
             )
         )
     except CallOverLimit as exc:
@@ -381,7 +357,7 @@ def _fetch_base_model(repo_id: str, token: str | None, cache: Path, budget: int 
         return cached
     commit = commit_of(info.sha, what)
     sizes = file_sizes(info)
-    weights = _base_weight_files(repo_id, commit, set(sizes), token, what)
+    weights = _base_weight_files(repo_id, commit, sizes, token, what)
     names = [name for name in BASE_MODEL_FILES if name in sizes] + weights
     folder = cache / f"models--{repo_id.replace('/', '--')}"
     snapshot = folder / "snapshots" / commit
@@ -411,14 +387,15 @@ def _fetch_base_model(repo_id: str, token: str | None, cache: Path, budget: int 
 
 
 def _base_weight_files(
-    repo_id: str, commit: str, files: set[str], token: str | None, what: str
+    repo_id: str, commit: str, sizes: dict[str, int | None], token: str | None, what: str
 ) -> list[str]:
+    files = set(sizes)
     if SAFETENSORS_INDEX in files:
         index_path = download(
             repo_id, SAFETENSORS_INDEX, what, submission=False, revision=commit,
-            cache_dir=cache_dir(), token=token,
+            cache_dir=cache_dir(), token=token, size=sizes.get(SAFETENSORS_INDEX),
         )  # fmt: skip
-        weight_map = json.loads(Path(index_path).read_text()).get("weight_map", {})
+        weight_map = _weight_map(Path(index_path), what)
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if s not in files or not s.endswith(".safetensors")]
         if not shards or missing:
@@ -432,6 +409,22 @@ def _base_weight_files(
         f"{what}: no safetensors weights (model.safetensors or {SAFETENSORS_INDEX}); "
         "pickle weights are never loaded"
     )
+
+
+def _weight_map(path: Path, what: str) -> dict:
+    """The index's tensor -> shard map, decoded within the listing's cap (the index lists the
+    shards); an index past it, or not JSON, is the operator's to look at."""
+    cap = CAPS["hub.listing"]
+    try:
+        with path.open("rb") as f:
+            data = f.read(cap.max_bytes + 1)
+        index = parse(data, cap, f"{what}: {SAFETENSORS_INDEX}")
+    except (OSError, JsonRefused) as exc:
+        raise RecoverableException(f"{what}: {SAFETENSORS_INDEX} cannot be read: {exc}") from exc
+    weight_map = index.get("weight_map", {}) if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise RecoverableException(f"{what}: {SAFETENSORS_INDEX} has no weight_map object")
+    return weight_map
 
 
 def _cached_snapshot(repo_id: str) -> Path | None:

@@ -25,6 +25,7 @@ import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from validator.errors import RecoverableException, TransientError
+from validator.kit.bounded_reader import CAPS, parse
 from validator.text import quoted
 
 # The client's name, which these lines have always had.
@@ -74,6 +75,8 @@ class Policy:
 
     name: str  # the call, as the metrics label it: lookup, submit, tasks_list
     statuses: frozenset[int]
+    # The kit's cap on its answers (validator/kit/answer_caps.py CAPS).
+    cap: str
     # Whether a try the API may have processed (sent, then no answer, 500/502/504, a 2xx
     # without JSON) may be repeated: not for a lookup, which hands out an assignment each time.
     after_processing: bool
@@ -82,8 +85,8 @@ class Policy:
     processed_statuses: frozenset[int] = MAYBE_PROCESSED_STATUSES
 
 
-LIST = Policy("tasks_list", RETRIED_STATUSES, after_processing=True)
-LOOKUP = Policy("lookup", LOOKUP_RETRY_STATUSES, after_processing=False)
+LIST = Policy("tasks_list", RETRIED_STATUSES, "ledger.tasks", after_processing=True)
+LOOKUP = Policy("lookup", LOOKUP_RETRY_STATUSES, "ledger.lookup", after_processing=False)
 # A 2xx without JSON is not taken for an answer: sent again, a result the API did take is
 # refused as not validating, which the runner records as submitted, with that story.
 # A 429 may come from a rate limiter that counts after the API committed the result (issue 23):
@@ -91,6 +94,7 @@ LOOKUP = Policy("lookup", LOOKUP_RETRY_STATUSES, after_processing=False)
 SUBMIT = Policy(
     "submit",
     RETRIED_STATUSES,
+    "ledger.submit",
     after_processing=True,
     unconfirmed_2xx=True,
     processed_statuses=MAYBE_PROCESSED_STATUSES | {429},
@@ -102,8 +106,13 @@ def normalise_id(value: Any) -> str:
     return str(value).strip()
 
 
+# What the API sends beyond these fields is dropped here, at the boundary (issue 40: a lookup
+# answer's extra keys were kept, 2.7 GB for 100 MB); the answers' size is capped by the kit's
+# reader (validator/kit/answer_caps.py: CAPS, the Policy's `cap`).
+
+
 class Task(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
 
     id: str
     task_type: str | None = None
@@ -112,13 +121,13 @@ class Task(BaseModel):
 
 
 class TaskSubmission(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
 
     data: dict[str, Any] = Field(default_factory=dict)
 
 
 class Assignment(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
 
     id: str
     data: dict[str, Any] = Field(default_factory=dict)
@@ -181,7 +190,7 @@ def try_again(response: requests.Response, policy: Policy) -> TryAgain | None:
     the call's answer, which read_tasks / read_lookup / read_submit then make sense of."""
     status = response.status_code
     if 200 <= status < 300:
-        if policy.unconfirmed_2xx and not _is_json(response):
+        if policy.unconfirmed_2xx and not _is_json(response, policy):
             # The API's own 2xx carries JSON; an empty one or a page is a proxy's, and the
             # request may never have reached the API.
             return TryAgain(
@@ -197,19 +206,27 @@ def try_again(response: requests.Response, policy: Policy) -> TryAgain | None:
 
 def read_tasks(response: requests.Response) -> list[Task]:
     """The final answer to GET /tasks/list: the tasks listed."""
-    body = _json_or_none(response)
+    body = _json_or_none(response, LIST)
     _refuse_key(response, body)
     if response.status_code != 200 or not isinstance(body, list):
         raise ApiUnavailable(
             f"GET /tasks/list: HTTP {response.status_code}: {_detail(response, body)}"
         )
-    return [Task.model_validate(item) for item in body if isinstance(item, dict)]
+    tasks, left_out = [], 0
+    for item in body:
+        try:
+            tasks.append(Task.model_validate(item))
+        except ValidationError:  # not a task (no id, say): the others stand
+            left_out += 1
+    if left_out:
+        log.warning("GET /tasks/list: %d listed entries are not tasks; left out", left_out)
+    return tasks
 
 
 def read_lookup(response: requests.Response) -> Assignment | Refusal:
     """The final answer to a lookup: an assignment, or why there is none (matched on the
     detail's text, not on the status)."""
-    body = _json_or_none(response)
+    body = _json_or_none(response, LOOKUP)
     _refuse_key(response, body)
     detail = _detail(response, body)
     if response.status_code == 200:
@@ -238,7 +255,7 @@ def read_submit(
     answer. Raises ApiUnavailable when no answer settles it (5xx, 408, 429, a 2xx without
     JSON), and RecoverableException on a refused key."""
     code = response.status_code
-    parsed = _json_or_none(response)
+    parsed = _json_or_none(response, SUBMIT)
     _refuse_key(response, parsed)
     detail = _detail(response, parsed)
     if 200 <= code < 300 and parsed is None:
@@ -267,22 +284,29 @@ def _refuse_key(response: requests.Response, body: Any) -> None:
         )
 
 
-def _is_json(response: requests.Response) -> bool:
+def _is_json(response: requests.Response, policy: Policy) -> bool:
     # A body of `null` is JSON here, though read_submit's _json_or_none reads it as none.
     try:
-        response.json()
+        _decoded(response, policy)
     except ValueError:  # an empty body too
         return False
     return True
 
 
-def _json_or_none(response: requests.Response) -> Any:
+def _json_or_none(response: requests.Response, policy: Policy) -> Any:
     if not response.content:
         return None
     try:
-        return response.json()
+        return _decoded(response, policy)
     except ValueError:
         return None
+
+
+def _decoded(response: requests.Response, policy: Policy) -> Any:
+    """The body decoded within the call's cap (bytes, JSON values, depth): JsonRefused, a
+    ValueError, when it is not JSON or over the cap (the transport read no more than the
+    cap's bytes)."""
+    return parse(response.content, CAPS[policy.cap], f"the answer to {policy.name}")
 
 
 def _detail(response: requests.Response, body: Any) -> str:

@@ -24,10 +24,10 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
 
-from validator.errors import RequestNotSendable
+from validator.errors import AnswerTooLarge, RequestNotSendable
+from validator.kit.bounded_reader import CAPS, Cap, capped_session
 from validator.kit.deadline import STOP_GRACE_S, CallAbandoned, overall_deadline
 from validator.ledger.answers import (
     MAYBE_PROCESSED_STATUSES,
@@ -116,11 +116,15 @@ class Transport:
             tries += 1
             response: requests.Response | None = None
             try:
-                response = self._try(method, f"{self.api_url}{path}", payload, end)
+                response = self._try(method, f"{self.api_url}{path}", payload, end, policy)
                 verdict = try_again(response, policy)
                 failure = None if verdict is None else _answer_failure(verdict)
             except _Abandoned as abandoned:
                 failure = _Failure(str(abandoned), abandoned.sent, final=True, kind="abandoned")
+            except AnswerTooLarge as exc:
+                # The API's doing, and what it sent once it would send again: not tried again
+                # within the call. The request was processed (its answer is unreadable).
+                failure = _Failure(str(exc), True, final=True, kind="over_cap")
             except TRANSIENT_REQUEST_ERRORS as exc:
                 why, sent = f"{type(exc).__name__}: {exc}", not _never_sent(exc)
                 failure = _Failure(why, sent, kind=type(exc).__name__)
@@ -174,18 +178,21 @@ class Transport:
             maybe_processed=failure.maybe_processed or earlier is not None,
         )
 
-    def _try(self, method: str, url: str, payload: str | None, end: float) -> requests.Response:
-        """One request, abandoned at `end` or STOP_GRACE_S after a stop signal."""
+    def _try(
+        self, method: str, url: str, payload: str | None, end: float, policy: Policy
+    ) -> requests.Response:
+        """One request, abandoned at `end` or STOP_GRACE_S after a stop signal; its answer read
+        under the call's cap (past it: AnswerTooLarge, nothing more read)."""
         remaining = end - time.monotonic()
         if remaining <= 0:
             raise _Abandoned(f"no time left of the {self.deadline:g} s deadline", sent=False)
         timeout = (min(self.timeout[0], remaining), min(self.timeout[1], remaining))
-        with _session(self.api_key) as session:
+        with _session(self.api_key, CAPS[policy.cap]) as session:
             try:
                 with overall_deadline(
                     remaining, f"{method} {url}", stop=self.stop, stop_grace=STOP_GRACE_S
                 ):
-                    # Not streamed: the whole answer is read within the deadline.
+                    # Not streamed: the whole answer, up to its cap, is read within the deadline.
                     return session.request(
                         method, url, data=payload, timeout=timeout, allow_redirects=False
                     )
@@ -258,16 +265,13 @@ def user_agent() -> str:
     return f"flock-validator (worker {worker})" if worker else "flock-validator"
 
 
-def _session(api_key: str) -> requests.Session:
+def _session(api_key: str, cap: Cap) -> requests.Session:
     """A session for one try: nothing is reused, so every connection of a try is connected
     within its deadline (which covers only those) and nothing of an abandoned try lingers. No
     retries by urllib3 (Transport.call makes them) and, as requests' default, none after a
-    read error."""
-    session = requests.Session()
+    read error. Its answers are read under `cap` (the kit's bounded reader)."""
+    session = capped_session(cap)
     session.headers.update(
         {"flock-api-key": api_key, "Content-Type": "application/json", "User-Agent": user_agent()}
     )
-    adapter = HTTPAdapter(max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
     return session

@@ -18,12 +18,19 @@ from urllib.parse import quote
 import requests
 
 from validator.disk import DEFAULT_MIN_FREE_MB, MIB, free_bytes
+from validator.errors import AnswerTooLarge
+from validator.kit.bounded_reader import Answer, fetch_answer
+from validator.kit.deadline import CallAbandoned
 from validator.observe.doctor import Row
 from validator.options import DEFAULT_API_URL
 from validator.spec import ModuleSpec
 
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 TIMEOUT = (5.0, 15.0)  # connect, read: a doctor answers in seconds or says what hangs
+PROBE_DEADLINE_S = sum(TIMEOUT)  # a probe's whole answer, read under the kit's caps
+# What a probe's failure to get an answer is (AnswerTooLarge, its answer past the kit's cap,
+# is said on its own).
+UNANSWERED = (requests.RequestException, CallAbandoned)
 # The Date header has a one-second resolution and the request takes a while.
 SKEW_OK_SECONDS = 10.0
 HUB_PARALLEL = 8
@@ -77,13 +84,13 @@ def ledger_rows(api_url: str, api_key: str | None, task_ids: tuple[str, ...] = (
         return [Row.failed(name, "no key", "set FLOCK_API_KEY (or --flock-api-key)")]
     url = api_url.rstrip("/") + "/tasks/list"
     try:
-        response = requests.get(
-            url,
+        response = fetch_answer(
+            "GET", url, "ledger.tasks", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,
             headers={"flock-api-key": api_key},
-            timeout=TIMEOUT,
-            allow_redirects=False,
-        )
-    except requests.RequestException as exc:
+        )  # fmt: skip
+    except AnswerTooLarge as exc:
+        return [Row.failed(name, str(exc), "check --api-url / FLOCK_API_URL")]
+    except UNANSWERED as exc:
         return [
             Row.failed(
                 name,
@@ -96,9 +103,7 @@ def ledger_rows(api_url: str, api_key: str | None, task_ids: tuple[str, ...] = (
     return rows
 
 
-def _ledger_answer(
-    name: str, url: str, response: requests.Response, task_ids: tuple[str, ...]
-) -> Row:
+def _ledger_answer(name: str, url: str, response: Answer, task_ids: tuple[str, ...]) -> Row:
     status = response.status_code
     if status in (401, 403):
         return Row.failed(
@@ -205,8 +210,13 @@ def hub_rows(settings: Settings) -> list[Row]:
     def probe(base: str) -> tuple[str, str]:
         url = f"{endpoint}/{quote(base)}/resolve/main/config.json"
         try:
-            response = requests.head(url, headers=headers, timeout=TIMEOUT, allow_redirects=False)
-        except requests.RequestException as exc:
+            response = fetch_answer(
+                "HEAD", url, "hub.metadata", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,
+                headers=headers,
+            )  # fmt: skip
+        except AnswerTooLarge:
+            return base, "an answer over the kit's cap"
+        except UNANSWERED as exc:
             return base, f"unreachable ({type(exc).__name__})"
         code = response.headers.get("X-Error-Code", "")
         message = response.headers.get("X-Error-Message", "")
@@ -275,10 +285,13 @@ def _judge_endpoint_row(settings: Settings) -> Row:
         return Row.failed(name, f"{missing} not set", f"set {missing}")
     url = f"{base_url}/models"
     try:
-        response = requests.get(
-            url, headers={"Authorization": f"Bearer {key}"}, timeout=TIMEOUT, allow_redirects=False
-        )
-    except requests.RequestException as exc:
+        response = fetch_answer(
+            "GET", url, "judge.models", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,
+            headers={"Authorization": f"Bearer {key}"},
+        )  # fmt: skip
+    except AnswerTooLarge as exc:
+        return Row.failed(name, str(exc), "check OPENAI_BASE_URL")
+    except UNANSWERED as exc:
         return Row.failed(
             name, f"{url} unreachable ({type(exc).__name__})", "check OPENAI_BASE_URL"
         )

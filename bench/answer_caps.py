@@ -1,0 +1,102 @@
+"""What an answer at its cap can cost the validator's process (issue 40): for each JSON kind of
+the kit's bounded reader (validator/kit/answer_caps.py CAPS), the worst answer that passes
+its cap (as many values as it allows, and as many bytes, in one string) is checked and decoded
+as the validator would, and the longest of those holds of the interpreter (a thread that
+decodes holds the GIL: the scoring thread waits that long) and the memory it took are printed,
+beside what the same decode took for the issue's answers, read whole as before. The Hub's
+listing is decoded as huggingface_hub does (its `ModelInfo`).
+
+    .venv/bin/python -m bench.answer_caps [--old-mb 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+
+from tests.helpers.peak_rss import peak_bytes, reset_peak
+from validator.kit.bounded_reader import CAPS, check_values, parse
+
+MIB = 1 << 20
+STALL_TARGET_S = 0.5
+REPEATS = 3
+
+
+def measured(work: Callable[[], object]) -> tuple[float, int]:
+    """(the shortest of REPEATS runs in seconds, the memory the first took in bytes)."""
+    best = float("inf")
+    grown = 0
+    for index in range(REPEATS):
+        reset_peak()
+        before = peak_bytes()
+        began = time.perf_counter()
+        result = work()
+        best = min(best, time.perf_counter() - began)
+        if index == 0:
+            grown = peak_bytes() - before
+        del result
+    return best, grown
+
+
+def worst_answers(kind: str) -> dict[str, bytes]:
+    cap = CAPS[kind]
+    assert cap.max_values is not None
+    zeros = b"[" + b",".join([b"0"] * (cap.max_values - 2)) + b"]"
+    objects = b"[" + b",".join([b"{}"] * (cap.max_values // 2 - 1)) + b"]"  # 2 values each
+    string = b'["' + b"x" * (cap.max_bytes - 4) + b'"]'
+    return {"values": zeros, "objects": objects, "bytes": string}
+
+
+def decode(kind: str, data: bytes) -> Callable[[], object]:
+    cap = CAPS[kind]
+    if kind != "hub.listing":
+        return lambda: parse(data, cap, kind)
+
+    from huggingface_hub.hf_api import ModelInfo  # noqa: PLC0415 - the library's own model
+
+    def listing() -> object:
+        check_values(data, cap, kind)
+        return ModelInfo(**json.loads(data))
+
+    return listing
+
+
+def listing_at_cap() -> bytes:
+    """A Hub listing with as many files as the values cap lets through."""
+    cap = CAPS["hub.listing"]
+    files = cap.max_values // 3 - 10  # `, {"rfilename": ..., "size": 1}`: 3 values each
+    siblings = [{"rfilename": f"f{i:07d}.safetensors", "size": 1} for i in range(files)]
+    return json.dumps({"id": "o/r", "sha": "0" * 40, "siblings": siblings}).encode()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--old-mb", type=int, default=24, help="the old way's answer, in MB")
+    args = parser.parse_args()
+    rows = []
+    for kind, cap in CAPS.items():
+        if cap.max_values is None:
+            continue
+        answers = worst_answers(kind)
+        if kind == "hub.listing":
+            answers = {"files": listing_at_cap()}
+        for shape, data in answers.items():
+            seconds, grown = measured(decode(kind, data))
+            rows.append((kind, shape, len(data), seconds, grown))
+    print(f"{'kind':<18} {'worst answer':<8} {'bytes':>9} {'hold s':>8} {'memory MiB':>11}")
+    for kind, shape, size, seconds, grown in rows:
+        print(f"{kind:<18} {shape:<8} {size:>9} {seconds:>8.3f} {grown / MIB:>11.1f}")
+    longest = max(seconds for *_, seconds, _ in rows)
+    print(f"longest hold at a cap: {longest:.3f} s (target under {STALL_TARGET_S} s)")
+    old = b"[" + b",".join([b"{}"] * (args.old_mb * MIB // 3)) + b"]"
+    seconds, grown = measured(lambda: json.loads(old))
+    print(
+        f"before: a {len(old) // MIB} MB answer decoded whole: {seconds:.2f} s held, "
+        f"{grown / MIB:.0f} MiB"
+    )
+
+
+if __name__ == "__main__":
+    main()

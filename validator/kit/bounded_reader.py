@@ -1,0 +1,336 @@
+"""The one reader of answers from outside (issue 40): the Fed Ledger's, the Hub's, a judge's,
+GitHub's, a registry's. Whatever library makes the call, what the validator's process reads of
+an answer is capped by the kind of call (`CAPS`, in answer_caps.py; docs/reliability.md "Byte
+caps on answers"):
+
+- in bytes, counted as they arrive (decoded, so that a compressed answer counts at its real
+  size): past the cap the connection is closed and nothing more is read;
+- in JSON values, for answers that are JSON, counted before anything decodes them
+  (safe_json.value_count): a megabyte of `[{},{},...]` is 24 MB of Python objects, so bytes
+  alone do not bound what a parse costs in memory and in time holding the GIL;
+- within an overall deadline (validator/kit/deadline.py) that covers the reading, and the
+  parsing when it runs inside it too (`fetch_answer` then `Answer.json`, or a library's own parse).
+
+Past its cap an answer raises AnswerTooLarge, a TransientError: the sender's fault, transient
+for a service; the kit's hub makes it the submission's for a submission's own repo.
+
+The hooks, one per HTTP stack, each through the library's supported way of giving it a
+connection layer, so that the library itself is not re-implemented:
+
+- requests (the Fed Ledger transport, huggingface_hub 0.x's `configure_http_backend`, our own
+  calls through `fetch_answer`): `CappedAdapter`, a transport adapter around another;
+- httpx or httpx2 (huggingface_hub 1.x's `set_client_factory`, the `openai` client's
+  `http_client`): `capped_event_hooks`, the client's response hook, which hands the body to the
+  client through a counting stream (whatever transport, proxy or mount carries it).
+
+Each caps with the cap it was given, or, inside `reading_at_most(cap)`, with that one: a
+library's shared session then reads a listing, a file of a known size and an error page each
+under its own cap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import requests
+from pydantic import BaseModel
+from requests.adapters import BaseAdapter, HTTPAdapter
+
+from validator.errors import AnswerTooLarge
+from validator.kit.answer_caps import (
+    ANSWER_CAPS,
+    CAPS,
+    CHUNK,
+    ByteCounter,
+    Cap,
+    check_values,
+    current_cap,
+    file_cap,
+    reading_at_most,
+    too_large,
+    where,
+)
+from validator.kit.deadline import overall_deadline
+from validator.kit.safe_json import loads_bounded
+
+# The table and the counting live in answer_caps.py; named here too, the reader's names.
+__all__ = [
+    "ANSWER_CAPS",
+    "CAPS",
+    "Answer",
+    "Cap",
+    "CappedAdapter",
+    "cap_session",
+    "capped_event_hooks",
+    "capped_session",
+    "check_values",
+    "fetch_answer",
+    "file_cap",
+    "json_lines",
+    "parse",
+    "reading_at_most",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+class _CappedRaw:
+    """A urllib3 response whose reads count against a cap; everything else is the response's.
+    requests reads a body through `stream` (or `read`), so that is where the cap sits. A JSON
+    answer is read whole (within the cap) and its values counted before the first byte goes
+    on to whoever parses it."""
+
+    def __init__(self, raw: Any, cap: Cap, what: str) -> None:
+        self._raw = raw
+        self._counter = ByteCounter(cap, what)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+    def _count(self, size: int) -> None:
+        try:
+            self._counter.add(size)
+        except AnswerTooLarge:
+            self._raw.close()  # nothing more is read; the connection is not reused
+            raise
+
+    def stream(self, amt: int | None = CHUNK, decode_content: bool | None = None) -> Iterator:
+        cap = self._counter.cap
+        if cap.max_values is None:
+            for chunk in self._raw.stream(amt, decode_content=decode_content):
+                self._count(len(chunk))
+                yield chunk
+            return
+        body = bytearray()
+        for chunk in self._raw.stream(amt, decode_content=decode_content):
+            self._count(len(chunk))
+            body += chunk
+        check_values(bytes(body), cap, self._counter.what)
+        if body:
+            yield bytes(body)
+
+    def read(self, amt: int | None = None, decode_content: bool | None = None, **kwargs: Any):
+        if amt is not None:
+            # Never more than one byte past the cap in one read (a caller may ask for a whole
+            # chunk of any size the server declared); a short read is a read.
+            amt = max(min(amt, self._counter.cap.max_bytes - self._counter.read + 1), 1)
+            data = self._raw.read(amt, decode_content=decode_content, **kwargs)
+            self._count(len(data))
+            return data
+        parts = []  # never one unbounded read
+        while chunk := self._raw.read(CHUNK, decode_content=decode_content, **kwargs):
+            self._count(len(chunk))
+            parts.append(chunk)
+        return b"".join(parts)
+
+
+class CappedAdapter(BaseAdapter):
+    """A requests transport adapter around `inner` (an HTTPAdapter unless given) whose answers
+    are read under `cap` (or the cap of `reading_at_most` around the call; None: not capped).
+    Mount it where the session would mount the adapter it wraps."""
+
+    def __init__(self, cap: Cap | None, inner: BaseAdapter | None = None) -> None:
+        super().__init__()
+        self.cap = cap
+        self.inner = inner if inner is not None else HTTPAdapter(max_retries=0)
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        response = self.inner.send(request, **kwargs)
+        cap = current_cap(self.cap)
+        if cap is not None and response.raw is not None:
+            response.raw = _CappedRaw(response.raw, cap, f"{request.method} {where(request.url)}")
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def capped_session(cap: Cap | None, inner: BaseAdapter | None = None) -> requests.Session:
+    """A session whose http(s) answers are read under `cap` (CappedAdapter); without `inner`,
+    urllib3 makes no retries of its own."""
+    session = requests.Session()
+    adapter = CappedAdapter(cap, inner)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def cap_session(session: requests.Session, cap: Cap | None) -> requests.Session:
+    """`session` with each adapter it mounts wrapped in a CappedAdapter (a library's own
+    session, made by its factory)."""
+    for prefix, adapter in list(session.adapters.items()):
+        if not isinstance(adapter, CappedAdapter):
+            session.mount(prefix, CappedAdapter(cap, adapter))
+    return session
+
+
+# -- httpx and httpx2 -------------------------------------------------------------------------
+
+_stream_classes: dict[str, type] = {}
+_stream_lock = threading.Lock()
+
+
+def _library(response: Any) -> Any:
+    """The httpx-like library (`httpx` or `httpx2`) that `response` belongs to."""
+    return importlib.import_module(type(response).__module__.split(".")[0])
+
+
+def _capped_stream_class(lib: Any) -> type:
+    """The library's SyncByteStream (its client checks the type) counting against a cap."""
+    with _stream_lock:
+        if lib.__name__ in _stream_classes:
+            return _stream_classes[lib.__name__]
+
+        class CappedStream(lib.SyncByteStream):  # type: ignore[name-defined,misc]
+            def __init__(self, inner: Any, cap: Cap, what: str) -> None:
+                self.inner, self.counter = inner, ByteCounter(cap, what)
+
+            def __iter__(self) -> Iterator[bytes]:
+                cap = self.counter.cap
+                body = bytearray()
+                try:
+                    for chunk in self.inner:
+                        self.counter.add(len(chunk))
+                        if cap.max_values is None:
+                            yield chunk
+                        else:
+                            body += chunk
+                except AnswerTooLarge:
+                    self.inner.close()
+                    raise
+                if cap.max_values is not None:
+                    check_values(bytes(body), cap, self.counter.what)
+                    yield bytes(body)
+
+            def close(self) -> None:
+                self.inner.close()
+
+        _stream_classes[lib.__name__] = CappedStream
+        return CappedStream
+
+
+def capped_event_hooks(cap: Cap | None = None) -> dict[str, list]:
+    """Event hooks for an httpx or httpx2 client (`Client(event_hooks=...)`) that read its
+    answers under `cap` (or the cap of `reading_at_most` around the call; None: not capped):
+    the client calls the response hook before it reads the body, whatever transport, proxy or
+    mount carries it, and the hook hands it the body through a counting stream. Requests ask
+    for no content coding: the client would decode a compressed answer whole, whatever its
+    size once decoded, so an answer that comes encoded all the same is refused."""
+
+    def on_request(request: Any) -> None:
+        if current_cap(cap) is not None:
+            request.headers["Accept-Encoding"] = "identity"
+
+    def on_response(response: Any) -> None:
+        limit = current_cap(cap)
+        if limit is None:
+            return
+        what = f"{response.request.method} {where(response.request.url)}"
+        coding = response.headers.get("Content-Encoding", "").strip().lower()
+        if coding not in ("", "identity"):
+            response.close()
+            raise AnswerTooLarge(
+                f"{what}: the answer came {coding}-encoded, which was not asked for (its "
+                "size once decoded is not bounded)",
+                kind=limit.kind,
+                max_bytes=limit.max_bytes,
+            )
+        stream_class = _capped_stream_class(_library(response))
+        response.stream = stream_class(response.stream, limit, what)
+
+    return {"request": [on_request], "response": [on_response]}
+
+
+# -- our own calls ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer read within its cap: status, headers, the body's bytes."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+    cap: Cap
+    what: str
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body decoded within the cap (JsonRefused, a ValueError, when it is not JSON or
+        nests too deep)."""
+        return parse(self.content, self.cap, self.what)
+
+    def model(self, model: type[M]) -> M:
+        """The body as `model` (pydantic; its `extra` setting decides what unknown keys do)."""
+        return model.model_validate(self.json())
+
+
+def parse(data: bytes, cap: Cap, what: str) -> Any:
+    """JSON `data` decoded only within `cap` (bytes, values, depth): JsonRefused otherwise."""
+    return loads_bounded(data, what, max_bytes=cap.max_bytes, max_values=cap.max_values)
+
+
+def json_lines(chunks: Iterable[bytes | str], cap: Cap, what: str) -> Iterator[Any]:
+    """A stream of JSON messages, one a line (the Docker engine's pull progress), each decoded
+    within `cap` as it completes: a line past the cap raises AnswerTooLarge, a line that is not
+    JSON JsonRefused; nothing is kept between lines."""
+    pending = bytearray()
+    for chunk in chunks:
+        pending += chunk.encode() if isinstance(chunk, str) else chunk
+        while (end := pending.find(b"\n")) >= 0:
+            line = bytes(pending[:end]).strip()
+            del pending[: end + 1]
+            if line:
+                yield _line(line, cap, what)
+        if len(pending) > cap.max_bytes:
+            raise too_large(cap, what, len(pending))
+    if pending.strip():
+        yield _line(bytes(pending).strip(), cap, what)
+
+
+def _line(line: bytes, cap: Cap, what: str) -> Any:
+    if len(line) > cap.max_bytes:
+        raise too_large(cap, what, len(line))
+    check_values(line, cap, what)
+    return parse(line, cap, what)
+
+
+def fetch_answer(
+    method: str,
+    url: str,
+    kind: str | Cap,
+    *,
+    deadline_s: float,
+    timeout: tuple[float, float],
+    headers: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    data: bytes | str | None = None,
+    what: str | None = None,
+) -> Answer:
+    """One request and its answer, read under the cap of `kind` (a name of CAPS, or a Cap)
+    within an overall deadline of `deadline_s`; no redirect is followed (a key never travels
+    to another host). Raises AnswerTooLarge past the cap, CallAbandoned past the deadline,
+    requests' errors as they come. Parse the answer inside the caller's own overall deadline
+    to have it cover the parse too."""
+    cap = CAPS[kind] if isinstance(kind, str) else kind
+    what = what or f"{method} {where(url)}"
+    with capped_session(cap) as session, overall_deadline(deadline_s, what):
+        response = session.request(
+            method,
+            url,
+            headers=dict(headers or {}),
+            params=dict(params or {}),
+            data=data,
+            timeout=timeout,
+            allow_redirects=False,
+        )
+        return Answer(response.status_code, response.headers, response.content, cap, what)

@@ -1,0 +1,72 @@
+"""huggingface_hub's HTTP as the kit's hub (validator/kit/hub.py) uses it: every answer read
+through the kit's bounded reader, and a fresh connection for every call (so that its overall
+deadline covers it), each by the library's own hooks, in both of the lines a module's stack
+may have (0.x on requests, 1.x on httpx)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from validator.kit.bounded_reader import CAPS, cap_session, capped_event_hooks
+
+_capped = False
+_capped_lock = threading.Lock()
+
+
+def cap_the_library() -> None:
+    """Every answer huggingface_hub reads goes through the kit's bounded reader, by the hook the
+    library has for it: 0.x makes its requests sessions with the factory given to
+    `configure_http_backend`, 1.x its httpx client with the one given to `set_client_factory`.
+    Outside `hub_call` (no cap of its own), an answer gets the cap of hub.metadata."""
+    global _capped
+    with _capped_lock:
+        if _capped:
+            return
+        import huggingface_hub  # noqa: PLC0415
+        from huggingface_hub.utils import _http  # noqa: PLC0415 - the library's own defaults
+
+        if hasattr(huggingface_hub, "configure_http_backend"):  # 0.x: requests
+            default = _http._default_backend_factory
+            huggingface_hub.configure_http_backend(
+                lambda: cap_session(default(), CAPS["hub.metadata"])
+            )
+        else:  # 1.x: httpx
+            huggingface_hub.set_client_factory(_capped_httpx_client)
+        _capped = True
+
+
+def _capped_httpx_client() -> Any:
+    """huggingface_hub 1.x's default client (`default_client_factory`: its request hook, which
+    refuses requests in offline mode, redirects followed, no timeout of its own) with the
+    kit's capping hooks, keeping no idle connection: each request connects anew, inside its
+    call's deadline, so the library's one client serves the whole process (a client per call
+    read the CA bundle again for every file: two thirds of the validator's CPU for an index of
+    1,000 shards; issue 40)."""
+    import httpx  # noqa: PLC0415 - 1.x only
+    from huggingface_hub.utils import _http  # noqa: PLC0415
+
+    hooks = capped_event_hooks(CAPS["hub.metadata"])
+    library_hook = getattr(_http, "hf_request_event_hook", None)
+    if library_hook is not None:
+        hooks["request"].insert(0, library_hook)
+    return httpx.Client(
+        event_hooks=hooks,
+        follow_redirects=True,
+        timeout=None,
+        limits=httpx.Limits(max_keepalive_connections=0),
+    )
+
+
+def fresh_connections() -> None:
+    """Makes the call connect anew inside its deadline: the deadline covers the sockets
+    connected within it, and a kept-alive connection from an earlier call (a listing, the file
+    before) would escape it. 0.x keeps a requests session per thread, dropped here with its pool
+    (`reset_sessions`; a module's Hub calls are made from one thread, so no other call is using
+    it); 1.x's one client keeps no connection alive (`_capped_httpx_client`), so there is
+    nothing to drop."""
+    from huggingface_hub.utils import _http  # noqa: PLC0415 - the library's own pool
+
+    reset = getattr(_http, "reset_sessions", None)
+    if reset is not None and not hasattr(_http, "set_client_factory"):
+        reset()
