@@ -36,7 +36,6 @@ from launcher.forwarded import (
     forwarded_args,
     forwarded_options,
     given,
-    refused_options,
 )
 from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
 from launcher.published import (
@@ -231,7 +230,7 @@ def main(ctx: click.Context, **options) -> None:
 
 
 FORWARDED = {option.name: option for option in forwarded_options(main.params)}
-main.params.extend([*FORWARDED.values(), *refused_options()])
+main.params.extend(FORWARDED.values())
 LauncherCommand.forwarded = FORWARDED
 REPORT_OPTIONS = {"report_json": "--json", "report_html": "--html", "report_worker": "--worker"}
 

@@ -24,10 +24,9 @@ from validator.entrypoint import main as validator_command
 from validator.errors import ExitCode
 from validator.spec import find_module_folders
 
-# The validator's options run.py does not pass on: what to give run.py instead.
-NOT_FORWARDED = {
-    "state_dir": "the journal is a Docker volume in a container: give --state-volume NAME",
-}
+# The validator's options run.py does not pass on: the journal is a Docker volume there
+# (--state-volume, which click's "did you mean" names for --state-dir).
+NOT_FORWARDED = frozenset({"state_dir"})
 FORWARDED_SECTION = "Validator options (passed on to `python -m validator` in the container)"
 COMMANDS = (
     ("python run.py MODULE [OPTIONS]", "validate MODULE's tasks in its container (this page)"),
@@ -59,21 +58,6 @@ def forwarded_options(own: Iterable[click.Parameter]) -> list[click.Option]:
             option.envvar = None
         forwarded.append(option)
     return forwarded
-
-
-def refused_options() -> list[click.Option]:
-    """The validator's options that run.py does not pass on, hidden, each refused naming what
-    to give instead (click's "did you mean" would only guess)."""
-
-    def refuse(ctx: click.Context, param: click.Parameter, value: object) -> None:
-        if ctx.get_parameter_source(param.name or "") is ParameterSource.COMMANDLINE:
-            raise click.BadParameter(NOT_FORWARDED[param.name or ""])
-
-    return [
-        click.Option(list(param.opts), param.name, hidden=True, expose_value=False, callback=refuse)
-        for param in validator_command.params
-        if param.name in NOT_FORWARDED
-    ]
 
 
 def forwarded_args(ctx: click.Context, options: Iterable[click.Option]) -> list[str]:
@@ -114,8 +98,7 @@ class LauncherCommand(click.Command):
         try:
             code = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.UsageError as exc:
-            path = exc.ctx.command_path if exc.ctx else "run.py"
-            say(f"error: {exc.format_message()} (see python {path} --help)")
+            say(f"error: {exc.format_message()} (see python run.py --help)")
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             say(f"error: {exc.format_message()}")

@@ -68,8 +68,15 @@ class LlmJudgeModule(BaseValidationModule):
         """The judge texts can be had and the judge endpoint answers with its models, the
         configured judge models among them: the validator runs this before it asks for any
         assignment, the doctor for its row."""
-        texts = judge_texts(config)
-        judge = endpoint_judge(config)
+        found, problems = [], []
+        for check in (judge_texts, endpoint_judge):  # every problem at once, not the first
+            try:
+                found.append(check(config))
+            except OperatorError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise OperatorError("; ".join(problems))
+        texts, judge = found
         return f"judge texts from {texts.source}; {judge.base_url} lists {len(judge.models)} models"
 
     def __init__(self, config: LlmJudgeConfig) -> None:
