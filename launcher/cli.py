@@ -47,6 +47,7 @@ from launcher.published import (
 )
 from launcher.report import run_reports, worker_volumes
 from launcher.supervisor import Supervisor, say
+from launcher.volumes import adopt_old_volumes
 from validator.config import declared_schema, resolved_configs
 from validator.errors import ConfigError, ExitCode
 from validator.options import gathered_secrets, missing_for_module, parse_task_ids
@@ -423,6 +424,8 @@ def launch(options: LaunchOptions) -> int:
         print(tag)
         return ExitCode.OK
     container = replace(container, image=tag)
+    if container.check_file is None:
+        adopt_old_volumes(client, tag, module, workers)  # before any worker starts on its own
     stop_timeout = options.stop_timeout or spec.stop_grace_seconds
     if len(workers) > 1:
         fleet = FleetSupervisor(

@@ -25,6 +25,7 @@ from launcher.containers import PASSED_ENV, state_volume_name
 from launcher.driver import check_driver
 from launcher.errors import UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, source_hash
+from launcher.volumes import old_volumes
 from validator.doctor import DEADLINE_OPTION, JUDGE_MODEL_OPTION
 from validator.errors import ConfigError, ExitCode
 from validator.observe.doctor import ROWS, Check, Row, exit_code, render, run_checks
@@ -278,7 +279,29 @@ def host_checks(
     if spec is not None and tag is not None:
         checks.append(with_engine("image", lambda c: image_row(c, spec, tag)))
     checks.append(with_engine("disk: Docker volumes", lambda c: docker_disk_row(c, min_free_mb)))
+    if spec is not None:
+        checks.append(with_engine("journal volumes", lambda c: journals_row(c, spec)))
     return checks
+
+
+def journals_row(client: docker.DockerClient, spec: ModuleSpec) -> Row:
+    """The journals run.py, Compose and Kubernetes read (one name per worker), and any that an
+    earlier compose.gpus.yaml named after a GPU: what they hold is read by nothing until run.py
+    moves it (launcher/volumes.py)."""
+    name = "journal volumes"
+    old = old_volumes(client, spec.name)
+    if old:
+        return Row.failed(
+            name,
+            f"{', '.join(old)}: journals named after a GPU by an earlier compose.gpus.yaml; "
+            "nothing reads them now",
+            f"`python run.py {spec.name} --gpus <ids> ...` moves them into its workers' "
+            "journals at start and submits what they hold",
+        )
+    base = state_volume_name(spec.name)
+    found = sorted(v.name for v in client.volumes.list(filters={"name": base}))
+    found = [v for v in found if v == base or v.removeprefix(base + "-").isdigit()]
+    return Row.ok(name, ", ".join(found) if found else f"none yet ({base} at the first start)")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
