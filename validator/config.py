@@ -132,7 +132,10 @@ def declared_schema(spec: ModuleSpec, folder: Path) -> type[BaseConfig] | None:
         else:
             found = importlib.import_module(package)
     except ImportError as exc:
-        raise ConfigError(f"{where} cannot be imported here: {exc}") from exc
+        raise ConfigError(
+            f"{where} cannot be imported here: {exc}; put the config in a file that imports "
+            "without the module's own dependencies (docs/module-api.md)"
+        ) from exc
     finally:
         if file_name:
             for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
