@@ -80,5 +80,6 @@ def check_driver(spec: ModuleSpec) -> DriverVerdict:
     return DriverVerdict(True, f"NVIDIA driver {_text(version)} ({need})")
 
 
-def _text(version: tuple[int, ...]) -> str:
-    return ".".join(f"{part:02d}" if at == 2 else str(part) for at, part in enumerate(version))
+def _text(version: tuple[int, int, int]) -> str:
+    major, minor, patch = version
+    return f"{major}.{minor}.{patch:02d}"  # as nvidia-smi writes it: 580.65.06
