@@ -285,3 +285,20 @@ def test_a_green_doctor_needs_valid_configs_and_every_setting(ledger, hub, confi
     code, output = run_inner("fixture", ["--config-dir", str(config_dir)], env)
     result, text = rows_of(output)["module setup"]
     assert result == "failed" and "module fixture's start-up checks: no FIXTURE_URL set" in text
+
+
+def test_with_the_engine_down_every_check_that_needs_it_is_a_row(ledger, config_dir):
+    """Issue 39: the rows that need the Docker engine were missing when it was down (5 rows
+    instead of 8); each is now a row that says what it needs, the others run as usual."""
+    env = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "FLOCK_API_KEY": KEY,
+           "FLOCK_API_URL": ledger.api_url}  # fmt: skip
+    args = ["rl", "--config-dir", str(config_dir), "--task_ids", "12", "--timeout", "20"]
+    result = CliRunner().invoke(host_doctor.main, args, env=env)
+    rows = rows_of(result.output)
+    assert result.exit_code == CHECK_FAILED
+    assert rows["Docker engine"][0] == "failed"
+    for check in ("GPU", "image", "disk: Docker volumes", "journal volumes", "module setup"):
+        found, text = rows[check]
+        assert found == "skipped" and text.startswith("needs the Docker engine"), (check, text)
+    assert rows["Fed Ledger"][0] == "ok" and rows["configs"][0] == "ok"
+    assert rows["settings"] == ("ok", "task ids 12; FLOCK_API_KEY set")
