@@ -158,7 +158,8 @@ def test_module_setup_fails_before_any_lookup(tmp_path):
     write_config(tmp_path, "fixture", {"setup_problem": "set FIXTURE_URL: the fixture's server"})
     env = validator_env(tmp_path)
     with Simulator({"tasks": [task(12, ["ok/abc"])]}, tmp_path) as sim:
-        result = run_validator(loop_args("fixture", sim.api_url, "12"), env)
+        args = loop_args("fixture", sim.api_url, "12", "--max-assignments", "1")
+        result = run_validator(args, env)
         assert result.returncode == 3, result.stderr
         assert "module fixture's start-up checks: set FIXTURE_URL" in result.stderr
         assert sim.state()["requests"] == []

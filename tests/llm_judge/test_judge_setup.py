@@ -25,15 +25,14 @@ LOOKUP = "/api/v1/tasks/request-validation-assignment/12"
 
 @pytest.fixture
 def world(tmp_path):
-    """A state and config dir whose llm_judge config reads local judge texts, the simulator
-    with task 12 (no submission waiting), and the environment of a validator."""
+    """A state and config dir whose llm_judge config reads local judge texts, and the
+    environment of a validator."""
     source = write_judge_source(tmp_path / "judge-source")
     env = validator_env(tmp_path, OPENAI_API_KEY=KEY)
     env.pop("OPENAI_BASE_URL", None)
     config = {"supported_base_models": ["tiny/base"], "prompt_source": str(source)}
     (tmp_path / "configs" / "llm_judge.json").write_text(json.dumps(config))
-    with Simulator({"tasks": [task(12, [])]}, tmp_path) as sim:
-        yield tmp_path, env, sim
+    return tmp_path, env
 
 
 def setup_row(env: dict[str, str], *args: str) -> tuple[str, str]:
@@ -48,20 +47,26 @@ def setup_row(env: dict[str, str], *args: str) -> tuple[str, str]:
 
 def test_an_unset_judge_url_stops_the_validator_before_any_lookup(world):
     """Before, the validator took assignment 1 and stopped only when the module started."""
-    tmp_path, env, sim = world
-    result = run_validator(loop_args("llm_judge", sim.api_url, "12"), env, timeout=180)
+    tmp_path, env = world
+    with Simulator({"tasks": [task(12, ["alice/model"])]}, tmp_path) as sim:
+        args = loop_args("llm_judge", sim.api_url, "12", "--max-assignments", "1")
+        result = run_validator(args, env, timeout=180)
+        asked = sim.state()["requests"]
     assert result.returncode == 3, result.stderr
     lines = [line for line in result.stderr.splitlines() if "missing OPENAI_BASE_URL" in line]
     assert lines and "module llm_judge's start-up checks" in lines[-1], result.stderr
-    assert sim.state()["requests"] == []  # not a lookup, not even the task list
+    assert asked == []  # not a lookup, not even the task list
     said = lines[-1].split("operator action needed: ", 1)[1]
     found, text = setup_row(env)  # the doctor says the same
     assert found == "failed" and text.startswith(said + " -> "), text
 
 
 def test_the_judge_rows_of_the_doctor_and_a_start_that_follows_a_green_one(world):
-    tmp_path, env, sim = world
-    with LocalJudge(["judge-a"], KEY) as judge:
+    tmp_path, env = world
+    with (
+        LocalJudge(["judge-a"], KEY) as judge,
+        Simulator({"tasks": [task(12, [])]}, tmp_path) as sim,
+    ):
         env = {**env, "OPENAI_BASE_URL": judge.endpoint}
         found, text = setup_row(env, "--judge-model", "judge-a")
         assert found == "ok" and f"{judge.endpoint} lists 1 models" in text
@@ -83,7 +88,7 @@ def test_the_judge_rows_of_the_doctor_and_a_start_that_follows_a_green_one(world
 
 
 def test_a_judge_listing_of_the_wrong_shape_or_that_never_ends_is_a_row(world):
-    tmp_path, env, _ = world
+    _, env = world
     with OddServer({"/v1/models": {"data": 5}, "/slow/v1/models": TRICKLE}) as odd:
         found, text = setup_row({**env, "OPENAI_BASE_URL": odd.root_url + "/v1"})
         assert found == "failed" and "GET /models answered something that is not a model list" in (
