@@ -31,12 +31,7 @@ from launcher.driver import check_driver
 from launcher.errors import LaunchError, UsageError
 from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
 from launcher.fleet_run import FleetSupervisor, worker_containers
-from launcher.forwarded import (
-    LauncherCommand,
-    forwarded_args,
-    forwarded_options,
-    given,
-)
+from launcher.forwarded import LauncherCommand, forwarded_options, launch_values
 from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
 from launcher.published import (
     DEFAULT_REGISTRY,
@@ -217,7 +212,7 @@ def main(ctx: click.Context, **options) -> None:
     with `report`, show what its journal holds. Every option is checked here, the validator's
     too, before anything is built or started."""
     try:
-        code = launch(LaunchOptions(**launch_values(ctx, options)))
+        code = launch(LaunchOptions(**launch_values(ctx, options, FORWARDED)))
     except LaunchError as exc:
         say(f"error: {exc}")
         code = exc.exit_code
@@ -233,33 +228,6 @@ def main(ctx: click.Context, **options) -> None:
 FORWARDED = {option.name: option for option in forwarded_options(main.params)}
 main.params.extend(FORWARDED.values())
 LauncherCommand.forwarded = FORWARDED
-REPORT_OPTIONS = {"report_json": "--json", "report_html": "--html", "report_worker": "--worker"}
-
-
-def launch_values(ctx: click.Context, options: dict) -> dict:
-    """LaunchOptions' fields from what click read: the validator's options as its arguments
-    (`passthrough`), `report` and its options as the report's; UsageError for an option of
-    the other command."""
-    forwarded = [FORWARDED[name] for name in FORWARDED]
-    passthrough = forwarded_args(ctx, forwarded)
-    for name in FORWARDED:
-        options.pop(name)
-    report = [REPORT_OPTIONS[name] for name in REPORT_OPTIONS if options[name]]
-    json_output, html_file = options.pop("report_json"), options.pop("report_html")
-    if options.pop("action") == "report":
-        if passthrough:
-            raise click.UsageError(
-                f"{', '.join(given(ctx, forwarded))}: the validator's, not the report's"
-            )
-        passthrough = ["report", *(["--json"] if json_output else [])]
-        passthrough += ["--html", html_file] if html_file else []
-    elif report:
-        goes = "goes" if len(report) == 1 else "go"
-        raise click.UsageError(
-            f"{', '.join(report)} {goes} with report: python run.py MODULE report {report[0]} ..."
-        )
-    task_ids = options.pop("task_ids")
-    return {**options, "passthrough": passthrough, "task_ids": ",".join(task_ids or []) or None}
 
 
 @dataclass(frozen=True)

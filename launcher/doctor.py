@@ -9,7 +9,6 @@ servers do; exit 0 when nothing failed, 1 otherwise, 2 for usage."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -17,31 +16,28 @@ from pathlib import Path
 
 import click
 import docker
-import requests
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from pydantic import ValidationError
 
-from launcher.containers import PASSED_ENV, state_volume_name
-from launcher.driver import check_driver
+from launcher.doctor_rows import (
+    compose_row,
+    docker_disk_row,
+    driver_row,
+    engine_row,
+    gpu_row,
+    image_exists,
+    image_row,
+    journals_row,
+    setup_in_image,
+)
 from launcher.errors import UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, source_hash
-from launcher.volumes import old_volumes
 from validator.doctor import DEADLINE_OPTION, JUDGE_MODEL_OPTION
 from validator.errors import ConfigError, ExitCode
-from validator.observe.doctor import ROWS, Check, Row, exit_code, render, run_checks
-from validator.observe.doctor_checks import (
-    DEFAULT_HF_MIN_FREE_GB,
-    SETUP,
-    Settings,
-    disk_row,
-    service_checks,
-)
+from validator.observe.doctor import Check, Row, exit_code, render, run_checks
+from validator.observe.doctor_checks import DEFAULT_HF_MIN_FREE_GB, SETUP, Settings, service_checks
 from validator.options import DEFAULT_API_URL, gathered_secrets, parse_task_ids, secret_names
-from validator.spec import CONFIG_PATH, REPO_ROOT, STATE_PATH, ModuleSpec, load_spec, module_folder
+from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder
 
 DEFAULT_MIN_GPU_GB = 16.0
-GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,memory.free", "--format=csv,noheader,nounits"]
-GPU_PROBE_TIMEOUT = 120
 
 
 def image_tag(
@@ -53,128 +49,6 @@ def image_tag(
     """The content-hash tag run.py would build or reuse for these sources (launcher/images.py)."""
     build = BuildSpec(spec.name, REPO_ROOT, base_image, installer, pip_options, spec.environment)
     return f"flock-validator-{spec.name.lower()}:{source_hash(build)[:12]}"
-
-
-def engine_row(timeout: float = 30) -> tuple[Row, docker.DockerClient | None]:
-    try:
-        client = docker.from_env(timeout=max(1, int(timeout)))
-        client.ping()
-        version = client.version()
-    except DockerException as exc:
-        return (
-            Row.failed(
-                "Docker engine",
-                f"unreachable ({type(exc).__name__})",
-                "install and start Docker; add this user to the docker group",
-            ),
-            None,
-        )
-    return Row.ok("Docker engine", f"Docker {version.get('Version', '?')}"), client
-
-
-def compose_row() -> Row:
-    name = "Docker Compose v2"
-    try:
-        done = subprocess.run(
-            ["docker", "compose", "version", "--short"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        done = None
-        why = type(exc).__name__
-    if done is not None and done.returncode == 0 and done.stdout.strip().lstrip("v")[:1] >= "2":
-        return Row.ok(name, f"docker compose {done.stdout.strip()}")
-    why = (done.stderr.strip()[:120] if done is not None else why) or "not installed"
-    # run.py needs no Compose; `docker compose up` with compose.yaml does.
-    return Row.warning(
-        name, f"`docker compose` unavailable: {why}", "install docker-compose-plugin"
-    )
-
-
-def gpu_row(
-    client: docker.DockerClient, spec: ModuleSpec | None, image: str | None, min_gpu_gb: float
-) -> Row:
-    name = "GPU"
-    if spec is not None and not spec.gpu:
-        return Row.ok(name, f"not needed: {spec.name} runs on the CPU")
-    runtimes = sorted(client.info().get("Runtimes") or {})
-    if "nvidia" not in runtimes and not _cdi_gpus(client):
-        return Row.failed(
-            name,
-            f"this Docker engine has no NVIDIA runtime (runtimes: "
-            f"{', '.join(runtimes) or 'none'}): no container here can see a GPU",
-            "on a GPU host install the NVIDIA driver and Container Toolkit, then "
-            "`sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker",
-        )
-    if image is None:
-        return Row.warning(name, "NVIDIA runtime present; no image to look from", "build the image")
-    try:
-        output = client.containers.run(
-            image,
-            GPU_QUERY,
-            entrypoint=[],
-            device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
-            remove=True,
-            stderr=True,
-        ).decode(errors="replace")
-    except (APIError, DockerException) as exc:
-        return Row.failed(
-            name,
-            f"no GPU visible from inside {image}: {str(exc)[:160]}",
-            "check `nvidia-smi` on the host and the toolkit's configuration",
-        )
-    return gpu_memory_row(output, min_gpu_gb)
-
-
-def gpu_memory_row(nvidia_smi: str, min_gpu_gb: float) -> Row:
-    """nvidia-smi's CSV (index, name, free MiB) against the module's need per GPU."""
-    gpus = []
-    for line in nvidia_smi.strip().splitlines():
-        try:
-            index, gpu, free_mib = (part.strip() for part in line.split(","))
-        except ValueError:  # not the query's three columns
-            continue
-        if free_mib.isdigit():
-            gpus.append((index, gpu, int(free_mib) / 1024))
-    if not gpus:
-        return Row.failed("GPU", "no GPU listed from inside the image", "check `nvidia-smi`")
-    short = [f"GPU {index} ({free:.0f} GiB free)" for index, _, free in gpus if free < min_gpu_gb]
-    found = ", ".join(f"{index}: {gpu} {free:.0f} GiB free" for index, gpu, free in gpus)
-    if short:
-        return Row.failed(
-            "GPU",
-            f"{'; '.join(short)} under the {min_gpu_gb:g} GiB needed; {found}",
-            "stop what else uses those GPUs, or leave them out with --gpus",
-        )
-    return Row.ok("GPU", found)
-
-
-def _cdi_gpus(client: docker.DockerClient) -> bool:
-    """Newer engines hand out GPUs through CDI devices instead of a named runtime."""
-    devices = client.info().get("DiscoveredDevices") or []
-    return any("nvidia.com/gpu" in str(device.get("ID", "")) for device in devices)
-
-
-def image_row(client: docker.DockerClient, spec: ModuleSpec, tag: str) -> Row:
-    name = "image"
-    try:
-        client.images.get(tag)
-        return Row.ok(name, f"{tag} is built from these sources")
-    except ImageNotFound:
-        pass
-    repository = tag.partition(":")[0]
-    older = [t for image in client.images.list(name=repository) for t in image.tags]
-    found = f"{tag} not built; older: {', '.join(older[:3])}" if older else f"{tag} not built"
-    return Row.warning(
-        name,
-        found,
-        f"`python run.py {spec.name} --build-only` builds it now (run.py also builds it at start)",
-    )
-
-
-def docker_disk_row(client: docker.DockerClient, floor_mb: int) -> Row:
-    """The journal and the HF cache are Docker volumes: they live under Docker's root dir."""
-    root = Path(client.info().get("DockerRootDir") or "/var/lib/docker")
-    return disk_row("disk: Docker volumes", root, floor_mb)
 
 
 class Once:
@@ -189,65 +63,6 @@ class Once:
             if self._value is None:
                 self._value = self._make()
             return self._value
-
-
-def driver_row(spec: ModuleSpec) -> Row:
-    verdict = check_driver(spec)
-    if verdict.ok:
-        return Row.ok("NVIDIA driver", verdict.line)
-    if not verdict.known:
-        return Row.warning("NVIDIA driver", verdict.line, "check `nvidia-smi` on this host")
-    line, _, fix = verdict.line.partition(" -> ")
-    return Row.failed("NVIDIA driver", line, fix)
-
-
-def setup_in_image(
-    client: docker.DockerClient,
-    spec: ModuleSpec,
-    tag: str,
-    settings: Settings,
-    secrets: dict[str, str | None],
-    deadline: float,
-) -> Row:
-    """The module's own start-up checks (`check_setup`), run where its code runs: `python -m
-    validator doctor MODULE --only "module setup" --json` in its image, with the configs, the
-    journal volume (the judge texts' cache) and the environment run.py gives the validator."""
-    inner = max(1.0, round(deadline * 0.6, 1))
-    command = ["doctor", spec.name, "--only", SETUP, "--json", "--timeout", f"{inner:g}"]
-    command += ["--state-dir", STATE_PATH, "--config-dir", CONFIG_PATH]
-    command += ["--task_ids", ",".join(settings.task_ids)] if settings.task_ids else []
-    for model in settings.judge_models:
-        command += ["--judge-model", model]
-    names = (*PASSED_ENV, *spec.env)
-    environment = {k: v for k, v in settings.env.items() if k in names and v}
-    environment.update({k: v for k, v in secrets.items() if v})
-    volumes = {str(Path(settings.config_dir or REPO_ROOT / "configs").resolve()): {
-        "bind": CONFIG_PATH, "mode": "ro"}}  # fmt: skip
-    state = state_volume_name(spec.name)
-    if client.volumes.list(filters={"name": state}):  # never made here: run.py makes it
-        volumes[state] = {"bind": STATE_PATH, "mode": "rw"}
-    container = client.containers.run(
-        tag, command, environment=environment, volumes=volumes, network_mode="host", detach=True
-    )
-    try:
-        container.wait(timeout=deadline * 0.9)
-        output = container.logs(stdout=True, stderr=False)
-        said = container.logs(stdout=False, stderr=True).decode(errors="replace").strip()
-    except (requests.RequestException, DockerException):
-        return Row.failed(SETUP, f"no answer from {tag} within {deadline * 0.9:g} s", "")
-    finally:
-        try:
-            container.remove(force=True)
-        except DockerException:
-            pass
-    try:
-        rows = [row for row in ROWS.validate_json(output) if row.check == SETUP]
-    except ValidationError:
-        rows = []
-    if not rows:
-        last = said.splitlines()[-1] if said else "no output"
-        return Row.failed(SETUP, f"the doctor in {tag} gave no row: {last}", "")
-    return rows[0]
 
 
 def host_checks(
@@ -273,7 +88,7 @@ def host_checks(
         checks.append(Check(("NVIDIA driver",), lambda: [driver_row(spec)], "check nvidia-smi"))
 
     def present(client):
-        return tag if tag and _exists(client, tag) else None
+        return tag if tag and image_exists(client, tag) else None
 
     checks.append(with_engine("GPU", lambda c: gpu_row(c, spec, present(c), min_gpu_gb)))
     if spec is not None and tag is not None:
@@ -282,26 +97,6 @@ def host_checks(
     if spec is not None:
         checks.append(with_engine("journal volumes", lambda c: journals_row(c, spec)))
     return checks
-
-
-def journals_row(client: docker.DockerClient, spec: ModuleSpec) -> Row:
-    """The journals run.py, Compose and Kubernetes read (one name per worker), and any that an
-    earlier compose.gpus.yaml named after a GPU: what they hold is read by nothing until run.py
-    moves it (launcher/volumes.py)."""
-    name = "journal volumes"
-    old = old_volumes(client, spec.name)
-    if old:
-        return Row.failed(
-            name,
-            f"{', '.join(old)}: journals named after a GPU by an earlier compose.gpus.yaml; "
-            "nothing reads them now",
-            f"`python run.py {spec.name} --gpus <ids> ...` moves them into its workers' "
-            "journals at start and submits what they hold",
-        )
-    base = state_volume_name(spec.name)
-    found = sorted(v.name for v in client.volumes.list(filters={"name": base}))
-    found = [v for v in found if v == base or v.removeprefix(base + "-").isdigit()]
-    return Row.ok(name, ", ".join(found) if found else f"none yet ({base} at the first start)")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -420,7 +215,7 @@ def doctor(
         client = engine()[1]
         if client is None:
             return [Row.skipped(SETUP, "the Docker engine (the module's code runs in its image)")]
-        if not _exists(client, tag):
+        if not image_exists(client, tag):
             return [
                 Row.skipped(
                     SETUP,
@@ -436,11 +231,3 @@ def doctor(
         for check in service_checks(settings)
     ]
     return run_checks([*checks, *service], deadline), list(secrets.values())
-
-
-def _exists(client: docker.DockerClient, tag: str) -> bool:
-    try:
-        client.images.get(tag)
-        return True
-    except (ImageNotFound, NotFound):
-        return False

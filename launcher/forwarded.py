@@ -88,6 +88,37 @@ def given(ctx: click.Context, options: Iterable[click.Option]) -> list[str]:
     ]
 
 
+REPORT_OPTIONS = {"report_json": "--json", "report_html": "--html", "report_worker": "--worker"}
+
+
+def launch_values(
+    ctx: click.Context, options: dict, forwarded_by_name: Mapping[str, click.Option]
+) -> dict:
+    """LaunchOptions' fields from what click read: the validator's options as its arguments
+    (`passthrough`), `report` and its options as the report's; UsageError for an option of
+    the other command."""
+    forwarded = list(forwarded_by_name.values())
+    passthrough = forwarded_args(ctx, forwarded)
+    for name in forwarded_by_name:
+        options.pop(name)
+    report = [REPORT_OPTIONS[name] for name in REPORT_OPTIONS if options[name]]
+    json_output, html_file = options.pop("report_json"), options.pop("report_html")
+    if options.pop("action") == "report":
+        if passthrough:
+            raise click.UsageError(
+                f"{', '.join(given(ctx, forwarded))}: the validator's, not the report's"
+            )
+        passthrough = ["report", *(["--json"] if json_output else [])]
+        passthrough += ["--html", html_file] if html_file else []
+    elif report:
+        goes = "goes" if len(report) == 1 else "go"
+        raise click.UsageError(
+            f"{', '.join(report)} {goes} with report: python run.py MODULE report {report[0]} ..."
+        )
+    task_ids = options.pop("task_ids")
+    return {**options, "passthrough": passthrough, "task_ids": ",".join(task_ids or []) or None}
+
+
 class LauncherCommand(click.Command):
     """run.py's help: its own options, then the validator's in a section of their own, then
     the modules of this checkout and run.py's other commands. A usage error is one line."""

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
 from launcher import doctor as host_doctor
+from launcher import doctor_rows
 from tests.helpers.odd_server import TRICKLE, OddServer
 from validator.doctor import main as inner_doctor
 from validator.observe.doctor import CHECK_FAILED
@@ -181,9 +182,9 @@ def test_clock_skew_is_a_warning():
 
 def test_gpu_memory_against_the_need():
     smi = "0, NVIDIA H100, 81000\n1, NVIDIA H100, 2000\n"
-    assert host_doctor.gpu_memory_row(smi, 16).result == "failed"
-    assert "GPU 1 (2 GiB free)" in host_doctor.gpu_memory_row(smi, 16).detail
-    assert host_doctor.gpu_memory_row(smi.splitlines()[0], 16).result == "ok"
+    assert doctor_rows.gpu_memory_row(smi, 16).result == "failed"
+    assert "GPU 1 (2 GiB free)" in doctor_rows.gpu_memory_row(smi, 16).detail
+    assert doctor_rows.gpu_memory_row(smi.splitlines()[0], 16).result == "ok"
 
 
 @pytest.mark.docker
@@ -191,20 +192,20 @@ def test_host_rows_against_the_real_engine(engine):
     client = docker.from_env()
     spec = load_spec(REPO_ROOT / "modules" / "lora")
     runtimes = client.info().get("Runtimes") or {}
-    gpu = host_doctor.gpu_row(client, spec, None, 16)
+    gpu = doctor_rows.gpu_row(client, spec, None, 16)
     if "nvidia" not in runtimes:  # this CI host: the row says why it cannot pass
         assert gpu.result == "failed" and "no NVIDIA runtime" in gpu.detail
         assert "Container Toolkit" in gpu.fix
     else:
         assert gpu.result == "warning"  # no image given to look from
     tag = host_doctor.image_tag(spec)
-    assert host_doctor.image_row(client, spec, tag).result == "warning"
-    assert "--build-only" in host_doctor.image_row(client, spec, tag).fix
+    assert doctor_rows.image_row(client, spec, tag).result == "warning"
+    assert "--build-only" in doctor_rows.image_row(client, spec, tag).fix
     # Any image the engine holds stands in for a build of these sources.
     image = next(image for image in client.images.list() if image.tags)
     image.tag(tag)
     try:
-        row = host_doctor.image_row(client, spec, tag)
+        row = doctor_rows.image_row(client, spec, tag)
         assert row.result == "ok" and tag in row.detail
     finally:
         client.images.remove(tag)

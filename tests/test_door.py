@@ -27,12 +27,13 @@ from devkit.validator_cli import (
     write_config,
 )
 from launcher import doctor as host_doctor
-from launcher.cli import launch_values
+from launcher import doctor_rows
+from launcher.cli import FORWARDED
 from launcher.cli import main as run_py_main
-from launcher.forwarded import FORWARDED_SECTION, NOT_FORWARDED
+from launcher.forwarded import FORWARDED_SECTION, NOT_FORWARDED, launch_values
 from validator.doctor import main as inner_doctor
 from validator.entrypoint import main as validator_main
-from validator.spec import find_module_folders
+from validator.spec import REPO_ROOT, find_module_folders, load_spec
 
 NOWHERE = "unix:///nonexistent/docker.sock"
 LOOKUP = "/api/v1/tasks/request-validation-assignment/12"
@@ -92,7 +93,7 @@ def test_the_validators_options_go_on_as_given():
     context = run_py_main.make_context(
         "run.py", ["rl", "--task_ids", "1", "--time-sleep", "3", "--debug", "--no-protocol-watch"]
     )
-    values = launch_values(context, dict(context.params))
+    values = launch_values(context, dict(context.params), FORWARDED)
     assert values["passthrough"] == ["--time-sleep", "3.0", "--debug", "--no-protocol-watch"]
 
 
@@ -144,7 +145,7 @@ def test_a_driver_too_old_for_the_modules_cuda_stops_run_py_and_fails_the_doctor
         "--gpus none"
     ]
     monkeypatch.setenv("PATH", old)
-    row = host_doctor.driver_row(host_doctor.load_spec(host_doctor.module_folder("lora")))
+    row = doctor_rows.driver_row(load_spec(REPO_ROOT / "modules" / "lora"))
     assert row.result == "failed" and row.detail.startswith("NVIDIA driver 535.183.01: lora's")
     assert run_py("lora", "--gpus", "none", "--task_ids", "12", PATH=old, **secrets).exit_code == 3
     new = stand_in_nvidia_smi(tmp_path, "580.82.07")
