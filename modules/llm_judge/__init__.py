@@ -69,7 +69,7 @@ class LlmJudgeModule(BaseValidationModule):
         configured judge models among them: the validator runs this before it asks for any
         assignment, the doctor for its row."""
         found, problems = [], []
-        for check in (judge_texts, endpoint_judge):  # every problem at once, not the first
+        for check in (read_judge_texts, endpoint_judge):  # every problem at once, not the first
             try:
                 found.append(check(config))
             except OperatorError as exc:
@@ -83,7 +83,7 @@ class LlmJudgeModule(BaseValidationModule):
         super().__init__(config)
         # The same as check_setup, which the validator ran at start: the texts and the judge
         # are kept here.
-        self.texts = judge_texts(config)
+        self.texts = read_judge_texts(config)
         self.judge = endpoint_judge(config)
         self.sampling = Sampling(
             temperature=config.temperature,
@@ -194,7 +194,7 @@ class LlmJudgeModule(BaseValidationModule):
         self._work.clean()
 
 
-def judge_texts(config: LlmJudgeConfig) -> JudgeTexts:
+def read_judge_texts(config: LlmJudgeConfig) -> JudgeTexts:
     """The rubric and judge-system texts: protocol data read at start-up (the network's wording
     by default); a source that cannot be had is an OperatorError. Fetched texts are cached in
     the run's state dir, for a start with the source down."""
