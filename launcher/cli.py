@@ -2,7 +2,9 @@
 
 Builds the module's image when it is missing or its inputs changed (or uses `--image`), runs
 `python -m validator` in it with the GPUs, configs, volumes and tokens it needs, and hands it
-to the supervisor. Options it does not know itself are passed through to the validator.
+to the supervisor. The validator's own options are options of this command too
+(launcher/forwarded.py): every option, every task id and every config file is checked here,
+before any image is built or any container started.
 """
 
 from __future__ import annotations
@@ -26,19 +28,23 @@ from launcher.containers import (
     volume_name,
 )
 from launcher.docker_errors import docker_client, lost_engine
+from launcher.driver import check_driver
 from launcher.errors import LaunchError, UsageError
 from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
 from launcher.fleet_run import FleetSupervisor, worker_containers
 from launcher.follow import Follower
 from launcher.follow import check_options as check_follow
 from launcher.follow import interval as follow_interval
+from launcher.forwarded import LauncherCommand, forwarded_options, launch_values
 from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
 from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, checkout_version, pull_verified
 from launcher.release_channel import CHANNEL_ENV, DEFAULT_CHANNEL, Channel
 from launcher.report import run_reports, worker_volumes
 from launcher.supervisor import Supervisor, say
+from launcher.volumes import adopt_old_volumes
+from validator.config import declared_schema, resolved_configs
 from validator.errors import ConfigError, ExitCode
-from validator.options import gathered_secrets, missing_for_module
+from validator.options import gathered_secrets, missing_for_module, parse_task_ids
 from validator.spec import (
     CORE_SECRETS,
     REPO_ROOT,
@@ -64,15 +70,23 @@ def module_spec(repo_root: Path, module: str) -> ModuleSpec:
     return spec
 
 
+def check_configs(spec: ModuleSpec, config_dir: Path, task_ids: list[str]) -> None:
+    """configs/<module>.json and each task's file, with the schema the spec names, here on the
+    host; UsageError naming the host's file and the key (and the key meant)."""
+    try:
+        schema = declared_schema(spec, module_folder(spec.name, REPO_ROOT))
+        if schema is not None:
+            resolved_configs(schema, config_dir, spec.name, task_ids)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
 @click.command(
-    context_settings={
-        "ignore_unknown_options": True,
-        "allow_extra_args": True,
-        "help_option_names": ["-h", "--help"],
-        "max_content_width": 100,
-    }
+    cls=LauncherCommand,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.argument("module")
+@click.argument("action", required=False, metavar="[report]", type=click.Choice(["report"]))
 @click.option(
     "--gpus",
     help="all or none (one container), or GPU ids such as 0,1,2,3: one worker container per "
@@ -98,6 +112,13 @@ def module_spec(repo_root: Path, module: str) -> ModuleSpec:
     "report_worker",
     type=click.IntRange(min=0),
     help="With `report`: only worker K's journal [default: every worker's, with totals].",
+)
+@click.option("--json", "report_json", is_flag=True, help="With `report`: the report as JSON.")
+@click.option(
+    "--html",
+    "report_html",
+    metavar="FILE",
+    help="With `report`: write one page with plots to FILE (one worker's journal).",
 )
 @click.option("--image", help="Use this prebuilt image instead of building one.")
 @click.option("--rebuild", is_flag=True, help="Build the image even if it exists.")
@@ -177,7 +198,12 @@ def module_spec(repo_root: Path, module: str) -> ModuleSpec:
     "validator is killed [default: the module's stop_grace_seconds].",
 )
 @click.option(
-    "--task_ids", "--task-ids", "task_ids", envvar="TASK_IDS", help="Comma-separated task ids."
+    "--task_ids",
+    "--task-ids",
+    "task_ids",
+    envvar="TASK_IDS",
+    callback=parse_task_ids,
+    help="Comma-separated task ids (positive whole numbers), e.g. 12,34.",
 )
 @click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
 @click.option(
@@ -194,11 +220,11 @@ def module_spec(repo_root: Path, module: str) -> ModuleSpec:
 )
 @click.pass_context
 def main(ctx: click.Context, **options) -> None:
-    """Run the validator for MODULE in its container. Other options go to the validator:
-    --time-sleep, --assignment-lookup-interval, --debug, --api-url, --max-assignments.
-    `python run.py doctor [MODULE]` checks the host first (docs/operating.md)."""
+    """Run the validator for MODULE in its container (the image is built when needed), or,
+    with `report`, show what its journal holds. Every option is checked here, the validator's
+    too, before anything is built or started."""
     try:
-        code = launch(LaunchOptions(passthrough=ctx.args, **options))
+        code = launch(LaunchOptions(**launch_values(ctx, options, FORWARDED)))
     except LaunchError as exc:
         say(f"error: {exc}")
         code = exc.exit_code
@@ -209,6 +235,11 @@ def main(ctx: click.Context, **options) -> None:
         say(f"error: {lost_engine(exc)}")
         code = ExitCode.OPERATOR
     sys.exit(int(code))
+
+
+FORWARDED = {option.name: option for option in forwarded_options(main.params)}
+main.params.extend(FORWARDED.values())
+LauncherCommand.forwarded = FORWARDED
 
 
 @dataclass(frozen=True)
@@ -354,19 +385,30 @@ def launch(options: LaunchOptions) -> int:
         return run_reports(client, tag, volumes, options.passthrough[1:])
     workers, passthrough = options.fleet(spec)
     check_follow(options.pull, options.follow_releases, options.check_file)
+    # Whatever the validator would refuse is refused here, before minutes of image building:
+    # the options (click did), the configs, the secrets, the host's driver.
+    task_ids = options.task_ids.split(",") if options.task_ids else []
+    check_configs(spec, options.config_dir, [] if options.check_file else task_ids)
     if options.plan:  # what would run, without an engine, an image or a secret
         for worker in workers:
             print(json.dumps(worker.as_json()))
         return ExitCode.OK
     options = replace(options, passthrough=passthrough)
-    # Whatever the validator would refuse is refused here, before minutes of image building.
     container = None if options.build_only else options.container(spec)
+    if container is not None and container.gpus != "none":
+        driver = check_driver(spec)
+        if not driver.ok and driver.known:
+            raise LaunchError(driver.line, ExitCode.OPERATOR)
+        if not driver.ok:
+            say(f"warning: {driver.line}; going on")
     client = docker_client()
     tag = options.image_tag(client, spec)
     if container is None:
         print(tag)
         return ExitCode.OK
     container = replace(container, image=tag)
+    if container.check_file is None:
+        adopt_old_volumes(client, tag, module, workers)  # before any worker starts on its own
     stop_timeout = options.stop_timeout or spec.stop_grace_seconds
     if len(workers) > 1:
         fleet = FleetSupervisor(

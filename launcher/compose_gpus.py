@@ -8,7 +8,9 @@ A host file (`deploy/hosts/example.yaml`) says which GPUs each module's workers 
 
 Worker K of a module's N gets one GPU (`device_ids`), `VALIDATOR_SHARD=K/N` (the validator's
 share of the assignments), its own journal volume and its own status port: the workers of a
-module are independent validators that split the work, not one validator on many GPUs.
+module are independent validators that split the work, not one validator on many GPUs. Worker
+K's journal has the name run.py gives it (`flock-validator-MODULE-state`, `...-state-K`), so
+that a host moves between the two with its journals (launcher/volumes.py).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import yaml
 from pydantic import RootModel, ValidationError, field_validator
 
 from launcher.compose_services import _dump, healthcheck, service
-from launcher.containers import GPU_ID, state_volume_name, volume_name
+from launcher.containers import GPU_ID, state_volume_name, volume_name, worker_state_volume
 from launcher.fleet import PORT_STEP
 from validator.errors import ConfigError
 from validator.spec import STATE_PATH, ModuleSpec
@@ -40,7 +42,10 @@ GPUS_HEADER = f"""\
 # assignments), one GPU, its own journal volume and its own status port (the spec's
 # + K * {PORT_STEP}); the HF cache is shared. Each module validates its own tasks: set
 # <MODULE>_TASK_IDS (LORA_TASK_IDS, ...) beside FLOCK_API_KEY and the modules' secrets, in the
-# environment or in .env. For another host, write its own host file and run
+# environment or in .env. Worker K's journal volume has the name run.py gives it
+# (flock-validator-<module>-state, then -state-1, ...); one that an earlier file named after its
+# GPU (flock-validator-<module>-gpu<id>-state) is moved by `python run.py <module> --gpus ...`
+# at its start (docs/compose.md). For another host, write its own host file and run
 #   python -m launcher.compose --hosts my-host.yaml --gpus-output compose.gpus.my-host.yaml
 """
 
@@ -95,6 +100,11 @@ def load_hosts(path: Path, specs: dict[str, ModuleSpec]) -> dict[str, list[str]]
     return {module: [str(gpu) for gpu in gpus] for module, gpus in hosts.items()}
 
 
+def state_key(module: str, shard: int) -> str:
+    """The Compose key of worker `shard`'s journal volume: named as the volume is."""
+    return worker_state_volume(f"{module}-state", shard)
+
+
 def worker_name(module: str, gpu: str | None) -> str:
     return f"{module}-gpu{gpu}" if gpu is not None else module
 
@@ -108,7 +118,6 @@ def worker_service(
 ) -> dict[str, Any]:
     """compose.yaml's service for the module, narrowed to one GPU and one shard."""
     body = service(spec, digests)
-    name = worker_name(spec.name, gpu)
     environment = dict(body["environment"])
     # The file runs every module at once, and each validates its own tasks.
     variable = f"{spec.name.upper()}_TASK_IDS"
@@ -117,7 +126,7 @@ def worker_service(
     )
     environment["VALIDATOR_SHARD"] = f"{shard}/{workers}"
     volumes = [v for v in body["volumes"] if not v.endswith(f":{STATE_PATH}")]
-    body["volumes"] = [*volumes, f"{name}-state:{STATE_PATH}"]
+    body["volumes"] = [*volumes, f"{state_key(spec.name, shard)}:{STATE_PATH}"]
     if gpu is not None:
         device = {"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}
         body["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
@@ -155,5 +164,6 @@ def render_gpus(
             services[f"validator-{name}"] = body
             for key in spec.volumes:
                 volumes[key] = {"name": volume_name(key)}
-            volumes[f"{name}-state"] = {"name": state_volume_name(name)}
+            state = state_key(module, shard)
+            volumes[state] = {"name": worker_state_volume(state_volume_name(module), shard)}
     return GPUS_HEADER + "\n" + _dump({"services": services, "volumes": volumes})

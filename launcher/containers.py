@@ -30,6 +30,13 @@ def state_volume_name(module: str) -> str:
     return f"flock-validator-{module}-state"
 
 
+def worker_state_volume(base: str, index: int) -> str:
+    """Worker K's journal, the one name run.py and Compose give it (a StatefulSet's pod K has
+    its claim): `base` (the one-container volume, so that nothing of an existing journal is
+    lost when a host goes from one GPU to several) for worker 0, `base-K` after it."""
+    return base if index == 0 else f"{base}-{index}"
+
+
 def device_requests(gpus: str) -> list[DeviceRequest]:
     """`--gpus all|none|0,1` as Docker device requests."""
     if gpus == "none":

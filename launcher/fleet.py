@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from launcher.containers import GPU_ID, state_volume_name
+from launcher.containers import GPU_ID, state_volume_name, worker_state_volume
 from launcher.errors import UsageError
 
 PORT_STEP = 10
@@ -69,11 +69,6 @@ class FleetOptions:
     task_ids: str | None
     http_port: int | None  # --http-port taken from the validator's options, if given
     status_port: int | None  # the spec's status_port
-
-
-def worker_state_volume(base: str, index: int) -> str:
-    """Worker 0 keeps the one-container volume, so nothing of an existing journal is lost."""
-    return base if index == 0 else f"{base}-{index}"
 
 
 def worker_name(module: str, state_volume: str | None, index: int) -> str:

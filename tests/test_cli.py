@@ -41,6 +41,8 @@ def test_unknown_module_is_one_line_listing_the_modules(env):
         (["--task_ids", "1", "--time-sleep", "soon"], "Invalid value for '--time-sleep'"),
         (["--task_ids", "1", "--assignment-lookup-interval", "0"], "is not in the range"),
         (["--task_ids", "1,,2"], "has an empty task id"),
+        (["--task_ids", "12,abc"], "'abc' is not a task id: give the Fed Ledger's task ids"),
+        (["--task_ids", "0"], "'0' is not a task id"),
         (["--task_ids", "1", "--max-assignments", "0"], "Invalid value for '--max-assignments'"),
         ([], "missing --task_ids"),
         (["--task_ids", "1", "--config-dir", "/no/such/dir"], "'/no/such/dir' does not exist"),
@@ -175,6 +177,7 @@ def test_module_and_task_ids_come_from_the_environment(tmp_path):
         (["--task_ids", "1"], {"VALIDATOR_MODULE": "nosuch"}, "unknown module 'nosuch'"),
         (["--task_ids", "1"], {}, "Missing argument 'MODULE'"),
         ([], {"VALIDATOR_MODULE": "fixture", "TASK_IDS": "1,,2"}, "has an empty task id"),
+        ([], {"VALIDATOR_MODULE": "fixture", "TASK_IDS": "12, x7"}, "'x7' is not a task id"),
         ([], {"VALIDATOR_MODULE": "fixture", "TASK_IDS": ""}, "missing --task_ids / TASK_IDS"),
     ],
 )

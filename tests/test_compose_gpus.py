@@ -19,6 +19,7 @@ from launcher.compose_gpus import (
     load_hosts,
     render_gpus,
 )
+from launcher.fleet import FleetOptions, plan
 from validator.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +76,14 @@ def test_each_worker_gets_one_gpu_its_shard_its_journal_and_its_port():
             port = spec.status_port + shard * PORT_STEP
             assert environment["VALIDATOR_HTTP_PORT"] == str(port)
             assert f"127.0.0.1:{port}/healthz" in body["healthcheck"]["test"][-1]
-            assert f"{name}-state:/data/state" in body["volumes"]
+            # The journal is the volume run.py gives worker `shard` on these GPUs (issue 39):
+            # one name, so that a host moves between the two with its journals.
+            (key,) = [v.split(":")[0] for v in body["volumes"] if v.endswith(":/data/state")]
+            options = FleetOptions(
+                module, ",".join(map(str, gpus)) or None, spec.gpu, None, None, None,
+                ",".join(str(k) for k in range(len(workers))), None, spec.status_port,
+            )  # fmt: skip
+            assert document["volumes"][key]["name"] == plan(options)[shard].state_volume
             assert body["stop_grace_period"] == f"{spec.stop_grace_seconds}s"
             for secret in spec.secrets:
                 assert secret in environment

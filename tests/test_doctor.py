@@ -1,33 +1,29 @@
-"""The doctor (issue 34): each check against a real server on 127.0.0.1 (the Fed Ledger
-simulator, the local hub, the local judge) or the real Docker engine, its ok row and the failing
-row of each fix; the key never shows; only the read-only task list is asked for."""
+"""The doctor (issues 34, 39, 40): each check against a real server on 127.0.0.1 (the Fed Ledger
+simulator, the local hub, a server that answers oddly) or the real Docker engine, its ok row and
+the failing row of each fix; the key never shows; only the read-only task list is asked for;
+every check within its deadline and an answer of the wrong shape a row, never a traceback.
+The module's own start-up checks (llm_judge's judge) are in tests/llm_judge/test_judge_setup.py."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import docker
 import pytest
 from click.testing import CliRunner
 
 from devkit.hf_hub import LocalHub
-from devkit.judge_server import LocalJudge
 from devkit.simulator.process import Simulator, task
 from launcher import doctor as host_doctor
+from launcher import doctor_rows
+from tests.helpers.odd_server import TRICKLE, OddServer
 from validator.doctor import main as inner_doctor
 from validator.observe.doctor import CHECK_FAILED
-from validator.observe.doctor_checks import (
-    Settings,
-    clock_row,
-    judge_texts_row,
-    judge_texts_source,
-)
+from validator.observe.doctor_checks import clock_row
 from validator.spec import REPO_ROOT, load_spec
 
 KEY = "flock-SECRET-key-0123456789"
@@ -104,12 +100,15 @@ def test_all_good_is_exit_0_and_asks_only_the_task_list(ledger, hub, config_dir,
     rows = rows_of(output)
     assert code == 0, output
     assert {check: result for check, (result, _) in rows.items()} == {
+        "settings": "ok",
+        "configs": "ok",
         "Fed Ledger": "ok",
         "clock": "ok",
         "disk: journal": "ok",
         "disk: HF cache": "ok",
         "HF token": "ok",
         "HF bases": "ok",
+        "module setup": "ok",
     }
     assert "2/2 reachable" in rows["HF bases"][1]
     assert KEY not in output and HF_TOKEN not in output
@@ -174,66 +173,6 @@ def test_disk_under_the_floor(ledger, hub, config_dir, tmp_path):
     assert result == "failed" and "under the 1000000000 MiB floor" in text
 
 
-def test_judge_models_listed_or_missing(ledger, hub, config_dir, tmp_path):
-    with LocalJudge(models=["judge-a"]) as judge:
-        env = {
-            **lora_env(ledger, hub),
-            "OPENAI_BASE_URL": judge.endpoint,
-            "OPENAI_API_KEY": judge.api_key,
-        }
-        args = ["--config-dir", str(config_dir), "--state-dir", str(tmp_path)]
-        code, output = run_inner("llm_judge", [*args, "--judge-model", "judge-a"], env)
-        assert rows_of(output)["judge endpoint"][0] == "ok", output
-        code, output = run_inner("llm_judge", [*args, "--judge-model", "judge-zz"], env)
-        rows = rows_of(output)
-        assert code == CHECK_FAILED
-        assert rows["judge endpoint"][0] == "failed" and "judge-zz" in rows["judge endpoint"][1]
-        assert judge.api_key not in output
-        code, output = run_inner("llm_judge", args, {**env, "OPENAI_API_KEY": "sk-wrong-000000"})
-        assert rows_of(output)["judge endpoint"] == ("failed", "HTTP 401 -> check OPENAI_API_KEY")
-        assert "sk-wrong-000000" not in output
-
-
-class _Texts(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        found = self.path == "/texts/prompt.py"
-        self.send_response(200 if found else 404)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-def test_judge_texts_fetched_cached_or_neither(config_dir, tmp_path):
-    """A prompt_source on 127.0.0.1 (the module takes plain http there): it answers; it does
-    not but the module's cache file (keyed by the folder) stands in; neither: failed."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Texts)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    folder = f"http://127.0.0.1:{server.server_address[1]}/texts/"
-    config = json.loads((config_dir / "llm_judge.json").read_text())
-    (config_dir / "llm_judge.json").write_text(json.dumps({**config, "prompt_source": folder}))
-    spec = load_spec(REPO_ROOT / "modules" / "llm_judge")
-    settings = Settings(spec, KEY, None, config_dir=config_dir, state_dir=tmp_path)
-    try:
-        row = judge_texts_row(settings)
-        assert row.result == "ok" and folder in row.detail
-    finally:
-        server.shutdown()
-        server.server_close()
-    row = judge_texts_row(settings)
-    assert row.result == "failed" and "prompt_source: builtin" in row.fix
-    key = hashlib.sha256(folder.encode()).hexdigest()[:32]
-    (tmp_path / f"judge-texts-{key}.json").write_text("{}")
-    assert judge_texts_row(settings).result == "warning"
-    # By default the texts come from the pinned commit of the network's folder.
-    default = Settings(spec, KEY, None, config_dir=REPO_ROOT / "configs", state_dir=tmp_path)
-    pin = spec.protocol
-    assert judge_texts_source(default) == (
-        f"https://raw.githubusercontent.com/{pin.repo}/{pin.commit}/{pin.path}/"
-    )
-
-
 def test_clock_skew_is_a_warning():
     date = "Fri, 27 Nov 2026 01:00:00 GMT"
     assert clock_row(date, 1795741200.0 + 3).result == "ok"
@@ -243,9 +182,9 @@ def test_clock_skew_is_a_warning():
 
 def test_gpu_memory_against_the_need():
     smi = "0, NVIDIA H100, 81000\n1, NVIDIA H100, 2000\n"
-    assert host_doctor.gpu_memory_row(smi, 16).result == "failed"
-    assert "GPU 1 (2 GiB free)" in host_doctor.gpu_memory_row(smi, 16).detail
-    assert host_doctor.gpu_memory_row(smi.splitlines()[0], 16).result == "ok"
+    assert doctor_rows.gpu_memory_row(smi, 16).result == "failed"
+    assert "GPU 1 (2 GiB free)" in doctor_rows.gpu_memory_row(smi, 16).detail
+    assert doctor_rows.gpu_memory_row(smi.splitlines()[0], 16).result == "ok"
 
 
 @pytest.mark.docker
@@ -253,20 +192,20 @@ def test_host_rows_against_the_real_engine(engine):
     client = docker.from_env()
     spec = load_spec(REPO_ROOT / "modules" / "lora")
     runtimes = client.info().get("Runtimes") or {}
-    gpu = host_doctor.gpu_row(client, spec, None, 16)
+    gpu = doctor_rows.gpu_row(client, spec, None, 16)
     if "nvidia" not in runtimes:  # this CI host: the row says why it cannot pass
         assert gpu.result == "failed" and "no NVIDIA runtime" in gpu.detail
         assert "Container Toolkit" in gpu.fix
     else:
         assert gpu.result == "warning"  # no image given to look from
     tag = host_doctor.image_tag(spec)
-    assert host_doctor.image_row(client, spec, tag).result == "warning"
-    assert "--build-only" in host_doctor.image_row(client, spec, tag).fix
+    assert doctor_rows.image_row(client, spec, tag).result == "warning"
+    assert "--build-only" in doctor_rows.image_row(client, spec, tag).fix
     # Any image the engine holds stands in for a build of these sources.
     image = next(image for image in client.images.list() if image.tags)
     image.tag(tag)
     try:
-        row = host_doctor.image_row(client, spec, tag)
+        row = doctor_rows.image_row(client, spec, tag)
         assert row.result == "ok" and tag in row.detail
     finally:
         client.images.remove(tag)
@@ -302,12 +241,65 @@ def test_run_py_doctor_in_a_child(ledger, engine, tmp_path):
     assert unknown.returncode == 2 and "unknown module" in unknown.stderr
 
 
-def test_judge_texts_on_the_host_leave_the_cache_to_the_container(config_dir):
-    """run.py doctor cannot see the state volume: an unreachable source is a warning there."""
-    config = json.loads((config_dir / "llm_judge.json").read_text())
-    (config_dir / "llm_judge.json").write_text(
-        json.dumps({**config, "prompt_source": "http://127.0.0.1:9/texts/"})
+def test_every_check_answers_within_its_deadline_and_a_wrong_shape_is_a_row(hub, config_dir):
+    """Issue 40: a Fed Ledger that trickles its task list is a failed row when the deadline
+    passes, the other rows come all the same; a task list of the wrong shape names what is
+    wrong. Before, the first kept the doctor waiting for as long as the server went on."""
+    with OddServer({"/api/v1/tasks/list": TRICKLE, "/odd/tasks/list": [{"id": 12}, 5]}) as odd:
+        env = lora_env(SimpleNamespace(api_url=odd.root_url + "/api/v1"), hub)
+        args = ["--config-dir", str(config_dir), "--task_ids", "12", "--timeout", "2"]
+        code, output = run_inner("lora", args, env)
+        rows = rows_of(output)
+        assert code == CHECK_FAILED, output
+        assert rows["Fed Ledger"][0] == rows["clock"][0] == "failed"
+        assert rows["Fed Ledger"][1].startswith("no answer within 2 s"), output
+        assert rows["HF bases"][0] == "ok" and rows["configs"][0] == "ok"
+        code, output = run_inner("lora", [*args, "--api-url", odd.root_url + "/odd"], env)
+        result, text = rows_of(output)["Fed Ledger"]
+        assert result == "failed" and "not a task list: [1]: Input should be" in text, output
+        assert "Traceback" not in output
+
+
+def test_a_green_doctor_needs_valid_configs_and_every_setting(ledger, hub, config_dir):
+    """Issue 39: an unknown key in a config is a failed row naming the file and the key meant
+    (the validator stops on it at start), every missing setting is named at once, and the
+    module's own checks (here the fixture's) run as the validator runs them."""
+    (config_dir / "tasks").mkdir()
+    (config_dir / "tasks" / "12.json").write_text(json.dumps({"scael": 2}))
+    env = {"FLOCK_API_URL": ledger.api_url, "FLOCK_API_KEY": ""}
+    code, output = run_inner("fixture", ["--config-dir", str(config_dir), "--task_ids", "12"], env)
+    rows = rows_of(output)
+    assert code == CHECK_FAILED
+    assert rows["configs"][0] == "failed"
+    assert (
+        f"{config_dir}/tasks/12.json: unknown key 'scael' (did you mean 'scale'?)"
+        in (rows["configs"][1])
     )
-    spec = load_spec(REPO_ROOT / "modules" / "llm_judge")
-    row = judge_texts_row(Settings(spec, KEY, None, config_dir=config_dir))
-    assert row.result == "warning" and "in the container" in row.detail
+    assert rows["module setup"][0] == "skipped"  # its configs first
+    code, output = run_inner("fixture", ["--config-dir", str(config_dir)], env)
+    assert rows_of(output)["settings"] == (
+        "failed",
+        "missing --task_ids / TASK_IDS; missing --flock-api-key / FLOCK_API_KEY -> set them in "
+        "the environment (or .env) or give their options",
+    )
+    (config_dir / "fixture.json").write_text(json.dumps({"setup_problem": "no FIXTURE_URL set"}))
+    code, output = run_inner("fixture", ["--config-dir", str(config_dir)], env)
+    result, text = rows_of(output)["module setup"]
+    assert result == "failed" and "module fixture's start-up checks: no FIXTURE_URL set" in text
+
+
+def test_with_the_engine_down_every_check_that_needs_it_is_a_row(ledger, config_dir):
+    """Issue 39: the rows that need the Docker engine were missing when it was down (5 rows
+    instead of 8); each is now a row that says what it needs, the others run as usual."""
+    env = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "FLOCK_API_KEY": KEY,
+           "FLOCK_API_URL": ledger.api_url}  # fmt: skip
+    args = ["rl", "--config-dir", str(config_dir), "--task_ids", "12", "--timeout", "20"]
+    result = CliRunner().invoke(host_doctor.main, args, env=env)
+    rows = rows_of(result.output)
+    assert result.exit_code == CHECK_FAILED
+    assert rows["Docker engine"][0] == "failed"
+    for check in ("GPU", "image", "disk: Docker volumes", "journal volumes", "module setup"):
+        found, text = rows[check]
+        assert found == "skipped" and text.startswith("needs the Docker engine"), (check, text)
+    assert rows["Fed Ledger"][0] == "ok" and rows["configs"][0] == "ok"
+    assert rows["settings"] == ("ok", "task ids 12; FLOCK_API_KEY set")

@@ -121,7 +121,7 @@ def test_plan_names_workers_after_a_given_state_volume_and_takes_its_http_port()
         (["--gpus", "0,1", "--workers", "3"], "--workers 3 does not match"),
         (["--gpus", "0,x"], "--gpus '0,x': use all, none, or device ids"),
         (["--gpus", "0,1", "--shard", "0/2"], "--shard is set per worker by run.py"),
-        (["--http-port", "http"], "--http-port 'http': give a port number"),
+        (["--http-port", "http"], "Invalid value for '--http-port': 'http' is not a valid"),
     ],
 )
 def test_plans_that_do_not_fit_are_one_line_usage_errors(args, message):

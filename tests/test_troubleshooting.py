@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 import pytest
-from docker.errors import APIError, DockerException, ImageNotFound
+from docker.errors import APIError, ContainerError, DockerException, ImageNotFound
 
 from launcher.docker_errors import refused_to_run, unreachable
 from launcher.errors import LaunchError
@@ -203,6 +203,76 @@ def _removed_from_registry() -> Produced:
     return _launch(raised.value)
 
 
+def _run_py_usage(*args: str) -> Produced:
+    """What run.py's command line says of `args` (launcher/cli.py; one line, exit 2)."""
+    from launcher.cli import main
+
+    with pytest.raises(click.UsageError) as raised:
+        main.make_context("run.py", list(args))
+    return raised.value.format_message(), raised.value.exit_code
+
+
+def _host_config(tmp_path: Path) -> Produced:
+    from launcher.cli import check_configs
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "rl.json").write_text(json.dumps({"seeed": 1}))
+    with pytest.raises(LaunchError) as raised:
+        check_configs(load_module_spec("rl"), tmp_path / "configs", [])
+    return _launch(raised.value)
+
+
+def _old_driver(monkeypatch) -> Produced:
+    """What run.py says of an R535 driver (nvidia-smi cannot run here: its reading stands in)."""
+    from launcher import driver
+
+    monkeypatch.setattr(driver, "read_driver", lambda: ((535, 183, 1), ""))
+    verdict = driver.check_driver(load_module_spec("lora"))
+    assert not verdict.ok and verdict.known
+    return verdict.line, int(ExitCode.OPERATOR)  # launcher/cli.py raises it as LaunchError
+
+
+def _setup_fails() -> Produced:
+    """The validator's line when a module's check_setup refuses (entrypoint: headline: why)."""
+    from validator.config import check_module_setup
+    from validator.kit.base import BaseConfig, BaseValidationModule
+
+    class Refusing(BaseValidationModule):
+        @classmethod
+        def check_setup(cls, config):
+            raise errors.OperatorError("missing OPENAI_BASE_URL: the judge endpoint")
+
+    with pytest.raises(errors.OperatorError) as raised:
+        check_module_setup(Refusing, "llm_judge", [BaseConfig()])
+    outcome = outcome_of(raised.value)
+    return f"{outcome.headline}: {raised.value}", int(outcome.exit_code)
+
+
+class _Engine:
+    """An engine holding an old-named journal that a container still uses, or whose copy into
+    the worker's volume is refused (the real engine's case: tests/test_docker_volumes.py)."""
+
+    def __init__(self, used: bool) -> None:
+        self.used = used
+        self.containers = self
+
+    def list(self, **_):
+        return [type("Container", (), {"name": "flock-validator-lora-gpu0-1"})] if self.used else []
+
+    def run(self, image, *_args, **_kwargs):
+        raise ContainerError("c", 5, "python", image, b"")
+
+
+def _old_volume(used: bool) -> Produced:
+    from launcher.fleet import Worker
+    from launcher.volumes import _move
+
+    worker = Worker(0, "flock-validator-lora", "0", "flock-validator-lora-state", None, None)
+    with pytest.raises(LaunchError) as raised:
+        _move(_Engine(used), "image", "lora", "flock-validator-lora-gpu0-state", worker)
+    return _launch(raised.value)
+
+
 # Keyed by a code span of the page's first column (the row's whole first cell where it has
 # none): each gives the line and the exit code the code has for it.
 PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
@@ -234,6 +304,21 @@ PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
     "release v... which this checkout does not trust": lambda tmp, _: _unverified(tmp, "untrusted"),
     "... the signature ... is wrong": lambda tmp, _: _unverified(tmp, "tampered"),
     "the registry holds no ...@sha256:...": lambda *_: _removed_from_registry(),
+    "No such option '--gpu'. (Did you mean one of: '--gpus', ...?)": lambda *_: _run_py_usage(
+        "lora", "--gpu", "0", "--task_ids", "1", "--plan"
+    ),
+    "'abc' is not a task id: ...": lambda *_: _run_py_usage("rl", "--task_ids", "abc", "--plan"),
+    "invalid config: .../configs/<module>.json: unknown key 'seeed' (did you mean 'seed'?)": (
+        lambda tmp, _: _host_config(tmp)
+    ),
+    "NVIDIA driver 535.183.01: lora's CUDA 13.0 needs driver R580 (580.65.06) or newer": (
+        lambda _, patch: _old_driver(patch)
+    ),
+    "operator action needed: module <module>'s start-up checks: ...": lambda *_: _setup_fails(),
+    "... (compose.gpus.yaml's name before for a journal) is used by ...": lambda *_: _old_volume(
+        True
+    ),
+    "... could not be moved to ...": lambda *_: _old_volume(False),
     "the validator hit a fault only a new process recovers from (exit 100)": lambda *_: (
         EXIT_MESSAGES[ExitCode.RESTART],
         int(ExitCode.RESTART),

@@ -1,18 +1,30 @@
 """Layered module config: schema defaults < `configs/<module>.json` < `configs/tasks/<id>.json`.
 
-Errors name the file and the key, because the operator has to find and fix them.
+Errors name the file and the key (and the key meant, for a typo), because the operator has to
+find and fix them. The same check runs in run.py and the doctor on the host, before any
+container starts, with the schema the module's spec names (`config_schema`, imported without
+the module's own dependencies), and in the validator at start with the module's class.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import json
+import logging
+import sys
+import types
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from validator.errors import ConfigError
-from validator.kit.base import BaseConfig
+from validator.errors import ConfigError, ModuleCannotStart, OperatorError, describe
+from validator.kit.base import BaseConfig, BaseValidationModule
+from validator.spec import ModuleSpec
+
+log = logging.getLogger(__name__)
 
 
 def read_json_object(path: Path, holds: str) -> dict[str, Any]:
@@ -55,19 +67,119 @@ def resolve_config(
     try:
         return schema(**merged)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, origin, config_dir / f"{module}.json")) from exc
+        raise ConfigError(_describe(exc, origin, config_dir / f"{module}.json", schema)) from exc
 
 
-def _describe(exc: ValidationError, origin: dict[str, Path], module_file: Path) -> str:
+def resolved_configs(
+    schema: type[BaseConfig], config_dir: Path, module: str, task_ids: Iterable[str] = ()
+) -> list[BaseConfig]:
+    """The distinct configs these tasks run with (the module's own when none is given), in
+    order; raises ConfigError naming the first file and key that is wrong."""
+    configs: dict[str, BaseConfig] = {}
+    for task_id in list(task_ids) or [None]:
+        config = resolve_config(schema, config_dir, module, task_id)
+        configs.setdefault(config.model_dump_json(), config)
+    return list(configs.values())
+
+
+def _close_key(key: str, schema: type[BaseConfig]) -> str:
+    close = difflib.get_close_matches(key, list(schema.model_fields), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _describe(
+    exc: ValidationError, origin: dict[str, Path], module_file: Path, schema: type[BaseConfig]
+) -> str:
     problems = []
     for error in exc.errors():
         key = ".".join(str(part) for part in error["loc"]) or "(root)"
         top = str(error["loc"][0]) if error["loc"] else ""
         where = origin.get(top, module_file)
         if error["type"] == "extra_forbidden":
-            problems.append(f"{where}: unknown key {key!r}")
+            close = _close_key(key, schema) if len(error["loc"]) == 1 else ""
+            problems.append(f"{where}: unknown key {key!r}{close}")
         elif error["type"] == "missing":
             problems.append(f"{where}: required key {key!r} is missing")
         else:
             problems.append(f"{where}: key {key!r}: {error['msg']}")
     return "invalid config: " + "; ".join(problems)
+
+
+# -- the schema on the host ------------------------------------------------------------------
+
+
+def declared_schema(spec: ModuleSpec, folder: Path) -> type[BaseConfig] | None:
+    """The config schema the spec's `config_schema` names, or None when it names none.
+
+    `schemas.LoraConfig` is the file `schemas.py` of the module folder, imported under its own
+    name but without the package's `__init__.py` (which imports torch, absent on the host): the
+    package is a bare stand-in for the import, and whatever was imported of it before is put
+    back after. A bare `FixtureConfig` is in `__init__.py`, which is then imported as it is.
+    Raises ConfigError naming the spec when the name does not lead to a config class."""
+    if spec.config_schema is None:
+        return None
+    file_name, _, class_name = spec.config_schema.rpartition(".")
+    package = f"modules.{spec.name}"
+    where = f"modules/{spec.name}/module.yaml: config_schema {spec.config_schema!r}"
+    ours = [name for name in sys.modules if name == package or name.startswith(package + ".")]
+    saved = {name: sys.modules.pop(name) for name in ours} if file_name else {}
+    try:
+        if file_name:
+            stand_in = types.ModuleType(package)
+            stand_in.__path__ = [str(folder)]
+            sys.modules[package] = stand_in
+            found = importlib.import_module(f"{package}.{file_name}")
+        else:
+            found = importlib.import_module(package)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{where} cannot be imported here: {exc}; put the config in a file that imports "
+            "without the module's own dependencies (docs/module-api.md)"
+        ) from exc
+    finally:
+        if file_name:
+            for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+                del sys.modules[name]
+            sys.modules.update(saved)
+    schema = getattr(found, class_name, None)
+    if not (isinstance(schema, type) and issubclass(schema, BaseConfig)):
+        raise ConfigError(f"{where} is not a BaseConfig subclass")
+    return schema
+
+
+def check_declared_schema(spec: ModuleSpec, module_cls: type[BaseValidationModule]) -> None:
+    """The spec's `config_schema` is the class's own, so that the host checks configs with the
+    schema the validator uses; ConfigError otherwise (a module author's mistake)."""
+    if spec.config_schema is None:
+        return
+    schema = module_cls.config_schema
+    file_name, _, class_name = spec.config_schema.rpartition(".")
+    expected = ".".join(part for part in (f"modules.{spec.name}", file_name) if part)
+    if (schema.__module__, schema.__qualname__) != (expected, class_name):
+        raise ConfigError(
+            f"modules/{spec.name}/module.yaml: config_schema {spec.config_schema!r}, but "
+            f"MODULE.config_schema is {schema.__module__}.{schema.__qualname__}"
+        )
+
+
+# -- the module's own start-up checks ---------------------------------------------------------
+
+
+def check_module_setup(
+    module_cls: type[BaseValidationModule], module: str, configs: Iterable[BaseConfig]
+) -> list[str]:
+    """`check_setup` of each config (docs/module-api.md): what each checked, in a few words.
+    Raises ModuleCannotStart (exit 3) naming what failed: the validator and the doctor run
+    this same code."""
+    checked = []
+    for config in configs:
+        try:
+            said = module_cls.check_setup(config)
+        except Exception as exc:
+            if not isinstance(exc, OperatorError):  # a bug, or a library's error: its trace
+                log.error("start-up checks of module %s failed", module, exc_info=exc)
+            why = str(exc) if isinstance(exc, OperatorError) else describe(exc)
+            raise ModuleCannotStart(f"module {module}'s start-up checks: {why}") from exc
+        if said:
+            checked.append(said)
+    return checked

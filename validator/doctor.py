@@ -1,6 +1,8 @@
 """`python -m validator doctor MODULE`: the doctor's checks from inside the module's image
-(validator/observe/doctor_checks.py): the Fed Ledger and the key, the clock, the journal's and
-the HF cache's disks, the Hub, the judge. `python run.py doctor MODULE` adds the host's rows."""
+(validator/observe/doctor_checks.py): the settings, the configs, the module's own start-up
+checks, the Fed Ledger and the key, the clock, the journal's and the HF cache's disks, the Hub.
+`python run.py doctor MODULE` adds the host's rows, and reads this one's module row back
+(`--only "module setup" --json`)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,40 @@ from pathlib import Path
 import click
 
 from validator.errors import ConfigError, ExitCode
-from validator.observe.doctor import exit_code, render
-from validator.observe.doctor_checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_rows
-from validator.options import DEFAULT_API_URL, MIN_FREE_MB_OPTION, gathered_secrets, secret_names
-from validator.registry import REPO_ROOT, load_module_spec
+from validator.kit.run_context import RunContext, install_run
+from validator.observe.doctor import (
+    DEFAULT_DEADLINE,
+    MAX_DEADLINE,
+    exit_code,
+    render,
+    render_json,
+    run_checks,
+)
+from validator.observe.doctor_checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_checks
+from validator.options import (
+    DEFAULT_API_URL,
+    MIN_FREE_MB_OPTION,
+    STATE_DIR_ENV,
+    gathered_secrets,
+    parse_task_ids,
+    secret_names,
+)
+from validator.registry import REPO_ROOT, load_module_class, load_module_spec, module_folder
+
+DEADLINE_OPTION = click.option(
+    "--timeout",
+    "deadline",
+    type=click.FloatRange(min=1, max=MAX_DEADLINE),
+    default=DEFAULT_DEADLINE,
+    show_default=True,
+    help="Seconds each check may take (they run at once); one that runs over is a failed row.",
+)
+JUDGE_MODEL_OPTION = click.option(
+    "--judge-model",
+    "judge_models",
+    multiple=True,
+    help="llm_judge: a judge model the endpoint must list, beside the config's judge_models.",
+)
 
 
 def default_hf_cache() -> Path:
@@ -27,18 +59,42 @@ def default_hf_cache() -> Path:
 @click.argument("module", envvar="VALIDATOR_MODULE")
 @click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
 @click.option("--hf-token", envvar="HF_TOKEN", help="HuggingFace token.")
-@click.option("--api-url", envvar="FLOCK_API_URL", default=DEFAULT_API_URL, show_default=True)
-@click.option("--task_ids", "--task-ids", "task_ids", envvar="TASK_IDS", default="")
 @click.option(
-    "--state-dir", envvar="VALIDATOR_STATE_DIR", type=click.Path(path_type=Path), default="state"
+    "--api-url",
+    envvar="FLOCK_API_URL",
+    default=DEFAULT_API_URL,
+    show_default=True,
+    help="Fed Ledger base URL.",
+)
+@click.option(
+    "--task_ids",
+    "--task-ids",
+    "task_ids",
+    envvar="TASK_IDS",
+    callback=parse_task_ids,
+    help="The task ids the validator will look up (their configs are checked too), e.g. 12,34.",
+)
+@click.option(
+    "--state-dir",
+    envvar=STATE_DIR_ENV,
+    type=click.Path(path_type=Path),
+    default="state",
+    show_default=True,
+    help="The journal's folder: its disk, and the judge texts cached there.",
 )
 @click.option(
     "--config-dir",
     envvar="VALIDATOR_CONFIG_DIR",
     type=click.Path(path_type=Path, exists=True, file_okay=False),
     default=REPO_ROOT / "configs",
+    help="Module and task configs [default: ./configs].",
 )
-@click.option("--hf-cache-dir", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--hf-cache-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The HF cache's folder, for its disk [default: $HF_HOME].",
+)
 @MIN_FREE_MB_OPTION
 @click.option(
     "--hf-min-free-gb",
@@ -47,19 +103,25 @@ def default_hf_cache() -> Path:
     show_default=True,
     help="Free space the HF cache needs for the next base.",
 )
-@click.option("--judge-model", "judge_models", multiple=True, help="A judge model to expect.")
+@JUDGE_MODEL_OPTION
+@DEADLINE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="The rows as JSON, for machines.")
+@click.option("--only", "only", multiple=True, hidden=True)  # run.py: the rows it reads back
 def main(
     module: str,
     flock_api_key: str | None,
     hf_token: str | None,
     api_url: str,
-    task_ids: str,
+    task_ids: list[str] | None,
     state_dir: Path,
     config_dir: Path,
     hf_cache_dir: Path | None,
     min_free_mb: int,
     hf_min_free_gb: float,
     judge_models: tuple[str, ...],
+    deadline: float,
+    as_json: bool,
+    only: tuple[str, ...],
 ) -> None:
     """Check what MODULE's validator needs, from here: one line per check."""
     try:
@@ -68,19 +130,30 @@ def main(
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(int(ExitCode.USAGE))
+    try:
+        module_cls = load_module_class(module)
+    except Exception as exc:  # noqa: BLE001 - its row says why the module's checks cannot run
+        print(f"warning: {exc}", file=sys.stderr)
+        module_cls = None
+    # The module's checks read the state dir and their secrets from the run context, as in a run.
+    install_run(RunContext(state_dir, None, {k: v for k, v in secrets.items() if v}))
     settings = Settings(
         spec,
         secrets.get("FLOCK_API_KEY"),
         secrets.get("HF_TOKEN"),
         api_url,
-        tuple(part.strip() for part in task_ids.split(",") if part.strip()),
+        tuple(task_ids or ()),
         config_dir,
         state_dir,
         hf_cache_dir or default_hf_cache(),
         min_free_mb,
         hf_min_free_gb,
         tuple(judge_models),
+        secrets={name: secrets.get(name) for name in secret_names(spec) if spec.needs(name)},
+        module_cls=module_cls,
+        folder=module_folder(module),
     )
-    rows = service_rows(settings)
-    print(render(rows, secrets.values()))
+    checks = [c for c in service_checks(settings) if not only or set(c.names) & set(only)]
+    rows = run_checks(checks, deadline)
+    print(render_json(rows, secrets.values()) if as_json else render(rows, secrets.values()))
     sys.exit(exit_code(rows))

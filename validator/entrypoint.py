@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from validator.check import run_check
+from validator.config import check_declared_schema, check_module_setup, resolved_configs
 from validator.errors import (
     ConfigError,
     ExitCode,
@@ -37,6 +38,7 @@ from validator.options import (
     gathered_secrets,
     given_unstripped,
     missing_for_module,
+    parse_task_ids,
     secret_names,
 )
 from validator.registry import REPO_ROOT, load_module_class, load_module_spec
@@ -52,15 +54,6 @@ log = logging.getLogger("validator")
 POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 
 
-def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | None):
-    if value is None:
-        return None
-    ids = [part.strip() for part in value.split(",")]
-    if not all(ids):
-        raise click.BadParameter(f"{value!r} has an empty task id; give e.g. 12,34")
-    return list(dict.fromkeys(ids))
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 # Both from the environment too, so that a module's image runs with no command at all (a pod):
 # the image sets VALIDATOR_MODULE, the operator TASK_IDS (the name compose.yaml reads).
@@ -71,7 +64,7 @@ def parse_task_ids(_ctx: click.Context, _param: click.Parameter, value: str | No
     "task_ids",
     envvar="TASK_IDS",
     callback=parse_task_ids,
-    help="Comma-separated task ids to validate, e.g. 12,34.",
+    help="Comma-separated task ids to validate (positive whole numbers), e.g. 12,34.",
 )
 @click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
 @click.option(
@@ -251,14 +244,15 @@ def main(
         # A bad or empty shard is exit 2 before the module loads; --check looks nothing up.
         shard = parse_shard(shard_text) if shard_text is not None else None
         looked_up = shard_task_ids(task_ids, shard) if task_ids and check_input is None else []
-        pool = ModulePool(load_module_class(module), module, config_dir)
+        module_cls = load_module_class(module)
+        check_declared_schema(spec, module_cls)
+        pool = ModulePool(module_cls, module, config_dir)
         adopt_library_loggers()  # the module's imports (transformers) print through ours
         if check_input is not None:
             code = run_check(pool, check_input)
         else:
             assert task_ids is not None and flock_api_key is not None
-            for task_id in task_ids:  # fail on a bad config before touching the API
-                pool.config_for(task_id)
+            _check_start(pool, task_ids, looked_up)
             lookups = describe_lookups(task_ids, looked_up, shard)
             log.info("validating %s: looking up %s", module, lookups)
             settings = LoopSettings(
@@ -295,6 +289,17 @@ def main(
     except Exception as exc:
         code = _exit_code_for(exc)
     sys.exit(int(code))
+
+
+def _check_start(pool: ModulePool, task_ids: list[str], looked_up: list[str]) -> None:
+    """Before the API is touched: every task's config (exit 2 naming the file and key), then
+    the module's own start-up checks for each distinct config of the tasks looked up (exit 3
+    naming what to fix, no assignment taken)."""
+    schema = pool.module_cls.config_schema
+    resolved_configs(schema, pool.config_dir, pool.module_name, task_ids)
+    configs = resolved_configs(schema, pool.config_dir, pool.module_name, looked_up)
+    for checked in check_module_setup(pool.module_cls, pool.module_name, configs):
+        log.info("start-up checks of %s: %s", pool.module_name, checked)
 
 
 def _run_loop(

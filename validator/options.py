@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 
 import click
@@ -33,6 +34,32 @@ MIN_FREE_MB_OPTION = click.option(
 STATE_DIR_ENV = "VALIDATOR_STATE_DIR"
 # Secrets that also have an option; a module's other secrets are env vars only.
 SECRET_OPTIONS = {"FLOCK_API_KEY": FLOCK_API_KEY_OPTION, "HF_TOKEN": HF_TOKEN_OPTION}
+# The Fed Ledger's task ids are positive whole numbers; 18 digits keep one far from any limit.
+TASK_ID = re.compile(r"[1-9][0-9]{0,17}")
+
+
+def task_id_list(value: str) -> list[str]:
+    """`--task_ids` / TASK_IDS as a list, duplicates dropped, order kept; raises
+    click.BadParameter naming the first id that is not a positive whole number. One rule for
+    run.py, the validator and both doctors, so that a mistake is refused at the door."""
+    ids = [part.strip() for part in value.split(",")]
+    if not all(ids):
+        raise click.BadParameter(f"{value!r} has an empty task id; give e.g. 12,34")
+    for task_id in ids:
+        if not TASK_ID.fullmatch(task_id):
+            raise click.BadParameter(
+                f"{task_id!r} is not a task id: give the Fed Ledger's task ids, positive whole "
+                "numbers separated by commas, e.g. 12,34"
+            )
+    return list(dict.fromkeys(ids))
+
+
+def parse_task_ids(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> list[str] | None:
+    """The click callback of every `--task_ids` option (TASK_IDS included: click passes the
+    variable's value through it too). None or empty: not given."""
+    return task_id_list(value) if value else None
 
 
 def secret_label(name: str) -> str:
@@ -72,14 +99,26 @@ def given_unstripped(secrets: Mapping[str, str | None], environ: Mapping[str, st
     ]
 
 
-def missing_for_module(
+def missing_settings(
     task_ids: object, secrets: Mapping[str, str | None], spec: ModuleSpec
-) -> str | None:
-    """The message for the first missing setting that only `--check` may leave out, or None."""
-    if not task_ids:
-        return f"missing {TASK_IDS_OPTION} (only --check runs without it)"
+) -> list[str]:
+    """Every setting that only `--check` may leave out and that is not given, each as the
+    operator gives it (its option and variable, and what it is for)."""
+    missing = [] if task_ids else [TASK_IDS_OPTION]
     for name in (*CORE_SECRETS, *spec.secrets):
         if not secrets.get(name):
             needed = "" if name in CORE_SECRETS else f": {spec.secrets[name]}, for {spec.name}"
-            return f"missing {secret_label(name)}{needed} (only --check runs without it)"
-    return None
+            missing.append(f"{secret_label(name)}{needed}")
+    return missing
+
+
+def missing_for_module(
+    task_ids: object, secrets: Mapping[str, str | None], spec: ModuleSpec
+) -> str | None:
+    """One line naming every missing setting at once (a fix, then the next refusal, is a slow
+    way to learn them), or None."""
+    missing = missing_settings(task_ids, secrets, spec)
+    if not missing:
+        return None
+    them = "it" if len(missing) == 1 else "them"
+    return f"missing {'; missing '.join(missing)} (only --check runs without {them})"

@@ -162,6 +162,20 @@ class ModuleSpec(BaseModel):
     protocol: ProtocolPin | None = Field(
         default=None, description="the network's repository, folder and commit the rules follow"
     )
+    config_schema: str | None = Field(
+        default=None,
+        pattern=r"^([a-z_][a-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$",
+        description="where MODULE.config_schema is defined: `schemas.LoraConfig` (a file of "
+        "the module folder that imports without the module's own dependencies) or "
+        "`FixtureConfig` (the module's __init__.py); run.py and the doctor then check "
+        "configs/ on the host, before any container starts",
+    )
+    cuda: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]+\.[0-9]+$",
+        description="the CUDA version of the module's GPU libraries (torch's wheel), e.g. "
+        "13.0: run.py and the doctor check that the host's NVIDIA driver runs it",
+    )
 
     @field_validator("name")
     @classmethod

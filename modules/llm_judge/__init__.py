@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from functools import partial
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import torch
 
 from modules.llm_judge.conversation import Prompt, read_prompts
 from modules.llm_judge.generation import EndTokens, Request, Sampling, assignment_seed, generate
-from modules.llm_judge.judge_texts import load_judge_texts
+from modules.llm_judge.judge_texts import JudgeTexts, load_judge_texts
 from modules.llm_judge.judging import Judge, score_answers
 from modules.llm_judge.loading import (
     LoadedModel,
@@ -43,6 +44,8 @@ from modules.llm_judge.templating import (
 )
 from validator.kit import (
     BaseValidationModule,
+    ConfigError,
+    OperatorError,
     SubmissionRejected,
     WarmBase,
     WorkArea,
@@ -60,17 +63,28 @@ class LlmJudgeModule(BaseValidationModule):
     metrics_schema = LlmJudgeMetrics
     task_type = ""  # the Fed Ledger's type for these tasks is not known here: no check
 
+    @classmethod
+    def check_setup(cls, config: LlmJudgeConfig) -> str:
+        """The judge texts can be had and the judge endpoint answers with its models, the
+        configured judge models among them: the validator runs this before it asks for any
+        assignment, the doctor for its row."""
+        found, problems = [], []
+        for check in (read_judge_texts, endpoint_judge):  # every problem at once, not the first
+            try:
+                found.append(check(config))
+            except OperatorError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise OperatorError("; ".join(problems))
+        texts, judge = found
+        return f"judge texts from {texts.source}; {judge.base_url} lists {len(judge.models)} models"
+
     def __init__(self, config: LlmJudgeConfig) -> None:
         super().__init__(config)
-        # The rubric and judge-system texts are protocol data read at start-up (the network's
-        # wording by default): a source that cannot be had stops the validator here (exit 3).
-        # Fetched texts are cached in the run's state dir, for a start with the source down.
-        self.texts = load_judge_texts(
-            config.prompt_source, current_run().state_dir, prompt_files=config.prompt_files
-        )
-        # Asks the endpoint for its models now: a wrong URL or key stops the validator at
-        # start-up (exit 3), before any assignment is taken.
-        self.judge = Judge.from_environment(config)
+        # The same as check_setup, which the validator ran at start: the texts and the judge
+        # are kept here.
+        self.texts = read_judge_texts(config)
+        self.judge = endpoint_judge(config)
         self.sampling = Sampling(
             temperature=config.temperature,
             top_p=config.top_p,
@@ -178,6 +192,50 @@ class LlmJudgeModule(BaseValidationModule):
 
     def cleanup(self) -> None:
         self._work.clean()
+
+
+def read_judge_texts(config: LlmJudgeConfig) -> JudgeTexts:
+    """The rubric and judge-system texts: protocol data read at start-up (the network's wording
+    by default); a source that cannot be had is an OperatorError. Fetched texts are cached in
+    the run's state dir, for a start with the source down."""
+    return load_judge_texts(
+        config.prompt_source, current_run().state_dir, prompt_files=config.prompt_files
+    )
+
+
+def endpoint_judge(config: LlmJudgeConfig) -> Judge:
+    """The judge endpoint, asked for its models now: a wrong or missing URL or key, an answer
+    that is not a model list, or a configured judge model it does not list is an
+    OperatorError (ConfigError for settings not given, all of them at once)."""
+    missing = [
+        name
+        for name, value in (
+            ("OPENAI_BASE_URL: the judge endpoint, e.g. https://.../v1", judge_base_url()),
+            ("OPENAI_API_KEY: the judge endpoint's key", current_run().secret("OPENAI_API_KEY")),
+        )
+        if not value
+    ]
+    if missing:
+        raise ConfigError("missing " + "; missing ".join(missing))
+    try:
+        judge = Judge.from_environment(config)
+    except (TypeError, AttributeError, KeyError) as exc:  # the client read a listing's shape
+        raise OperatorError(
+            f"judge endpoint {judge_base_url()}: GET /models answered something that is not a "
+            f"model list ({type(exc).__name__}: {exc}); check OPENAI_BASE_URL"
+        ) from None
+    absent = [model for model in config.judge_models if model not in judge.models]
+    if absent:
+        raise OperatorError(
+            f"judge endpoint {judge.base_url} does not list the judge models "
+            f"{', '.join(absent)} of judge_models (it lists {len(judge.models)}): serve them "
+            "there, or point OPENAI_BASE_URL at an endpoint that does"
+        )
+    return judge
+
+
+def judge_base_url() -> str:
+    return os.environ.get("OPENAI_BASE_URL", "").strip()
 
 
 def _penalty(reason: str) -> LlmJudgeMetrics:

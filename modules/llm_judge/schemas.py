@@ -106,6 +106,9 @@ class LlmJudgeConfig(BaseConfig):
     judge_timeout_seconds: float = Field(120.0, gt=0)
     judge_retries: int = Field(3, ge=0)  # upstream's count
     judge_concurrency: int = Field(8, gt=0)  # judge calls in flight at once
+    # Judge models this validator's tasks name: the start-up checks (and the doctor) stop when
+    # the endpoint does not list one. Empty: any listing will do.
+    judge_models: list[str] = Field(default_factory=list)
     # Where the rubric and judge-system texts come from (judge_texts.py): a commit of the
     # network's validator (default: the pinned one), a folder URL, a local checkout, `builtin`.
     prompt_source: PromptSource = NETWORK_COMMIT

@@ -50,6 +50,17 @@ class BaseValidationModule(ABC):
     def __init__(self, config: BaseConfig) -> None:
         self.config = config
 
+    @classmethod
+    def check_setup(cls, config: BaseConfig) -> str | None:
+        """The module's start-up checks of what it needs around it (an endpoint, its key, texts
+        it reads), for one resolved config. The validator calls it for every distinct config of
+        its tasks before it asks for any assignment, and the doctor calls it for its row; a
+        failure stops the validator at start (exit 3) with no assignment taken. Raise
+        `ConfigError` or `OperatorError` naming what to fix, every missing setting at once.
+        Cheap: seconds at most, no base model loaded. Returns what was checked, in a few
+        words, for the doctor's row; None: nothing to check (the default)."""
+        return None
+
     @abstractmethod
     def validate(self, data: BaseInputData) -> BaseMetrics:
         """Score one submission. Raise `RecoverableException` for operator-side problems,

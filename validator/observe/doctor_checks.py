@@ -1,45 +1,43 @@
-"""The doctor's checks of the services a validator talks to and of its disks (no Docker here:
-these run in the module's image as well as on the host). Each call is read-only, has a short
-timeout and follows no redirect, so a key never travels to another host."""
+"""The doctor's checks of what a validator needs that Docker does not give (these run in the
+module's image as well as on the host): the settings, the configs, the module's own start-up
+checks (the same code the validator runs at start), the Fed Ledger and the key, the clock, the
+disks, the Hub (validator/observe/doctor_hub.py). Each call is read-only, has a short timeout
+and follows no redirect, so a key never travels to another host; an answer of the wrong shape
+is a failed row naming what was wrong. The HTTP calls are the few `_get_*` / `_head_*`
+functions, here and in doctor_hub.py."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from urllib.parse import quote
 
-import requests
+from pydantic import TypeAdapter, ValidationError
 
+from validator.config import (
+    check_declared_schema,
+    check_module_setup,
+    declared_schema,
+    resolved_configs,
+)
 from validator.disk import DEFAULT_MIN_FREE_MB, MIB, free_bytes
-from validator.errors import AnswerTooLarge
+from validator.errors import AnswerTooLarge, ConfigError, JsonRefused, OperatorError
+from validator.kit.base import BaseConfig, BaseValidationModule
 from validator.kit.bounded_reader import Answer, fetch_answer
-from validator.kit.deadline import CallAbandoned
-from validator.observe.doctor import Row
-from validator.options import DEFAULT_API_URL
+from validator.ledger.answers import Task
+from validator.observe.doctor import Check, Row
+from validator.observe.doctor_hub import PROBE_DEADLINE_S, TIMEOUT, UNANSWERED, hub_names, hub_rows
+from validator.options import DEFAULT_API_URL, missing_settings
 from validator.spec import ModuleSpec
 
-DEFAULT_HF_ENDPOINT = "https://huggingface.co"
-TIMEOUT = (5.0, 15.0)  # connect, read: a doctor answers in seconds or says what hangs
-PROBE_DEADLINE_S = sum(TIMEOUT)  # a probe's whole answer, read under the kit's caps
-# What a probe's failure to get an answer is (AnswerTooLarge, its answer past the kit's cap,
-# is said on its own).
-UNANSWERED = (requests.RequestException, CallAbandoned)
 # The Date header has a one-second resolution and the request takes a while.
 SKEW_OK_SECONDS = 10.0
-HUB_PARALLEL = 8
 # A 7B base in bf16 is about 15 GB; two of them while the cache turns over.
 DEFAULT_HF_MIN_FREE_GB = 40.0
-# modules/llm_judge/judge_texts.py's source and cache (read here without importing the module).
-RAW_GITHUB = "https://raw.githubusercontent.com"
-JUDGE_PROMPT_FILE = "prompt.py"
-COMMIT = re.compile(r"[0-9a-fA-F]{40}")
+TASK_LIST = TypeAdapter(list[Task])
+SETUP = "module setup"
 
 
 @dataclass(frozen=True)
@@ -56,21 +54,126 @@ class Settings:
     hf_min_free_gb: float = DEFAULT_HF_MIN_FREE_GB
     judge_models: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    # Every secret of the module as given (None: not given), for the settings row.
+    secrets: dict[str, str | None] = field(default_factory=dict)
+    # The module's class where it imports (its image); None: the host, which checks the configs
+    # with the schema the spec names and runs the module's own checks in the image.
+    module_cls: type[BaseValidationModule] | None = None
+    folder: Path | None = None  # the module's folder, for the spec's config_schema
 
 
-def service_rows(settings: Settings) -> list[Row]:
-    """The rows that do not need Docker: the Fed Ledger and the clock, the Hub, the judge, and
-    the disks when their paths are known here."""
-    rows = ledger_rows(settings.api_url, settings.flock_api_key, settings.task_ids)
+def service_checks(settings: Settings) -> list[Check]:
+    """The checks that do not need Docker, each run within the doctor's deadline."""
+    checks = [
+        Check(("settings",), lambda: [settings_row(settings)]),
+        Check(("configs",), lambda: [configs_row(settings)]),
+        Check(
+            ("Fed Ledger", "clock"),
+            lambda: ledger_rows(settings.api_url, settings.flock_api_key, settings.task_ids),
+        ),
+    ]
     if settings.state_dir is not None:
-        rows.append(disk_row("disk: journal", settings.state_dir, settings.min_free_mb))
+        state_dir = settings.state_dir
+        checks.append(
+            Check(
+                ("disk: journal",),
+                lambda: [disk_row("disk: journal", state_dir, settings.min_free_mb)],
+            )
+        )
     if settings.hf_cache_dir is not None and "hf-cache" in settings.spec.volumes:
-        floor = int(settings.hf_min_free_gb * 1024)
-        rows.append(disk_row("disk: HF cache", settings.hf_cache_dir, floor))
-    rows += hub_rows(settings)
-    if "OPENAI_API_KEY" in settings.spec.secrets:
-        rows += judge_rows(settings)
-    return rows
+        cache, floor = settings.hf_cache_dir, int(settings.hf_min_free_gb * 1024)
+        checks.append(
+            Check(("disk: HF cache",), lambda: [disk_row("disk: HF cache", cache, floor)])
+        )
+    names = hub_names(settings.spec, settings.config_dir)
+    if names:
+        hub = (settings.spec, settings.config_dir, settings.hf_token, settings.env)
+        checks.append(Check(names, lambda: hub_rows(*hub)))
+    checks.append(Check((SETUP,), lambda: [setup_row(settings)]))
+    return checks
+
+
+# -- the settings, the configs, the module's own checks --------------------------------------
+
+
+def settings_row(settings: Settings) -> Row:
+    """Every setting the validator needs and was not given, at once."""
+    missing = missing_settings(settings.task_ids, settings.secrets, settings.spec)
+    if missing:
+        return Row.failed(
+            "settings",
+            f"missing {'; missing '.join(missing)}",
+            "set them in the environment (or .env) or give their options",
+        )
+    given = [name for name, value in settings.secrets.items() if value]
+    return Row.ok("settings", f"task ids {', '.join(settings.task_ids)}; {', '.join(given)} set")
+
+
+def config_schema(settings: Settings) -> type[BaseConfig] | None:
+    """The schema the validator reads the configs with: the module's class's, or on the host
+    the one the spec names (ConfigError when the two differ or it cannot be imported)."""
+    if settings.module_cls is not None:
+        check_declared_schema(settings.spec, settings.module_cls)
+        return settings.module_cls.config_schema
+    if settings.folder is None:
+        return None
+    return declared_schema(settings.spec, settings.folder)
+
+
+def checked_configs(settings: Settings) -> list[BaseConfig]:
+    """The distinct configs of the tasks (the module's own without tasks); ConfigError naming
+    the file and key of the first that is wrong."""
+    schema = config_schema(settings)
+    if schema is None or settings.config_dir is None:
+        return []
+    return resolved_configs(schema, settings.config_dir, settings.spec.name, settings.task_ids)
+
+
+def configs_row(settings: Settings) -> Row:
+    name = "configs"
+    if settings.config_dir is None:
+        return Row.skipped(name, "a config dir")
+    try:
+        if config_schema(settings) is None:
+            return Row.skipped(
+                name,
+                "the module's config schema",
+                f"name it in modules/{settings.spec.name}/module.yaml (config_schema), or run "
+                "`python -m validator doctor` where the module imports",
+            )
+        configs = checked_configs(settings)
+    except ConfigError as exc:
+        return Row.failed(name, str(exc), "fix that key in that file")
+    tasks = f" and tasks {', '.join(settings.task_ids)}" if settings.task_ids else ""
+    return Row.ok(
+        name,
+        f"{settings.config_dir}/{settings.spec.name}.json{tasks}: valid "
+        f"({len(configs)} distinct config{'s' if len(configs) != 1 else ''})",
+    )
+
+
+def setup_row(settings: Settings) -> Row:
+    """The module's own start-up checks (BaseValidationModule.check_setup) for each distinct
+    config, as the validator runs them at start; the host runs them in the module's image."""
+    module_cls = settings.module_cls
+    if module_cls is None:
+        return Row.skipped(SETUP, "the module's code", "run the doctor in the module's image")
+    try:
+        configs = checked_configs(settings)
+    except ConfigError:
+        return Row.skipped(SETUP, "valid configs (see configs)")
+    if settings.judge_models and "judge_models" in module_cls.config_schema.model_fields:
+        configs = [  # the doctor's --judge-model: more judge models to expect (llm_judge)
+            config.model_copy(
+                update={"judge_models": [*config.judge_models, *settings.judge_models]}
+            )
+            for config in configs
+        ]
+    try:
+        checked = check_module_setup(module_cls, settings.spec.name, configs)
+    except OperatorError as exc:
+        return Row.failed(SETUP, str(exc), "fix what it names; the validator stops there too")
+    return Row.ok(SETUP, "; ".join(dict.fromkeys(checked)) or f"{settings.spec.name}: none needed")
 
 
 # -- the Fed Ledger -------------------------------------------------------------------------
@@ -80,27 +183,40 @@ def ledger_rows(api_url: str, api_key: str | None, task_ids: tuple[str, ...] = (
     """GET /tasks/list with the key: the one read-only call of the API (a lookup would take an
     assignment). Its Date header gives the clock's skew."""
     name = "Fed Ledger"
+    clock_needs = "an answer from the Fed Ledger"
     if not api_key:
-        return [Row.failed(name, "no key", "set FLOCK_API_KEY (or --flock-api-key)")]
+        return [
+            Row.failed(name, "no key", "set FLOCK_API_KEY (or --flock-api-key)"),
+            Row.skipped("clock", clock_needs),
+        ]
     url = api_url.rstrip("/") + "/tasks/list"
     try:
-        response = fetch_answer(
-            "GET", url, "ledger.tasks", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,
-            headers={"flock-api-key": api_key},
-        )  # fmt: skip
+        response = _get_task_list(url, api_key)
     except AnswerTooLarge as exc:
-        return [Row.failed(name, str(exc), "check --api-url / FLOCK_API_URL")]
+        return [Row.failed(name, str(exc), "check --api-url / FLOCK_API_URL"), Row.skipped(
+            "clock", clock_needs
+        )]  # fmt: skip
     except UNANSWERED as exc:
         return [
             Row.failed(
                 name,
                 f"{url} unreachable ({type(exc).__name__})",
                 "check the network, a proxy, or --api-url / FLOCK_API_URL",
-            )
+            ),
+            Row.skipped("clock", clock_needs),
         ]
     rows = [_ledger_answer(name, url, response, task_ids)]
     rows.append(clock_row(response.headers.get("Date"), time.time()))
     return rows
+
+
+def _get_task_list(url: str, api_key: str) -> Answer:
+    """The task list read within the kit's ledger.tasks cap (issue 40: a 300 MB answer took the
+    doctor to 2.5 GB)."""
+    return fetch_answer(
+        "GET", url, "ledger.tasks", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,
+        headers={"flock-api-key": api_key},
+    )  # fmt: skip
 
 
 def _ledger_answer(name: str, url: str, response: Answer, task_ids: tuple[str, ...]) -> Row:
@@ -111,17 +227,16 @@ def _ledger_answer(name: str, url: str, response: Answer, task_ids: tuple[str, .
             f"HTTP {status}: the API refused the key",
             "check FLOCK_API_KEY (or --flock-api-key): the key of your validator account",
         )
+    fix = "check --api-url / FLOCK_API_URL; retry later if the API is down"
+    if status != 200:
+        return Row.failed(name, f"GET {url}: HTTP {status}, not a task list", fix)
     try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if status != 200 or not isinstance(body, list):
-        return Row.failed(
-            name,
-            f"GET {url}: HTTP {status}, not a task list",
-            "check --api-url / FLOCK_API_URL; retry later if the API is down",
-        )
-    listed = {str(task.get("id")).strip() for task in body if isinstance(task, dict)}
+        tasks = TASK_LIST.validate_python(response.json())  # decoded within the cap's values
+    except JsonRefused as exc:
+        return Row.failed(name, f"GET {url}: HTTP 200, not a task list: {exc}", fix)
+    except ValidationError as exc:
+        return Row.failed(name, f"GET {url}: HTTP 200, not a task list: {_first(exc)}", fix)
+    listed = {task.id for task in tasks}
     missing = [task_id for task_id in task_ids if task_id not in listed]
     if missing:
         return Row.warning(
@@ -130,6 +245,14 @@ def _ledger_answer(name: str, url: str, response: Answer, task_ids: tuple[str, .
             "check TASK_IDS",
         )
     return Row.ok(name, f"key accepted; {len(listed)} tasks listed")
+
+
+def _first(exc: ValidationError) -> str:
+    """The first thing wrong in an answer, where it is: `[3].id: Field required`."""
+    error = exc.errors()[0]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where or 'the answer'}: {error['msg']}{more}"
 
 
 def clock_row(date_header: str | None, now: float) -> Row:
@@ -166,210 +289,3 @@ def disk_row(name: str, path: Path, floor_mb: int) -> Row:
             "free space there or give it a larger volume",
         )
     return Row.ok(name, f"{path}: {free_mb} MiB free (floor {floor_mb} MiB)")
-
-
-# -- the Hub --------------------------------------------------------------------------------
-
-
-def _module_config(config_dir: Path | None, module: str) -> dict:
-    """configs/<module>.json as JSON, or {} (the validator itself reports a broken one)."""
-    if config_dir is None:
-        return {}
-    try:
-        config = json.loads((config_dir / f"{module}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
-def supported_bases(config_dir: Path | None, module: str) -> list[str]:
-    """configs/<module>.json's supported_base_models, the bases assignments may name."""
-    bases = _module_config(config_dir, module).get("supported_base_models")
-    return [base for base in bases if isinstance(base, str)] if isinstance(bases, list) else []
-
-
-def hub_rows(settings: Settings) -> list[Row]:
-    """The token and each supported base's config.json (a HEAD: what gating refuses)."""
-    spec = settings.spec
-    bases = supported_bases(settings.config_dir, spec.name)
-    token_needed = "HF_TOKEN" in spec.secrets
-    if not bases and not token_needed:
-        return []
-    endpoint = (settings.env.get("HF_ENDPOINT") or DEFAULT_HF_ENDPOINT).rstrip("/")
-    token = settings.hf_token
-    if not token and token_needed:
-        token_row = Row.failed("HF token", "not set", "set HF_TOKEN (or --hf-token)")
-    elif not token:
-        token_row = Row.ok("HF token", "not needed by this module")
-    else:
-        token_row = Row.ok("HF token", f"accepted by {endpoint}")
-    if not bases:
-        return [token_row]
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-
-    def probe(base: str) -> tuple[str, str]:
-        url = f"{endpoint}/{quote(base)}/resolve/main/config.json"
-        try:
-            response = fetch_answer(
-                "HEAD", url, "hub.metadata", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,
-                headers=headers,
-            )  # fmt: skip
-        except AnswerTooLarge:
-            return base, "an answer over the kit's cap"
-        except UNANSWERED as exc:
-            return base, f"unreachable ({type(exc).__name__})"
-        code = response.headers.get("X-Error-Code", "")
-        message = response.headers.get("X-Error-Message", "")
-        if response.status_code < 400:
-            return base, "ok"
-        if code == "GatedRepo" or response.status_code == 403:
-            return base, "gated"
-        if response.status_code == 401 and "credentials" in message.lower():
-            return base, "token refused"
-        return base, f"HTTP {response.status_code}"
-
-    with ThreadPoolExecutor(HUB_PARALLEL) as pool:
-        results = dict(pool.map(probe, bases))
-    return [_token_verdict(token_row, results, endpoint), _bases_row(results, endpoint)]
-
-
-def _token_verdict(token_row: Row, results: dict[str, str], endpoint: str) -> Row:
-    if token_row.result == "failed":  # not set: nothing else to say about it
-        return token_row
-    if "token refused" in results.values():
-        return Row.failed(
-            "HF token", f"{endpoint} refused it", "check HF_TOKEN: a read token of your account"
-        )
-    if all(result.startswith("unreachable") for result in results.values()):
-        return Row.warning("HF token", f"not checked: {endpoint} unreachable", "see HF bases")
-    return token_row
-
-
-def _bases_row(results: dict[str, str], endpoint: str) -> Row:
-    name = "HF bases"
-    good = [base for base, result in results.items() if result == "ok"]
-    gated = [base for base, result in results.items() if result == "gated"]
-    other = {base: result for base, result in results.items() if result not in ("ok", "gated")}
-    found = f"{len(good)}/{len(results)} reachable at {endpoint}"
-    if len(good) == len(results):
-        return Row.ok(name, found)
-    if other and all(result.startswith("unreachable") for result in other.values()) and not good:
-        return Row.failed(
-            name, f"{endpoint} unreachable", "check the network, a proxy, or HF_ENDPOINT"
-        )
-    parts = [found]
-    if gated:
-        parts.append(f"gated, no access: {', '.join(gated[:6])}")
-    if other:
-        parts.append(", ".join(f"{base}: {result}" for base, result in list(other.items())[:6]))
-    fix = "ask for access on each gated base's Hub page with HF_TOKEN's account"
-    if other:
-        fix = "check the network, HF_ENDPOINT and HF_TOKEN; " + fix
-    # A base without access fails the assignments that name it, not the validator.
-    return Row.failed(name, "; ".join(parts), fix)
-
-
-# -- the judge (llm_judge) ------------------------------------------------------------------
-
-
-def judge_rows(settings: Settings) -> list[Row]:
-    return [_judge_endpoint_row(settings), judge_texts_row(settings)]
-
-
-def _judge_endpoint_row(settings: Settings) -> Row:
-    name = "judge endpoint"
-    base_url = (settings.env.get("OPENAI_BASE_URL") or "").strip().rstrip("/")
-    key = (settings.env.get("OPENAI_API_KEY") or "").strip()
-    if not base_url or not key:
-        missing = "OPENAI_BASE_URL" if not base_url else "OPENAI_API_KEY"
-        return Row.failed(name, f"{missing} not set", f"set {missing}")
-    url = f"{base_url}/models"
-    try:
-        response = fetch_answer(
-            "GET", url, "judge.models", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,
-            headers={"Authorization": f"Bearer {key}"},
-        )  # fmt: skip
-    except AnswerTooLarge as exc:
-        return Row.failed(name, str(exc), "check OPENAI_BASE_URL")
-    except UNANSWERED as exc:
-        return Row.failed(
-            name, f"{url} unreachable ({type(exc).__name__})", "check OPENAI_BASE_URL"
-        )
-    if response.status_code in (401, 403):
-        return Row.failed(name, f"HTTP {response.status_code}", "check OPENAI_API_KEY")
-    try:
-        listed = [m.get("id") for m in response.json().get("data", []) if isinstance(m, dict)]
-    except (ValueError, AttributeError):
-        listed = None
-    if response.status_code != 200 or listed is None:
-        return Row.warning(
-            name,
-            f"GET {url}: HTTP {response.status_code}, no model list (judging then uses the "
-            "network's fallback models)",
-            "check OPENAI_BASE_URL",
-        )
-    missing = [model for model in settings.judge_models if model not in listed]
-    if missing:
-        return Row.failed(
-            name,
-            f"not listed: {', '.join(missing)} (lists {len(listed)} models)",
-            "serve those judge models there, or point OPENAI_BASE_URL at an endpoint that does",
-        )
-    return Row.ok(name, f"{url} lists {len(listed)} models")
-
-
-def judge_texts_source(settings: Settings) -> str:
-    """The folder the judge texts come from, as modules/llm_judge/judge_texts.py reads
-    `prompt_source`: `builtin`, a URL folder (a 40-hex commit: that commit of the pinned
-    repository's folder; none given: the pinned commit), or a local path."""
-    config = _module_config(settings.config_dir, settings.spec.name)
-    value = str(config.get("prompt_source") or "").strip()
-    pin = settings.spec.protocol
-    if value == "builtin" or value.startswith(("http://", "https://")):
-        return value if value == "builtin" or value.endswith("/") else value + "/"
-    if (not value or COMMIT.fullmatch(value)) and pin is not None:
-        commit = value.lower() or pin.commit
-        return f"{RAW_GITHUB}/{pin.repo}/{commit}/{pin.path}/"
-    return value
-
-
-def judge_texts_row(settings: Settings) -> Row:
-    """Fetched (the first file answers) or cached in the state dir under the key the module
-    uses; neither is exit 3 at start-up."""
-    name = "judge texts"
-    source = judge_texts_source(settings)
-    if source == "builtin":
-        return Row.ok(name, "this project's built-in texts (scores may differ from the network's)")
-    if not source.startswith(("http://", "https://")):
-        found = Path(source, JUDGE_PROMPT_FILE).is_file()
-        if found:
-            return Row.ok(name, f"read from {source}")
-        return Row.failed(name, f"{source}{JUDGE_PROMPT_FILE} missing", "fix prompt_source")
-    key = hashlib.sha256(source.encode("utf-8")).hexdigest()[:32]
-    cache = settings.state_dir / f"judge-texts-{key}.json" if settings.state_dir else None
-    cached = cache is not None and cache.is_file()
-    try:
-        response = requests.get(
-            source + JUDGE_PROMPT_FILE, timeout=TIMEOUT, allow_redirects=False, stream=True
-        )
-        response.close()
-        fetched, why = response.status_code == 200, f"HTTP {response.status_code}"
-    except requests.RequestException as exc:
-        fetched, why = False, type(exc).__name__
-    if fetched:
-        return Row.ok(name, f"{source} answers" + (", and a copy is cached" if cached else ""))
-    if cached:
-        return Row.warning(
-            name, f"{source}: {why}; the copy cached in the state dir stands in", "none needed"
-        )
-    fix = "let it reach that host, or set prompt_source: builtin in configs/llm_judge.json"
-    if cache is None:  # the host: the cache is in the state volume, not looked at here
-        return Row.warning(
-            name,
-            f"{source}: {why}; only a copy cached in the state volume would stand in "
-            "(`python -m validator doctor` in the container looks)",
-            fix,
-        )
-    return Row.failed(
-        name, f"{source}: {why} and none is cached: the validator stops at start (exit 3)", fix
-    )
