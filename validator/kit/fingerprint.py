@@ -148,9 +148,7 @@ def host_digests(
     joined: dict[str, bytearray] = {name: bytearray() for name, _ in named}
     for (name, _), value in zip(jobs, hashes, strict=True):
         joined[name] += value
-    return {
-        name: torch.frombuffer(bytes(value), dtype=torch.uint8) for name, value in joined.items()
-    }
+    return {name: torch.frombuffer(value, dtype=torch.uint8) for name, value in joined.items()}
 
 
 def _pieces(tensor: torch.Tensor) -> list[memoryview]:
