@@ -141,12 +141,10 @@ def load(
 ) -> LoadedModel:
     """The merged or full model, on `device` (the GPU when there is one), ready to generate.
 
-    With `warm`, a LoRA is merged into the warm base (the kit's `WarmBase`, whose `load` puts the
-    base on `device`: `read_model(..., device=...)`) instead of a fresh load: read once, kept on
-    the device, merged there, restored and checked after each assignment. The caller then calls
-    `warm.release(user)` after generating; this function calls it itself when it raises. A full
-    model is read for its assignment and never kept. `device` is a parameter so that the GPU
-    host's path runs on a CPU in the tests."""
+    With `warm`, a LoRA is merged into the warm base (the kit's `WarmBase`, whose read puts it on
+    `device`) instead of a fresh load; the caller then calls `warm.release(user)` after
+    generating, and this function calls it itself when it raises. A full model is never kept.
+    `device` is a parameter so that a GPU host's path runs on a CPU in the tests."""
     default_device, dtype = device_and_dtype()
     device = device or default_device
     if submission.base_model is not None:
