@@ -42,7 +42,7 @@ from transformers import PreTrainedModel
 
 from bench.lora_baseline import BaselineSide
 from bench.lora_common import BASE_NAME, MIB, TEMPLATE, TOLERANCE, Batching, print_versions
-from bench.lora_gpu import run_dry, run_gpu
+from bench.lora_gpu import run_dry, run_gpu, run_rehearsal
 from bench.lora_measure import Assignment, SideResult
 from bench.lora_ours import OursSide, distinct
 from bench.lora_shapes import CPU_SHAPE, GPU_SHAPES, Shape, forward_flops, total_params
@@ -279,6 +279,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, default=None, help="GPU dense peak")
     parser.add_argument("--dry-run", action="store_true", help="print shapes and counts only")
     parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="GPU mode's steps on this CPU at a tiny shape (bench/gpu_session.sh --rehearse)",
+    )
+    parser.add_argument(
         "--token-budget", type=int, default=Batching.token_budget, help="the module's config"
     )
     parser.add_argument(
@@ -302,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.set_verbosity_error()
     if args.dry_run:
         return run_dry(args)
+    if args.rehearse:
+        return run_rehearsal(args)
     if args.device == "cuda":
         return run_gpu(args)
     return run_cpu(args)

@@ -259,11 +259,16 @@ def print_comparison(result: Comparison, peak: float | None) -> None:
     )
     if result.other is not None:
         ours, other = statistics.fmean(result.ours.losses), statistics.fmean(result.other.losses)
+        worst = max(
+            abs(a - b) / max(1.0, abs(b))
+            for a, b in zip(result.ours.losses, result.other.losses, strict=True)
+        )
         print(
             f"  {result.ours_path} is "
             f"{result.other.seconds / result.ours.seconds:.2f}x the speed of "
             f"{result.other_path}; mean loss rel diff "
-            f"{abs(ours - other) / abs(other):.1e}"
+            f"{abs(ours - other) / abs(other):.1e}, largest per conversation {worst:.1e} "
+            "(the module's packed-row check allows modules/lora/packed_rows.py CHECK_TOLERANCE)"
         )
     if result.warmup_seconds is not None:
         print(
@@ -388,6 +393,29 @@ def _release(model: PreTrainedModel) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+# GPU mode's steps at a shape two CPU cores run in seconds (`--rehearse`, CI's rehearsal of
+# bench/gpu_session.sh): Qwen2 layout, vocabulary 640.
+REHEARSAL_SHAPE = Shape("rehearsal-qwen2", 640, 64, 128, 2, 4, 2, tied=True)
+
+
+def run_rehearsal(args: argparse.Namespace) -> int:
+    """GPU mode's measurement of one shape (`measure_shape`: scoring both paths against the
+    per-example forward, the adapter cycle, the save, the Trainer's agreement, the reference's
+    reload) on this CPU, fp32, at a tiny shape and 8 short sequences: what the GPU session runs,
+    end to end, in seconds. Figures mean nothing here; that every step runs does."""
+    print_versions("cpu (rehearsal of GPU mode)")
+    examples = synthetic_examples(8, args.context_length or 256, vocab=REHEARSAL_SHAPE.vocab)
+    print(f"{len(examples)} random sequences; ours: {args.batching}")
+    cpu = torch.device("cpu")
+    result = measure_shape(
+        REHEARSAL_SHAPE, torch.float32, cpu, examples, args.batching, args.rank, None
+    )
+    print()
+    for line in target_verdicts({TARGET_SHAPE: result}, "fp32", None):
+        print(line)
+    return 0
 
 
 def run_dry(args: argparse.Namespace) -> int:

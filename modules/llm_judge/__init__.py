@@ -94,9 +94,11 @@ class LlmJudgeModule(BaseValidationModule):
             max_batch=config.max_generation_batch,
         )
         self._work = WorkArea("llm_judge", config.work_dir)
-        # The base of LoRA submissions stays loaded between assignments on a CPU host, merged
-        # into and restored bit for bit (the kit's WarmBase); scores are those of a fresh load.
-        self.warm = WarmBase(partial(read_model, dtype=device_and_dtype()[1]))
+        # The base of LoRA submissions stays loaded between assignments, on the GPU when there
+        # is one, merged into and restored bit for bit (the kit's WarmBase); scores are those of
+        # a fresh load.
+        device, dtype = device_and_dtype()
+        self.warm = WarmBase(partial(read_model, dtype=dtype, device=device))
 
     def validate(self, data: LlmJudgeInput) -> LlmJudgeMetrics:
         config = self.config

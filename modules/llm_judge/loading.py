@@ -134,23 +134,27 @@ def _switch_off_fla() -> None:
 
 
 def load(
-    submission: Submission, warm: WarmBase | None = None, user: str = "the submission"
+    submission: Submission,
+    warm: WarmBase | None = None,
+    user: str = "the submission",
+    device: str | None = None,
 ) -> LoadedModel:
-    """The merged or full model, on the GPU when there is one, ready to generate.
+    """The merged or full model, on `device` (the GPU when there is one), ready to generate.
 
-    With `warm`, on a CPU, a LoRA is merged into the warm base (the kit's `WarmBase`) instead of
-    a fresh load: the same weights, bit for bit. The caller then calls `warm.release(user)` after
-    generating; this function calls it itself when it raises. On a GPU the base is read for every
-    assignment, as the network reads it, and merged on the CPU before it moves to the GPU."""
-    device, dtype = device_and_dtype()
+    With `warm`, a LoRA is merged into the warm base (the kit's `WarmBase`, whose read puts it on
+    `device`) instead of a fresh load; the caller then calls `warm.release(user)` after
+    generating, and this function calls it itself when it raises. A full model is never kept.
+    `device` is a parameter so that a GPU host's path runs on a CPU in the tests."""
+    default_device, dtype = device_and_dtype()
+    device = device or default_device
     if submission.base_model is not None:
         # The base is the operator's (a supported, trusted repo): its download problems are
         # the operator's, not the submission's, and are raised as they are.
         source = fetch_base_model(submission.base_model)
     else:
         source = submission.path
-    if warm is not None and (submission.base_model is None or device != "cpu"):
-        warm.drop()  # a full model, or a GPU host: nothing is kept beside it
+    if warm is not None and submission.base_model is None:
+        warm.drop()  # a full model: nothing is kept beside it
         warm = None
     try:
         # A LoRA's base is the operator's: what stops reading it (its files in the HF cache
@@ -191,9 +195,9 @@ def load(
     return LoadedModel(model, source, sum(p.numel() for p in model.parameters()))
 
 
-def read_model(source: Path, dtype: torch.dtype) -> Any:
-    """The model of a folder of safetensors weights, in `dtype`; its tokenizer is not loaded
-    here (a full model's is the submission's code-like input: templating.py)."""
+def read_model(source: Path, dtype: torch.dtype, device: str = "cpu") -> Any:
+    """The model of a folder of safetensors weights, in `dtype`, on `device`; its tokenizer is
+    not loaded here (a full model's is the submission's code-like input: templating.py)."""
     model, info = AutoModelForCausalLM.from_pretrained(
         str(source),
         dtype=dtype,
@@ -206,4 +210,4 @@ def read_model(source: Path, dtype: torch.dtype) -> Any:
     if info.get("missing_keys"):
         missing = sorted(info["missing_keys"])
         raise ModelCannotLoad(f"the weights lack {len(missing)} tensors, e.g. {missing[:3]}")
-    return model.eval()
+    return model.to(device).eval()

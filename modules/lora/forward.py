@@ -20,9 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -33,6 +31,14 @@ from modules.lora.lm_head import (
     UnsupportedArchitecture,
     head_sums,
     post_head_transform,
+)
+from modules.lora.packed_rows import (
+    Batching,
+    PackedMismatch,
+    PackedPath,
+    is_oom,
+    packed_sums,
+    release_cuda_cache,
 )
 from modules.lora.packing import PackingMode
 from modules.lora.records import EncodedExample
@@ -61,6 +67,7 @@ def example_losses(
     pad_token_id: int = 0,
     autocast: torch.dtype | None = None,
     packing: PackingMode = "auto",
+    compiled: bool | None = None,
 ) -> list[float]:
     """Mean next-token cross-entropy of each example over its targets, in input order.
 
@@ -69,7 +76,9 @@ def example_losses(
     `autocast`: the dtype the forward and the loss run autocast to, as the reference's Trainer
     runs them under fp16 mixed precision (modules/lora/precision.py); None for none.
     `packing`: packed rows under `token_budget` ("on"), padded batches ("off"), or packed on
-    CUDA only ("auto"); `max_batch_size` bounds padded batches only.
+    CUDA only ("auto"); `max_batch_size` bounds padded batches only. `compiled`: packed rows
+    through compiled FlexAttention, padded to its buckets (packing.COMPILE_OPTIONS); None: on
+    CUDA only, as the module runs (True on a CPU rehearses the GPU's path under inductor).
     """
     if packing not in ("auto", "on", "off"):
         raise ValueError(f"packing must be auto, on or off, not {packing!r}")
@@ -87,13 +96,14 @@ def example_losses(
     # Longest first so a batch's first example fixes its padded length.
     order = sorted(scored, key=lambda i: (-len(examples[i].input_ids), i))
     device = lm.get_input_embeddings().weight.device
-    packed = packer.use_packing(packing, device.type) and _packable(lm)
-    health_key = packer.health_key(lm, device, autocast) if packed else None
-    batching = _Batching(token_budget, max_batch_size, pad_token_id, packer.isolation_length(lm))
+    batching = Batching(token_budget, max_batch_size, pad_token_id, packer.isolation_length(lm))
+    path = None
+    if packer.use_packing(packing, device.type) and _packable(lm):
+        path = _packed_path(lm, transform, examples, batching, autocast, compiled)
     mixed = torch.autocast(device.type, dtype=autocast) if autocast else contextlib.nullcontext()
     progress = Progress("scoring", total=len(order), unit="conversations")
     with torch.inference_mode(), mixed:
-        for index, total in _scored_sums(lm, transform, examples, order, batching, health_key):
+        for index, total in _scored_sums(lm, transform, examples, order, batching, path):
             losses[index] = total / examples[index].predicted_count
             progress.advance()
     for index, first in repeats.items():
@@ -131,13 +141,22 @@ def distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int
     return scored, repeats
 
 
-@dataclass(frozen=True)
-class _Batching:
-    token_budget: int
-    max_batch_size: int  # padded batches only
-    pad_token_id: int
-    # Conversations longer than this run in a forward of their own (packer.isolation_length).
-    alone_over: int | None
+def _packed_path(
+    lm: nn.Module,
+    transform: Transform,
+    examples: list[EncodedExample],
+    batching: Batching,
+    autocast: torch.dtype | None,
+    compiled: bool | None,
+) -> PackedPath:
+    device = lm.get_input_embeddings().weight.device
+    compiled = packer.compiles(device.type) if compiled is None else compiled
+
+    def unpacked(indices: list[int]) -> Iterator[tuple[int, float]]:
+        return _padded_sums(lm, transform, examples, indices, batching)
+
+    dtype = autocast or lm.get_input_embeddings().weight.dtype
+    return PackedPath(packer.health_key(lm, device, autocast, compiled), compiled, dtype, unpacked)
 
 
 def _packable(lm: nn.Module) -> bool:
@@ -171,79 +190,34 @@ def _scored_sums(
     transform: Transform,
     examples: list[EncodedExample],
     order: list[int],
-    batching: _Batching,
-    health_key: str | None,
+    batching: Batching,
+    path: PackedPath | None,
 ) -> Iterator[tuple[int, float]]:
-    """(index, summed CE) per example in `order`: packed when `health_key` is set (the kind of
-    model, packer.health_key) and packing has not failed for it, else padded. A packed row that
-    fails for another reason than memory (a kernel that does not compile on this card, or a
-    recompile that fails later) gives packing up for that kind of model, and the padded path,
-    which computes the same losses, scores what the packed rows had not: a submission is never
-    failed by the packed path's own trouble."""
-    if health_key is not None and packer.HEALTH.usable(health_key):
+    """(index, summed CE) per example in `order`: packed when `path` is set and packing has not
+    failed for its kind of model (packer.health_key), else padded. A packed row that fails for
+    another reason than memory (a kernel that does not compile on this card, a recompile that
+    fails later, losses the module's check finds wrong: modules/lora/packed_rows.py) gives
+    packing up for that kind of model, and the padded path, which computes the same losses,
+    scores what the packed rows had not: a submission is never failed, nor scored, by the
+    packed path's own trouble."""
+    if path is not None and packer.HEALTH.usable(path.key):
         done: set[int] = set()
         try:
-            for index, total in _packed_sums(lm, transform, examples, order, batching, health_key):
+            packed = packed_sums(lm, _decoder(lm), transform, examples, order, batching, path)
+            for index, total in packed:
                 done.add(index)
                 yield index, total
             return
         except Exception as error:
-            if _is_oom(error):
+            if is_oom(error):
                 raise
-            packer.HEALTH.give_up(health_key, error)
-            _release_cuda_cache()
+            if isinstance(error, PackedMismatch) and error.models_own:
+                log.info("this model's own losses are not numbers: scored in padded batches")
+            else:
+                packer.HEALTH.give_up(path.key, error)
+            release_cuda_cache()
         order = [index for index in order if index not in done]
     yield from _padded_sums(lm, transform, examples, order, batching)
-
-
-def _packed_sums(
-    lm: nn.Module,
-    transform: Transform,
-    examples: list[EncodedExample],
-    order: list[int],
-    batching: _Batching,
-    health_key: str,
-) -> Iterator[tuple[int, float]]:
-    """Packed rows of at most the token budget; halves the budget on out-of-memory."""
-    decoder, head = _decoder(lm), lm.get_output_embeddings()
-    device = lm.get_input_embeddings().weight.device
-    lengths = {i: len(examples[i].input_ids) for i in order}
-    token_budget = batching.token_budget
-    rows = deque(packer.plan_rows(order, lengths, token_budget, batching.alone_over))
-    shape = packer.row_shape(device.type)
-    while rows:
-        row = packer.build_row(examples, rows[0], batching.pad_token_id, shape)
-        try:
-            hidden = packer.packed_hidden(lm, decoder, row, device)[0]
-            predicts = row.predicts.to(device)
-            sums = head_sums(
-                lm,
-                head,
-                transform,
-                hidden[predicts],
-                row.labels.to(device)[predicts],
-                row.documents.to(device)[predicts].long(),
-                len(row.indices),
-            )
-        except RuntimeError as error:
-            if not _is_oom(error) or len(row.indices) == 1:
-                raise
-            # At most half this row's tokens next time; the smaller budget sticks for later rows.
-            token_budget = max(1, min(token_budget, row.tokens) // 2)
-            log.warning(
-                "out of memory on a packed row of %d conversations, %d tokens; retrying with "
-                "token budget %d",
-                len(row.indices),
-                row.tokens,
-                token_budget,
-            )
-            _release_cuda_cache()
-            left = [index for pending in rows for index in pending]
-            rows = deque(packer.plan_rows(left, lengths, token_budget, batching.alone_over))
-            continue
-        packer.HEALTH.succeeded.add(health_key)
-        yield from zip(row.indices, sums, strict=True)
-        rows.popleft()
 
 
 def _padded_sums(
@@ -251,7 +225,7 @@ def _padded_sums(
     transform: Transform,
     examples: list[EncodedExample],
     order: list[int],
-    batching: _Batching,
+    batching: Batching,
 ) -> Iterator[tuple[int, float]]:
     """Length-sorted right-padded batches; halves the budget on out-of-memory."""
     decoder, head = _decoder(lm), lm.get_output_embeddings()
@@ -271,7 +245,7 @@ def _padded_sums(
                 batching.pad_token_id,
             )
         except RuntimeError as error:
-            if not _is_oom(error) or len(batch) == 1:
+            if not is_oom(error) or len(batch) == 1:
                 raise
             max_len = len(examples[batch[0]].input_ids)
             # At most half the examples next time; the smaller budget sticks for later batches.
@@ -282,7 +256,7 @@ def _padded_sums(
                 max_len,
                 token_budget,
             )
-            _release_cuda_cache()
+            release_cuda_cache()
             continue
         yield from zip(batch, sums, strict=True)
         start += len(batch)
@@ -293,7 +267,7 @@ def _next_batch(
     order: list[int],
     start: int,
     token_budget: int,
-    batching: _Batching,
+    batching: Batching,
 ) -> list[int]:
     """Greedy batch from `start`; an example over budget on its own still forms a batch."""
     max_len = len(examples[order[start]].input_ids)
@@ -301,15 +275,6 @@ def _next_batch(
         return order[start : start + 1]  # its length would change its batch-mates' RoPE
     size = max(1, min(batching.max_batch_size, token_budget // max_len, len(order) - start))
     return order[start : start + size]
-
-
-def _is_oom(error: BaseException) -> bool:
-    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
-
-
-def _release_cuda_cache() -> None:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
 
 
 def _batch_sums(

@@ -65,14 +65,44 @@ _WINDOW_RULES: dict[str, WindowRule] = {
 # The attention implementations whose masks and soft-cap handling are the ones repeated here.
 _REPEATED_IMPLEMENTATIONS = ("sdpa", "eager")
 
-# FlexAttention's block size. On CUDA a row is padded up to a multiple of it, and to at least two
-# blocks: the kernels are compiled with dynamic shapes once, and a one-block row would be
-# specialised (and compiled) apart. On a CPU padding would only add work.
+# FlexAttention's block size, and the shortest bucket (below).
 BLOCK_SIZE = 128
-# device type -> (multiple, minimum) of a packed row's length
-_ROW_SHAPE = {"cuda": (BLOCK_SIZE, 2 * BLOCK_SIZE)}
-
+MIN_BUCKET = 2 * BLOCK_SIZE
+# How FlexAttention and its block masks are compiled, wherever they are (CUDA by default; a CPU
+# under inductor in tests/lora/test_lora_compiled.py, which rehearses exactly this). Static
+# shapes: with `dynamic=True` and masks that change from row to row, compiled FlexAttention has
+# given NaN or silently wrong outputs (pytorch/pytorch#186775, #163588), so every row is padded
+# to one of a few bucket lengths instead (`bucket_length`), each compiled once. `fullgraph`: a
+# graph break would run the unfused kernel unseen; it raises instead, and packing falls back.
+COMPILE_OPTIONS: dict[str, bool] = {"dynamic": False, "fullgraph": True}
+# Compiles one kind of model may need: a bucket per power of two up to the token budget, times
+# its masks (window or none) and soft-caps. Past dynamo's default (8) a fullgraph compile raises.
+RECOMPILE_LIMIT = 64
 _ATTENTION_KEY = "flock_lora_packed"
+
+
+def compiles(device_type: str) -> bool:
+    """Whether packed rows run compiled FlexAttention by default: on CUDA. On a CPU the eager
+    kernel serves the tests (`packing: on`); the compiled CPU path is the GPU's rehearsal."""
+    return device_type == "cuda"
+
+
+def bucket_length(tokens: int, token_budget: int) -> int:
+    """The padded length of a compiled row of `tokens`: the smallest power of two from
+    MIN_BUCKET up that holds it, capped at the token budget rounded up to a block (full rows,
+    the most, then carry little padding). A conversation over the budget, alone in its row, gets
+    the power of two above it. So a process compiles a few lengths, not one per row."""
+    cap = max(MIN_BUCKET, -(-token_budget // BLOCK_SIZE) * BLOCK_SIZE)
+    length = MIN_BUCKET
+    while length < tokens:
+        length *= 2
+    return min(length, cap) if tokens <= cap else length
+
+
+def row_length(tokens: int, token_budget: int, compiled: bool) -> int:
+    """A packed row's length: its bucket when compiled; eagerly, its tokens (padding would only
+    add work)."""
+    return bucket_length(tokens, token_budget) if compiled else tokens
 
 
 def use_packing(mode: PackingMode, device_type: str) -> bool:
@@ -152,20 +182,19 @@ class PackedRow:
     tokens: int  # conversation tokens, padding excluded
 
 
-def row_shape(device_type: str) -> tuple[int, int]:
-    """(multiple, minimum) of a packed row's length on this device type."""
-    return _ROW_SHAPE.get(device_type, (1, 1))
+def row_tokens(examples: list[EncodedExample], indices: list[int]) -> int:
+    return sum(len(examples[index].input_ids) for index in indices)
 
 
 def build_row(
     examples: list[EncodedExample],
     indices: list[int],
     pad_token_id: int,
-    shape: tuple[int, int] = (1, 1),
+    length: int | None = None,
 ) -> PackedRow:
-    """Concatenates `indices`' conversations and pads the row to a length of `shape`
-    (multiple, minimum) with pad tokens that form a document of their own (they attend only
-    among themselves, so no attention row is empty, and no conversation sees them)."""
+    """Concatenates `indices`' conversations and pads the row to `length` (its tokens when
+    None) with pad tokens that form a document of their own (they attend only among
+    themselves, so no attention row is empty, and no conversation sees them)."""
     ids: list[int] = []
     predicts: list[bool] = []
     documents: list[int] = []
@@ -178,9 +207,9 @@ def build_row(
         documents += [place] * len(example.input_ids)
         lengths.append(len(example.input_ids))
     tokens = len(ids)
-    multiple, minimum = shape
-    pad = max(minimum - tokens, -tokens % multiple)
-    pad += -(tokens + pad) % multiple
+    pad = 0 if length is None else length - tokens
+    if pad < 0:
+        raise ValueError(f"a row of {tokens} tokens does not fit a length of {length}")
     ids += [pad_token_id] * pad
     predicts += [False] * pad
     documents += [len(indices)] * pad
@@ -206,19 +235,18 @@ def _document_positions(lengths: list[int]) -> torch.Tensor:
 
 def _mask_mod(documents: torch.Tensor, window: int | None) -> Callable[..., torch.Tensor]:
     """Attend to earlier tokens (and itself) of the same document, within `window` if set: the
-    reference masks kv <= q - window, so q - kv < window is kept."""
-    if window is None:
+    reference masks kv <= q - window, so q - kv < window is kept. One function for every window
+    (none: the row's length, which keeps every earlier token), the window a tensor beside the
+    documents: compiled, it is an input like them, so windowed and plain layers, and rows with
+    other documents, share one kernel per bucket instead of one each."""
+    reach = documents.shape[0] if window is None else window
+    limit = torch.tensor(reach, dtype=torch.int64, device=documents.device)
 
-        def document_causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return (documents[q_idx] == documents[kv_idx]) & (q_idx >= kv_idx)
-
-        return document_causal
-
-    def document_causal_window(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def document_causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         same = documents[q_idx] == documents[kv_idx]
-        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < limit)
 
-    return document_causal_window
+    return document_causal
 
 
 @functools.cache
@@ -234,16 +262,20 @@ def _softcap_mod(cap: float) -> Callable[..., torch.Tensor]:
 
 @functools.cache
 def _compiled_flex() -> Callable[..., torch.Tensor]:
-    """Compiled once per process: eager FlexAttention on CUDA would materialise every score.
-    Dynamic from the first call, so the one compile (which happens in the first packed row,
-    where a failure still falls back to padded batches) serves every row length."""
-    return torch.compile(flex_attention, dynamic=True)
+    """Compiled once per process (COMPILE_OPTIONS), for every bucket: eager FlexAttention on
+    CUDA would materialise every score. A compile happens in the first packed row of a bucket,
+    where a failure still falls back to padded batches."""
+    import torch._dynamo  # loaded by torch.compile anyway; only when a compile is asked for
+
+    dynamo_config = torch._dynamo.config
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+    return torch.compile(flex_attention, **COMPILE_OPTIONS)
 
 
 @functools.cache
 def _compiled_block_mask() -> Callable[..., BlockMask]:
     """Compiled as `_compiled_flex` is: eager, a row's L x L boolean mask would be built."""
-    return torch.compile(create_block_mask, dynamic=True)
+    return torch.compile(create_block_mask, **COMPILE_OPTIONS)
 
 
 @dataclass
@@ -312,10 +344,12 @@ def _packed_attention(
             # Eager flex is what the CPU tests run; its "use torch.compile" advice is for CUDA.
             stack.enter_context(warnings.catch_warnings())
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        # Contiguous: the compiled kernel is specialised to its inputs' strides, which differ
+        # between architectures (a fused qkv projection's views); one layout, fewer compiles.
         output = flex(
-            query,
-            key.to(query.dtype),
-            value.to(query.dtype),
+            query.contiguous(),
+            key.to(query.dtype).contiguous(),
+            value.to(query.dtype).contiguous(),
             score_mod=score_mod,
             block_mask=row.block_mask(sliding_window),
             scale=scaling,
@@ -343,16 +377,17 @@ def _packed_attention_for(lm: nn.Module, row: _RowAttention) -> Iterator[None]:
 
 
 def packed_hidden(
-    lm: nn.Module, decoder: nn.Module, row: PackedRow, device: torch.device
+    lm: nn.Module, decoder: nn.Module, row: PackedRow, device: torch.device, compiled: bool
 ) -> torch.Tensor:
-    """The decoder's last hidden states for a packed row: (1, L, hidden)."""
+    """The decoder's last hidden states for a packed row: (1, L, hidden); FlexAttention
+    compiled (COMPILE_OPTIONS) or eager."""
     config = lm.config
     attention = _RowAttention(
         documents=row.documents.to(device),
         rule=_WINDOW_RULES[config.model_type],
         config_window=getattr(config, "sliding_window", None),
         softcap=config._attn_implementation != "sdpa",
-        compiled=device.type == "cuda",
+        compiled=compiled,
     )
     # Empty and 4D: 4.49's mask builders return a 4D mask as given (see the module docstring).
     passthrough = torch.ones((1, 1, 0, 0), device=device)
@@ -366,7 +401,9 @@ def packed_hidden(
     return outputs[0]
 
 
-def health_key(lm: nn.Module, device: torch.device, autocast: torch.dtype | None) -> str:
+def health_key(
+    lm: nn.Module, device: torch.device, autocast: torch.dtype | None, compiled: bool = False
+) -> str:
     """What a packed forward's compiled kernels depend on: a model of another kind (head size,
     heads, dtype, soft-cap, windows) compiles afresh, and may fail where the first did not."""
     config = lm.config
@@ -376,19 +413,24 @@ def health_key(lm: nn.Module, device: torch.device, autocast: torch.dtype | None
     return (
         f"{config.model_type} heads {heads[0]}/{heads[1]} x {head_dim} "
         f"{autocast or weights} {config._attn_implementation} on {device.type}"
+        f"{', compiled' if compiled else ''}"
     )
 
 
 class PackingHealth:
     """Whether packing works, per kind of model (`health_key`), in this process. A packed
     forward compiles FlexAttention's kernels and can fail where padded batches would not (a
-    card or head size the kernels do not take, a recompile for a new row length): that kind of
+    card or head size the kernels do not take, a recompile for a new row length), or give
+    what the same conversations unpacked do not (NaN, a mask a kernel gets wrong): that kind of
     model is then scored in padded batches for the rest of the process, after one warning
-    (`succeeded` says whether it had worked before, for the warning and the bench)."""
+    (`succeeded` says whether it had worked before, for the warning and the bench). `verified`:
+    the (kind, bucket, several conversations) whose first row agreed with its conversations
+    scored unpacked (modules/lora/packed_rows.py)."""
 
     def __init__(self) -> None:
         self.succeeded: set[str] = set()
         self.failures: dict[str, str] = {}
+        self.verified: set[tuple[str, int, bool]] = set()
 
     def usable(self, key: str) -> bool:
         return key not in self.failures

@@ -17,7 +17,10 @@ from safetensors.torch import load_file, save_file
 import modules.llm_judge as llm_judge
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
-from modules.llm_judge.loading import read_model
+from modules.llm_judge import loading
+from modules.llm_judge.inspection import inspect_adapter
+from modules.llm_judge.loading import load, read_model
+from modules.llm_judge.submission import Submission
 from tests.llm_judge.test_llm_judge_module import BASE, JUDGES, module, world  # noqa: F401
 from validator.kit import WarmBase
 from validator.scoring import score
@@ -265,3 +268,34 @@ def test_the_earlier_names_warn_and_are_the_kit_s():
     device, dtype = loading.device_and_dtype()
     assert device == kit.pick_device()
     assert dtype == (torch.bfloat16 if device == "cuda" else torch.float32)
+
+
+def adapter_submission(folder: Path) -> Submission:
+    """An adapter folder as fetch_submission hands it over (read by the module's child)."""
+    facts = inspect_adapter(folder, "adapter_model.safetensors", folder.parent / "inspect")
+    return Submission(folder, "0" * 40, BASE, None, facts.ranks(), tuple(facts.weights.listing))
+
+
+def test_a_gpu_host_keeps_the_base_warm_on_its_device(world, adapters, monkeypatch):  # noqa: F811
+    """A GPU host's path with the device as a parameter: the base is read once onto the
+    device, merged there bit for bit as a fresh load and merge, and a hostile adapter still
+    makes it reload. (Before, a GPU host dropped the warm base and read it every time.) The
+    CUDA device itself cannot run here: the device is the CPU, the host says it has a GPU."""
+    base = world[2]
+    monkeypatch.setattr(loading, "device_and_dtype", lambda: ("cuda", torch.float32))
+    monkeypatch.setattr(loading, "fetch_base_model", lambda repo: base)
+    placed: list[str] = []
+
+    def read_onto(source: Path, dtype: torch.dtype, device: str = "cpu"):
+        placed.append(device)
+        return read_model(source, dtype, device)
+
+    warm = WarmBase(partial(read_onto, dtype=torch.float32, device="cpu"))
+    order = ["alice/warm-1", "mallory/mlp", "alice/warm-2", "alice/warm-1"]
+    for repo in order:
+        loaded = load(adapter_submission(adapters[repo]), warm, repo, device="cpu")
+        assert loaded.model is warm.held.model  # merged into the kept base, not a fresh read
+        assert_bit_identical(loaded.model.state_dict(), fresh_merge(base, adapters[repo]))
+        warm.release(repo)
+    # Read once, and once more after the hostile adapter wrote a base weight.
+    assert warm.loads == 2 and placed == ["cpu", "cpu"]

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from devkit.tiny_models import build_model
-from validator.kit.fingerprint import BLOCK, KEYS, BaseFingerprint, _Weights, digest
+from validator.kit import fingerprint
+from validator.kit.fingerprint import BLOCK, KEYS, BaseFingerprint, _Weights, digest, host_digests
 
 
 def flip_one_bit(tensor: torch.Tensor, index: int) -> None:
@@ -78,3 +79,32 @@ def test_structure_changes_are_seen():
     assert fingerprint.differences(model) == structure
     model.model.layers[0].mlp.act_fn = original
     assert fingerprint.differences(model) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool])
+def test_host_tensors_are_hashed_in_pieces_and_any_flipped_bit_is_seen(dtype, monkeypatch):
+    # On the CPU the fingerprint is a keyed SHA-256 per piece of PIECE_BYTES (small here, so a
+    # tensor spans several pieces and the last one is short).
+    monkeypatch.setattr(fingerprint, "PIECE_BYTES", 48)
+    weights = _Weights()
+    tensor = (torch.arange(100) % 3).to(dtype)
+    nbytes = 100 * tensor.element_size()
+    (before,) = host_digests([("t", tensor)], weights).values()
+    assert before.shape == (32 * -(-nbytes // 48),)
+    for index in (0, nbytes // 2, nbytes - 1):
+        changed = tensor.clone()
+        changed.view(torch.uint8)[index] ^= 1
+        assert not torch.equal(host_digests([("t", changed)], weights)["t"], before)
+    assert torch.equal(host_digests([("t", tensor.clone())], weights)["t"], before)
+    # Keyed per process object, as the GPU's weights are.
+    assert not torch.equal(host_digests([("t", tensor)], _Weights())["t"], before)
+    assert host_digests([("e", torch.empty(0))], weights)["e"].shape == (32,)
+
+
+def test_a_model_on_the_cpu_is_fingerprinted_with_host_digests():
+    model = build_model("llama", seed=3)
+    found = BaseFingerprint.of(model)
+    assert all(value.dtype == torch.uint8 for value in found.digests.values())
+    assert set(found.digests) == {name for name, _ in model.named_parameters()} | {
+        name for name, _ in model.named_buffers()
+    }

@@ -7,20 +7,29 @@ version may write, every parameter and buffer is checked after each assignment a
 fingerprint taken at load time; a base that differs in any bit, or in its module structure, is
 dropped and reloaded.
 
-The fingerprint is a keyed linear hash: the tensor's bytes, read as 16-bit words, are summed
-in blocks of `BLOCK` words against secret random weights below 2^20, with three independent
+On a GPU the fingerprint is a keyed linear hash: the tensor's bytes, read as 16-bit words, are
+summed in blocks of `BLOCK` words against secret random weights below 2^20, with three independent
 sets of weights. A submitter who knows the base exactly but not the weights makes a changed
 block keep its digest with a probability of at most 2^-20 per set, 2^-60 for all three. Every
 partial sum is an integer below 2^47 (|word| < 2^15, weight < 2^20, 2^12 words), so float64
 holds it exactly in any summation order: equal tensors give equal digests on any device, and
-the sums run as one matrix product (BLAS, tensor cores) instead of a copy of the weights.
+the sums run as one matrix product (tensor cores) instead of a copy of the weights.
+
+In host memory the same matrix product is bound by converting every word to float64 (eight
+bytes written and read per two of weights), so a tensor on the CPU is hashed with SHA-256
+instead, keyed by a secret of the process, in pieces spread over the CPU's threads (hashlib
+releases the GIL, and SHA extensions run it at memory speed): about twice as fast on this
+2-core sandbox (bench/RESULTS.md, "llm_judge warm base"), and a changed block is found with the
+certainty of a cryptographic hash.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +40,7 @@ BLOCK = 2**12  # words per digest
 STEP_BLOCKS = 4096  # blocks digested at once: 128 MiB of float64 words at most
 KEYS = 3
 WEIGHT_BITS = 20
+PIECE_BYTES = 16 << 20  # a host tensor is hashed in pieces of this size, on every thread
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,7 @@ class _Weights:
         draw = torch.randint(0, 2**WEIGHT_BITS, (BLOCK, KEYS), generator=generator)
         self._cpu = draw.to(torch.float64)
         self._by_device: dict[torch.device, torch.Tensor] = {}
+        self.secret = secrets.token_bytes(32)  # the host digests' key
 
     def on(self, device: torch.device) -> torch.Tensor:
         if device not in self._by_device:
@@ -67,20 +78,18 @@ class BaseFingerprint:
     @classmethod
     def of(cls, model: torch.nn.Module) -> BaseFingerprint:
         weights = _Weights()
-        return cls(structure_of(model), _digests(model, weights), weights)
+        return cls(structure_of(model), model_digests(model, weights), weights)
 
     def differences(self, model: torch.nn.Module, most: int = 5) -> list[str]:
         """Names of up to `most` tensors that differ from the fingerprint; empty when the model
         is bit for bit the one fingerprinted."""
         if structure_of(model) != self.structure:
             return ["the module structure (tensors, ties, modules or hooks)"]
-        changed = []
-        for name, tensor in _tensors(model):
-            if not torch.equal(digest(tensor, self.weights), self.digests[name]):
-                changed.append(name)
-                if len(changed) == most:
-                    break
-        return changed
+        now = model_digests(model, self.weights)
+        changed = [
+            name for name, value in now.items() if not torch.equal(value, self.digests[name])
+        ]
+        return changed[:most]
 
 
 def base_intact(fingerprint: BaseFingerprint, model: torch.nn.Module, user: str) -> bool:
@@ -108,8 +117,44 @@ def _tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     yield from model.named_buffers()
 
 
-def _digests(model: torch.nn.Module, weights: _Weights) -> dict[str, torch.Tensor]:
-    return {name: digest(tensor, weights) for name, tensor in _tensors(model)}
+def model_digests(model: torch.nn.Module, weights: _Weights) -> dict[str, torch.Tensor]:
+    """Every parameter's and buffer's digest, by name: SHA-256 pieces for a tensor in host
+    memory, the linear hash on an accelerator (the module docstring)."""
+    named = list(_tensors(model))
+    found = {name: None for name, _ in named}
+    scratch = _Scratch()
+    for name, tensor in named:
+        if tensor.device.type != "cpu":
+            found[name] = scratch.digest(tensor, weights)
+    host = [(name, tensor) for name, tensor in named if tensor.device.type == "cpu"]
+    found.update(host_digests(host, weights))
+    return found
+
+
+def host_digests(
+    named: list[tuple[str, torch.Tensor]], weights: _Weights
+) -> dict[str, torch.Tensor]:
+    """Keyed SHA-256 of host tensors' bytes, a digest per piece of PIECE_BYTES, as uint8
+    tensors; the pieces of all tensors are hashed on the CPU's threads at once."""
+    jobs = [(name, piece) for name, tensor in named for piece in _pieces(tensor)]
+
+    def hashed(job: tuple[str, memoryview]) -> bytes:
+        piece = hashlib.sha256(weights.secret)
+        piece.update(job[1])
+        return piece.digest()
+
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        hashes = list(pool.map(hashed, jobs))
+    joined: dict[str, bytearray] = {name: bytearray() for name, _ in named}
+    for (name, _), value in zip(jobs, hashes, strict=True):
+        joined[name] += value
+    return {name: torch.frombuffer(value, dtype=torch.uint8) for name, value in joined.items()}
+
+
+def _pieces(tensor: torch.Tensor) -> list[memoryview]:
+    flat = tensor.detach().reshape(-1)
+    raw = memoryview(flat.view(torch.uint8).numpy())
+    return [raw[start : start + PIECE_BYTES] for start in range(0, len(raw), PIECE_BYTES)] or [raw]
 
 
 def structure_of(model: torch.nn.Module) -> Structure:
@@ -148,18 +193,42 @@ def _words(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def digest(tensor: torch.Tensor, weights: _Weights) -> torch.Tensor:
-    """Exact digests of the tensor's bytes (blocks x KEYS), on the tensor's device."""
+def digest(
+    tensor: torch.Tensor, weights: _Weights, scratch: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Exact digests of the tensor's bytes (blocks x KEYS), on the tensor's device. `scratch`:
+    a float64 buffer on that device to convert the words into, reused across tensors (a fresh
+    128 MiB buffer per step costs a CPU its page faults again every time: most of a check)."""
     words = _words(tensor)
     keys = weights.on(words.device)
     parts = []
     step = STEP_BLOCKS * BLOCK
     for start in range(0, words.numel(), step):
-        chunk = words[start : start + step].to(torch.float64)
-        padding = -chunk.numel() % BLOCK
-        if padding:
-            chunk = torch.nn.functional.pad(chunk, (0, padding))
-        parts.append(chunk.view(-1, BLOCK) @ keys)
+        chunk = words[start : start + step]
+        size = chunk.numel()
+        padded = size + (-size % BLOCK)
+        if scratch is None or scratch.numel() < padded:
+            scratch = torch.empty(min(step, padded), dtype=torch.float64, device=words.device)
+        converted = scratch[:padded]
+        converted[:size].copy_(chunk)
+        converted[size:].zero_()
+        parts.append(converted.view(-1, BLOCK) @ keys)
     if not parts:
         return torch.zeros((0, KEYS), dtype=torch.float64, device=words.device)
     return torch.cat(parts)
+
+
+class _Scratch:
+    """One float64 conversion buffer per device for a whole model's digests."""
+
+    def __init__(self) -> None:
+        self._by_device: dict[torch.device, torch.Tensor] = {}
+
+    def digest(self, tensor: torch.Tensor, weights: _Weights) -> torch.Tensor:
+        device = tensor.device
+        size = min(STEP_BLOCKS * BLOCK, tensor.numel() * tensor.element_size() // 2 + BLOCK)
+        buffer = self._by_device.get(device)
+        if buffer is None or buffer.numel() < size:
+            buffer = torch.empty(-(-size // BLOCK) * BLOCK, dtype=torch.float64, device=device)
+            self._by_device[device] = buffer
+        return digest(tensor, weights, buffer)
