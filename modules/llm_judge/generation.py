@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from validator.kit import Progress, SubmissionRejected
 
@@ -123,13 +129,10 @@ def generate(
         try:
             rows = _generate_batch(model, batch, sampling, seed + batch_number, ends)
         except RuntimeError as error:
-            if _NOT_NUMBERS in str(error):
+            if isinstance(error, NotNumbers) or _NOT_NUMBERS in str(error):
                 # Sampling met NaN or infinite probabilities: the model's weights (or its
                 # generation config's penalties) made them; the network raises there too.
-                raise SubmissionRejected(
-                    "the model's next-token probabilities are not numbers (NaN or infinite "
-                    "weights or penalties)"
-                ) from error
+                raise SubmissionRejected(NOT_NUMBERS_REASON) from error
             if not _is_oom(error):
                 raise
             rows = None
@@ -219,6 +222,7 @@ def _generate_batch(
         input_ids[row, width - len(request.ids) :] = torch.as_tensor(request.ids)
         attention[row, width - len(request.ids) :] = 1
     torch.manual_seed(seed)
+    guard = NotNumbersGuard(device)
     with torch.inference_mode():
         output = model.generate(
             input_ids=input_ids.to(device),
@@ -241,8 +245,51 @@ def _generate_batch(
             output_logits=False,
             output_attentions=False,
             output_hidden_states=False,
+            logits_processor=LogitsProcessorList([guard]),
+            stopping_criteria=StoppingCriteriaList([guard.stop]),
         )
+    if bool(guard.seen):  # one read of the device's flag per batch
+        raise NotNumbers(NOT_NUMBERS_REASON)
     return [_until_end(row, ends.eos_token_id) for row in output[:, width:].tolist()]
+
+
+class NotNumbers(RuntimeError):
+    """Next-token scores with a NaN or +inf (or none finite) in a row: the model's weights, or
+    its generation config's penalties, made them."""
+
+
+NOT_NUMBERS_REASON = (
+    "the model's next-token probabilities are not numbers (NaN or infinite weights or penalties)"
+)
+
+
+class NotNumbersGuard(LogitsProcessor):
+    """Keeps sampling from ever meeting scores that are not numbers. On a CPU
+    `torch.multinomial` raises for them, but on a CUDA card it asserts on the device, which
+    poisons the process's CUDA context: the error would read as a device fault (exit 100, a
+    restart, the assignment rescored until its attempts run out), not as the submission's.
+    The guard runs after the generation config's own processors (transformers appends a
+    caller's processors to them) and before the sampling warpers, which keep finite scores
+    finite: a row with a NaN, a +inf or no finite score is recorded on the device (no sync per
+    token) and replaced by zeros, and `stop` ends the generation at that step. Rows that are
+    numbers pass unchanged, bit for bit, so an honest model's answers are what they were."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.seen = torch.zeros((), dtype=torch.bool, device=device)
+        self.stop = _StopOnNotNumbers(self)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.Tensor:
+        bad = scores.isnan().any(-1) | scores.isposinf().any(-1) | scores.isneginf().all(-1)
+        self.seen |= bad.any()
+        return torch.where(bad[:, None], torch.zeros_like(scores), scores)
+
+
+class _StopOnNotNumbers(StoppingCriteria):
+    def __init__(self, guard: NotNumbersGuard) -> None:
+        self.guard = guard
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor, **_: Any) -> Any:
+        return self.guard.seen.expand(input_ids.shape[0])
 
 
 def _until_end(row: list[int], eos: int | None) -> list[int]:

@@ -14,6 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from devkit.tiny_chat_models import build_chat_base
 from modules.llm_judge.generation import (
     EndTokens,
+    NotNumbers,
+    NotNumbersGuard,
     PromptTooLong,
     Request,
     Sampling,
@@ -213,6 +215,41 @@ def test_a_model_whose_probabilities_are_not_numbers_is_rejected(base):
         broken.get_output_embeddings().weight[5, 0] = float("nan")
     with pytest.raises(SubmissionRejected, match="probabilities are not numbers"):
         generate(broken, tokenizer, requests_for(tokenizer)[:2], SAMPLED, seed=1)
+
+
+def test_sampling_never_meets_scores_that_are_not_numbers(base, monkeypatch):
+    """Issue 42: on a CUDA card torch.multinomial asserts on the device for NaN probabilities
+    (no exception to catch: the process's CUDA context is gone, read as a device fault and
+    rescored until its attempts run out). The guard rejects the submission before sampling
+    meets them: a multinomial that fails the test on any non-number stands in for the card."""
+    model, tokenizer = base
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.get_output_embeddings().weight[5, 0] = float("nan")
+    real = torch.multinomial
+
+    def card_multinomial(probs, *args, **kwargs):
+        assert bool(torch.isfinite(probs).all()), "a CUDA card asserts on the device here"
+        return real(probs, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", card_multinomial)
+    with pytest.raises(SubmissionRejected, match="probabilities are not numbers") as raised:
+        generate(broken, tokenizer, requests_for(tokenizer)[:2], SAMPLED, seed=1)
+    assert isinstance(raised.value.__cause__, NotNumbers)
+    assert outcome_of(raised.value).verdict is Verdict.REJECTED
+
+
+def test_the_guard_passes_scores_that_are_numbers_bit_for_bit():
+    guard = NotNumbersGuard(torch.device("cpu"))
+    scores = torch.randn(3, 50, dtype=torch.float16)
+    scores[1, :10] = float("-inf")  # masked by a processor: still numbers
+    out = guard(torch.zeros((3, 4), dtype=torch.long), scores)
+    assert torch.equal(out.view(torch.int16), scores.view(torch.int16)) and not bool(guard.seen)
+    scores[2, 7] = float("nan")
+    out = guard(torch.zeros((3, 4), dtype=torch.long), scores)
+    assert bool(guard.seen) and bool(torch.isfinite(out[2]).all())
+    assert torch.equal(out[:2].view(torch.int16), scores[:2].view(torch.int16))
+    assert guard.stop(torch.zeros((3, 4), dtype=torch.long), scores).tolist() == [True] * 3
 
 
 def test_a_generation_config_naming_a_token_past_the_vocabulary_is_rejected(base):
