@@ -17,7 +17,6 @@ from validator.errors import (
     ConfigError,
     ExitCode,
     OperatorError,
-    TransientError,
     describe,
     outcome_of,
 )
@@ -306,7 +305,6 @@ def _run_loop(
     observer: Observer,
 ) -> ExitCode:
     _install_signal_handlers(stop)
-    _check_tasks(client, settings.task_ids, pool.module_cls.task_type)
     try:
         return Runner(settings, client, journal, pool, stop, observer).run()
     finally:
@@ -327,23 +325,6 @@ def _install_signal_handlers(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-
-
-def _check_tasks(client: FedLedgerClient, task_ids: list[str], task_type: str) -> None:
-    """Warn early about task ids the API does not list or that belong to another module."""
-    try:
-        tasks = {task.id: task for task in client.list_tasks()}
-    except TransientError as exc:
-        log.warning("could not list tasks (%s); going on", exc)
-        return
-    for task_id in task_ids:
-        task = tasks.get(task_id)
-        if task is None:
-            log.warning("task %s is not in the Fed Ledger's task list", task_id)
-        elif task_type and task.task_type and task.task_type != task_type:
-            log.warning(
-                "task %s has type %r, this module validates %r", task_id, task.task_type, task_type
-            )
 
 
 def _fail(code: ExitCode, message: str) -> ExitCode:

@@ -12,7 +12,6 @@ import json
 import logging
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -27,8 +26,9 @@ from validator.errors import (
     describe,
     outcome_of,
 )
-from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient
+from validator.ledger.client import Assignment, FedLedgerClient
 from validator.ledger.submitting import submit_result
+from validator.lookups import Lookups
 from validator.observe.hooks import Hooks
 from validator.scoring import ModulePool, score
 from validator.state.entry import FINAL
@@ -78,13 +78,15 @@ class Runner:
         self.pool = pool
         self.module = pool.module_name
         self.stop = stop
-        self.order = deque(settings.task_ids)
-        self.next_lookup = dict.fromkeys(settings.task_ids, 0.0)
+        self.lookups = Lookups(
+            settings.task_ids, settings.lookup_interval, settings.time_sleep, client, hooks, stop
+        )
         self.finished = 0
         self.marks = ScoringMarks(journal.state_dir)
 
     def run(self) -> ExitCode:
         try:
+            self.lookups.check_listed(self.pool.module_cls.task_type)
             self._settle_interrupted()
             self.marks.watch_stop(self.stop)
             self.journal.report_backlog(self.module)
@@ -102,7 +104,7 @@ class Runner:
                     return ExitCode.OK
                 if self._submit_due(pending) or self._score_due(pending):
                     continue
-                task_id = self._due_task()
+                task_id = self.lookups.due()
                 if task_id is None:
                     self._wait(pending)
                 else:
@@ -142,18 +144,9 @@ class Runner:
 
     # --- lookups -----------------------------------------------------------------------
 
-    def _due_task(self) -> str | None:
-        now = time.time()
-        for _ in range(len(self.order)):
-            task_id = self.order[0]
-            self.order.rotate(-1)
-            if self.next_lookup[task_id] <= now:
-                return task_id
-        return None
-
     def _wait(self, pending: list[Entry]) -> None:
         """Until a task's next lookup or a pending entry is due."""
-        delay = min([*self.next_lookup.values(), *(e.not_before for e in pending)]) - time.time()
+        delay = min([self.lookups.next_due(), *(e.not_before for e in pending)]) - time.time()
         if delay > 0:
             self.stop.wait(delay)
 
@@ -161,31 +154,12 @@ class Runner:
         # An assignment handed out that cannot be journaled would sit in `validating`, lost to
         # this validator, until it expires: ask for none unless the journal can record it.
         self.journal.ensure_writable()
-        self.next_lookup[task_id] = time.time() + self.settings.lookup_interval
-        started = time.monotonic()
         try:
-            result = self.client.request_assignment(task_id)
-        except ApiUnavailable as exc:
-            self.hooks.after_lookup(task_id, "unavailable", time.monotonic() - started, None)
-            self._pause(f"task {task_id}: Fed Ledger unavailable ({exc})")
-            return
+            assignment = self.lookups.lookup(task_id)
         except RecoverableException as exc:
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
-        took = time.monotonic() - started
-        if isinstance(result, Assignment):
-            self.hooks.after_lookup(task_id, "assignment", took, result.id)
-            self._take(task_id, result)
-            return
-        self.hooks.after_lookup(task_id, result.kind, took, None)
-        if result.kind == "unexpected":
-            self._pause(f"task {task_id}: unexpected answer HTTP {result.status}: {result.detail}")
-        else:
-            wait = self.settings.lookup_interval
-            log.info("task %s: %s; next lookup in %gs", task_id, result.detail, wait)
-
-    def _pause(self, why: str) -> None:
-        log.warning("%s; sleeping %gs", why, self.settings.time_sleep)
-        self.stop.wait(self.settings.time_sleep)
+        if assignment is not None:
+            self._take(task_id, assignment)
 
     def _take(self, task_id: str, assignment: Assignment) -> None:
         data = assignment.module_input(self.pool.module_cls.input_data_schema.submitter_fields)

@@ -74,6 +74,9 @@ class Metrics(Middleware):
         telemetry.PHASE_SECONDS.labels("lookup").observe(seconds)
         self._progress()
 
+    def on_task_aside(self, task_id: str, reason: str | None) -> None:
+        telemetry.TASK_SET_ASIDE.labels(task_id).set(0 if reason is None else 1)
+
     def before_attempt(self, entry: Entry) -> None:
         telemetry.SCORING.set(1)
         self._progress()
@@ -218,6 +221,8 @@ class StatusBoard(Middleware):
         self.current: Current | None = None
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self.backlog = {"undecided": 0, "unsubmitted": 0}
+        # Tasks set aside (the API does not know them): task id -> (why, since when).
+        self.aside: dict[str, tuple[str, float]] = {}
         self._progress()
 
     def _progress(self) -> None:
@@ -231,6 +236,12 @@ class StatusBoard(Middleware):
         self, task_id: str, answer: str, seconds: float, assignment_id: str | None
     ) -> None:
         self._progress()
+
+    def on_task_aside(self, task_id: str, reason: str | None) -> None:
+        if reason is None:
+            self.aside.pop(task_id, None)
+        else:
+            self.aside[task_id] = (reason, time.time())
 
     def before_attempt(self, entry: Entry) -> None:
         self.current = Current(entry.id, entry.task_id, "score", time.time())

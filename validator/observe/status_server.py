@@ -128,6 +128,7 @@ class StatusServer:
             f"{health['seconds_since_progress']:.0f} s ago</p>"
             f"<p>Now: {doing}</p>"
             f"<p>Looks up <span id='lookups'>{_e(board.lookups or 'no tasks')}</span>.</p>"
+            f"{_aside(board)}"
             f"<p>Backlog: <b id='undecided'>{board.backlog['undecided']}</b> to score, "
             f"<b id='unsubmitted'>{board.backlog['unsubmitted']}</b> to submit.</p>"
             f"<p id='protocol'>Protocol: {_e(protocol_line() or 'not watched')}</p>"
@@ -219,6 +220,21 @@ class _Handler(RequestHead):
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's name
         log.debug("status page: " + format, *args)
+
+
+def _aside(board: StatusBoard) -> str:
+    """The tasks set aside, each with why: looked up again hourly, the others go on."""
+    if not board.aside:
+        return "<p id='aside'>Set aside: none.</p>"
+    items = "".join(
+        f"<li data-task='{_e(task)}'>task {_e(task)}: {_e(reason)} (since "
+        f"{time.strftime('%H:%M', time.gmtime(since))} UTC)</li>"
+        for task, (reason, since) in sorted(board.aside.items())
+    )
+    return (
+        "<p id='aside'>Set aside (the Fed Ledger does not know them; each is looked up again "
+        f"every hour while the other tasks go on):</p><ul id='aside-tasks'>{items}</ul>"
+    )
 
 
 def _e(value: object) -> str:

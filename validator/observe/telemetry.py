@@ -32,8 +32,15 @@ PHASE_SECONDS = Histogram(
 LOOKUPS = Counter(
     f"{PREFIX}_lookups",
     "Assignment lookups by task and answer (assignment, no_submissions, rate_limited, "
-    "unexpected, unavailable)",
+    "unknown_task, unexpected, unavailable)",
     ["task", "answer"],
+    registry=REGISTRY,
+)
+TASK_SET_ASIDE = Gauge(
+    f"{PREFIX}_task_set_aside",
+    "1 while a task is set aside: the Fed Ledger does not know it (not listed, or its lookup "
+    "answered 404); it is looked up again hourly while the other tasks go on",
+    ["task"],
     registry=REGISTRY,
 )
 API_ERRORS = Counter(
@@ -73,7 +80,14 @@ SCORING = Gauge(
 
 # The label values the loop can give, so that every series exists from start-up.
 OUTCOMES = ("completed", "failed", "dropped")
-LOOKUP_ANSWERS = ("assignment", "no_submissions", "rate_limited", "unexpected", "unavailable")
+LOOKUP_ANSWERS = (
+    "assignment",
+    "no_submissions",
+    "rate_limited",
+    "unknown_task",
+    "unexpected",
+    "unavailable",
+)
 PHASES = ("lookup", *HOST_PHASES, "score", "submit")
 
 
@@ -88,6 +102,7 @@ def start_series(task_ids: Iterable[str]) -> None:
             ASSIGNMENTS.labels(task_id, outcome)
         for answer in LOOKUP_ANSWERS:
             LOOKUPS.labels(task_id, answer)
+        TASK_SET_ASIDE.labels(task_id).set(0)
     for phase in PHASES:
         PHASE_SECONDS.labels(phase)
 
