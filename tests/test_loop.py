@@ -111,7 +111,7 @@ def test_plain_exception_marks_the_assignment_failed(tmp_path, env):
         submitted = by_repo(sim)
     assert submitted["broken/x"]["status"] == "failed"
     assert submitted["ok/y"]["status"] == "completed"
-    assert "cannot be validated: ValueError: cannot load broken/x" in result.stderr
+    assert "submitted as failed (rejected): ValueError: cannot load broken/x" in result.stderr
 
 
 def test_submission_rejected_is_failed_at_once(tmp_path, env):

@@ -274,7 +274,9 @@ def main(
             journal = Journal(
                 state_dir, min_free_mb, lock_timeout_from_env(), redact=redactor.redact
             )
-            observer = Observer(state_dir, module, records_keep, lookups, pool.config_for)
+            observer = Observer(
+                state_dir, module, records_keep, lookups, pool.config_for, spec.penalty_rules
+            )
             telemetry.start_series(looked_up)
             # In the background: never fatal, never on the scoring thread (docs/operating.md).
             start_drift_watch(spec, state_dir, stop, protocol_watch)

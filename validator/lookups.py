@@ -164,7 +164,7 @@ class Lookups:
             changed = self._last.get(task_id) != result.kind
             log.log(
                 logging.INFO if changed else logging.DEBUG,
-                "task %s: %s (looked up every %gs; logged again when the answer changes)",
+                "task %s: %s; next lookup in %gs (said again when this answer changes)",
                 task_id,
                 result.detail,
                 self.schedule.interval,

@@ -41,6 +41,8 @@ CORE_ENV = (
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The container paths the image owns (Dockerfile): a module's volumes go elsewhere under /data.
 STATE_PATH = "/data/state"
+# What the report calls the state dir when run.py mounts a volume there ("volume <name>").
+STATE_SOURCE_ENV = "VALIDATOR_STATE_SOURCE"
 CONFIG_PATH = "/app/configs"
 RESERVED_PATHS = ("/app", STATE_PATH)
 # Keys of a Compose service that the generator writes from the spec; `compose:` may not set them.
@@ -161,6 +163,12 @@ class ModuleSpec(BaseModel):
 
     protocol: ProtocolPin | None = Field(
         default=None, description="the network's repository, folder and commit the rules follow"
+    )
+    penalty_rules: str = Field(
+        default="",
+        max_length=600,
+        description="what the network does with a submission it cannot score (its penalty "
+        "score, or failed), in a sentence or two: the status page shows it beside the results",
     )
 
     @field_validator("name")

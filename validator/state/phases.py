@@ -16,9 +16,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from validator.kit.scope import HostPhase, Scope, entered
+from validator.kit.scope import (
+    MAX_PENALTY_REASON,
+    HostPhase,
+    PenaltyKind,
+    Scope,
+    check_penalty_kind,
+    entered,
+)
+from validator.text import bounded, one_line
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +43,17 @@ class LoopScope(Scope):
     def __init__(
         self,
         record: Callable[[str], None],
-        facts: dict[str, str],
+        times: PhaseTimes,
         beat: Callable[[], None] | None,
     ) -> None:
-        self._record, self._facts, self._beat = record, facts, beat
+        self._record, self._times, self._beat = record, times, beat
 
     def note(self, key: str, value: object) -> None:
-        self._facts[key] = str(value)[:200]
+        self._times.facts[key] = str(value)[:200]
+
+    def penalty(self, kind: PenaltyKind, reason: str) -> None:
+        check_penalty_kind(kind)
+        self._times.penalty = Penalty(kind, bounded(one_line(str(reason)), MAX_PENALTY_REASON))
 
     def heartbeat(self) -> None:
         if self._beat is not None:
@@ -58,24 +71,47 @@ def phase_name(mark: str) -> str:
     return "score" if mark == SUBMISSION else mark.removeprefix("host: ")
 
 
-class PhaseTimes:
-    """Seconds spent in each phase of one scoring; "score" is what no host phase took."""
+@dataclass(frozen=True)
+class Penalty:
+    """Why the metrics a module returned are the network's penalty (Scope.penalty)."""
 
-    def __init__(self) -> None:
+    kind: str
+    reason: str
+
+
+class PhaseTimes:
+    """Seconds spent in each phase of one scoring; "score" is what no host phase took. With
+    them, what the module told of the scoring: its notes (facts) and its penalty, if any."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self.seconds: dict[str, float] = {}
         self.facts: dict[str, str] = {}
+        self.penalty: Penalty | None = None
+        # Per phase, its seconds weighted by when they were spent: phases are listed in the
+        # order their time mostly went (a phase entered for a moment first is not first).
+        self._weighted: dict[str, float] = {}
         self._current = SUBMISSION
-        self._since = time.monotonic()
+        self._start = self._since = clock()
 
     def switch(self, phase: str) -> None:
-        now = time.monotonic()
+        now = self._clock()
         name = phase_name(self._current)
-        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._since
+        spent = now - self._since
+        self.seconds[name] = self.seconds.get(name, 0.0) + spent
+        middle = (self._since + now) / 2 - self._start
+        self._weighted[name] = self._weighted.get(name, 0.0) + spent * middle
         self._current, self._since = phase, now
 
     def finish(self) -> dict[str, float]:
+        """Seconds per phase, in time order."""
         self.switch(SUBMISSION)
-        return {name: round(value, 3) for name, value in self.seconds.items()}
+
+        def when(name: str) -> float:
+            spent = self.seconds[name]
+            return self._weighted[name] / spent if spent > 0 else 0.0
+
+        return {name: round(self.seconds[name], 3) for name in sorted(self.seconds, key=when)}
 
 
 class ScoringMarks:
@@ -104,7 +140,7 @@ class ScoringMarks:
 
         _write(self.phase_path, f"{assignment_id}\n{SUBMISSION}\n")
         try:
-            with entered(LoopScope(record, times.facts, on_beat)):
+            with entered(LoopScope(record, times, on_beat)):
                 yield times
         finally:
             self.phase_path.unlink(missing_ok=True)
