@@ -288,7 +288,8 @@ def render_text(summary: Summary) -> str:
 
 
 def _outcome(failure: Failure) -> str:
-    """", completed (cannot_load)"; nothing where the reason says it ("quarantined, ...")."""
+    """The outcome after the id (`, completed (cannot_load)`); nothing where the reason says it
+    (`quarantined, ...`)."""
     if failure.reason.startswith(failure.outcome):
         return ""
     return f", {failure.outcome}{f' ({failure.kind})' if failure.kind else ''}"
