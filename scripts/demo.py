@@ -29,6 +29,7 @@ from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
 from scripts.demo_look import (
+    expect_reasons,
     print_results,
     remove_volumes,
     run_args,
@@ -134,9 +135,9 @@ def run_validator(sim: Simulator, hub_url: str, count: int) -> int:
             remove_volumes(f"{volumes}-hf")
     try:
         code = run_checking_log(command, REPO_ROOT, env)
-        print_results(sim, code, "lora", state, losses)
-        where_to_look("lora", state)
-        return code
+        shown = print_results(sim, code, "lora", state, losses)
+        code = code or expect_reasons(shown, {"mallory/pickle-lora": "rejected"})
+        return where_to_look("lora", state) or code
     finally:
         remove_volumes(state, f"{volumes}-hf")
 

@@ -28,6 +28,7 @@ from devkit.simulator.process import Simulator, task
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
 from scripts.demo_look import (
+    expect_reasons,
     print_results,
     remove_volumes,
     run_args,
@@ -117,9 +118,9 @@ def run_validator(sim: Simulator, hub_url: str, judge_url: str, configs: Path, c
             remove_volumes(f"{volumes}-hf")
     try:
         code = run_checking_log(command, REPO_ROOT, env)
-        print_results(sim, code, "llm_judge", state, scores)
-        where_to_look("llm_judge", state)
-        return code
+        shown = print_results(sim, code, "llm_judge", state, scores)
+        code = code or expect_reasons(shown, {"mallory/pickle": "cannot_load"})
+        return where_to_look("llm_judge", state) or code
     finally:
         remove_volumes(state, f"{volumes}-hf")
 

@@ -62,32 +62,51 @@ def reasons(module: str, state_volume: str) -> dict[int, str]:
 
 def print_results(
     sim: Simulator, code: int | None, module: str, state_volume: str, score: Callable[[dict], str]
-) -> None:
+) -> dict[str, str]:
     """What the Fed Ledger received, a line per submission: `score(data)` its figures, and a
-    penalty's kind and reason. `code`: the validator's exit code (None: still running)."""
+    penalty's kind and reason. `code`: the validator's exit code (None: still running). Returns
+    the reasons shown, by repo."""
     why = reasons(module, state_volume)
     state = sim.state()
     repos = {a["id"]: a["task_submission"]["data"]["hg_repo_id"] for a in state["assignments"]}
     ended = "" if code is None else f"validator exit code {code}; "
     print(f"\n{ended}the Fed Ledger received:")
+    shown = {}
     for result in state["submissions"]:
-        figures = score(result["data"] or {})
+        repo = repos[result["assignment_id"]]
         reason = why.get(result["assignment_id"], "")
-        reason = f"  <- {reason[:160]}" if reason else ""
-        print(f"  {repos[result['assignment_id']]:22} {result['status']:9} {figures}{reason}")
+        if reason:
+            shown[repo] = reason
+        arrow = f"  <- {reason[:160]}" if reason else ""
+        print(f"  {repo:22} {result['status']:9} {score(result['data'] or {})}{arrow}")
+    return shown
 
 
-def where_to_look(module: str, state_volume: str) -> None:
-    """The report page of the run, written before its volumes go, and how to see it live."""
+def expect_reasons(shown: dict[str, str], penalized: dict[str, str]) -> int:
+    """1 unless each of `penalized` (repo -> its penalty's kind) was shown with that kind: the
+    demo's own check that its summary explains every penalty."""
+    missing = [repo for repo, kind in penalized.items() if not shown.get(repo, "").startswith(kind)]
+    for repo in missing:
+        print(f"demo: {repo} shows no {penalized[repo]} reason", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def where_to_look(module: str, state_volume: str) -> int:
+    """The report page of the run, written before its volumes go, and how to see it live; 1
+    when the page could not be written."""
     OUTPUT.mkdir(exist_ok=True)
     page = OUTPUT / f"{module}-report.html"
+    page.unlink(missing_ok=True)
     done = report(module, state_volume, "--html", str(page))
-    print(f"\nTo look at: {page.relative_to(REPO_ROOT)} (the report of this run)", end="")
-    print("" if done.returncode == 0 else f" not written: {done.stderr.strip()[-200:]}")
+    if done.returncode != 0 or not page.is_file():
+        print(f"demo: the report was not written: {done.stderr.strip()[-300:]}", file=sys.stderr)
+        return 1
+    print(f"\nTo look at: {page.relative_to(REPO_ROOT)} (the report of this run)")
     print(
         f"  make demo-serve DEMO={module}: the same run, its status page and report served on "
         "127.0.0.1 until Ctrl-C, its state kept"
     )
+    return 0
 
 
 def serve_until_stopped(

@@ -33,6 +33,7 @@ from devkit.tiny_policies import (
 )
 from scripts.demo import check_in_image
 from scripts.demo_look import (
+    expect_reasons,
     print_results,
     remove_volumes,
     run_args,
@@ -103,9 +104,10 @@ def run_validator(sim: Simulator, hub_url: str, count: int) -> int:
         return serve_until_stopped(command, env, sim, count, show, state)
     try:
         code = run_checking_log(command, REPO_ROOT, env)
-        print_results(sim, code, "rl", state, rewards)
-        where_to_look("rl", state)
-        return code
+        shown = print_results(sim, code, "rl", state, rewards)
+        penalized = {"mallory/escape": "rejected", "trainer3/too-big": "over_max_params"}
+        code = code or expect_reasons(shown, penalized)
+        return where_to_look("rl", state) or code
     finally:
         remove_volumes(state)
 

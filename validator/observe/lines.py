@@ -1,7 +1,7 @@
 """The log lines a person reads about an assignment and a module's start (docs/operating.md,
-"Logs"): short, one per event, each message at most MAX_LINE characters (the line, with its
-time, level and logger, under 300). Numbers are rounded here; the journal and the records keep
-them whole."""
+"Logs a person reads"): short, one per event, each message at most MAX_LINE characters (the
+line, with its time, level and logger, under 300). Numbers are rounded here; the journal and
+the records keep them whole."""
 
 from __future__ import annotations
 
