@@ -32,6 +32,8 @@ from validator.text import bounded, one_line
 log = logging.getLogger(__name__)
 
 PHASE_FILE = "scoring.phase"
+# A stretch of a phase this short is no time to speak of (the log shows 0.0 s).
+MOMENT_S = 0.05
 STOP_FILE = "stop.requested"
 SUBMISSION = "submission"
 
@@ -88,30 +90,34 @@ class PhaseTimes:
         self.seconds: dict[str, float] = {}
         self.facts: dict[str, str] = {}
         self.penalty: Penalty | None = None
-        # Per phase, its seconds weighted by when they were spent: phases are listed in the
-        # order their time mostly went (a phase entered for a moment first is not first).
-        self._weighted: dict[str, float] = {}
+        # Per phase, its longest stretch (seconds, when it began) and when its last one began.
+        # Phases are listed in the order their longest stretches began: a phase entered for a
+        # moment first (the submission's own work before a download) is not listed first; one
+        # of no time to speak of (shown as 0.0 s) is listed where its last stretch began.
+        self._longest: dict[str, tuple[float, float]] = {}
+        self._last: dict[str, float] = {}
         self._current = SUBMISSION
-        self._start = self._since = clock()
+        self._since = clock()
 
     def switch(self, phase: str) -> None:
         now = self._clock()
         name = phase_name(self._current)
         spent = now - self._since
         self.seconds[name] = self.seconds.get(name, 0.0) + spent
-        middle = (self._since + now) / 2 - self._start
-        self._weighted[name] = self._weighted.get(name, 0.0) + spent * middle
+        if spent > self._longest.get(name, (-1.0, 0.0))[0]:
+            self._longest[name] = (spent, self._since)
+        self._last[name] = self._since
         self._current, self._since = phase, now
 
     def finish(self) -> dict[str, float]:
         """Seconds per phase, in time order."""
         self.switch(SUBMISSION)
 
-        def when(name: str) -> float:
-            spent = self.seconds[name]
-            return self._weighted[name] / spent if spent > 0 else 0.0
+        def began(name: str) -> float:
+            spent, start = self._longest[name]
+            return start if spent >= MOMENT_S else self._last[name]
 
-        return {name: round(self.seconds[name], 3) for name in sorted(self.seconds, key=when)}
+        return {name: round(self.seconds[name], 3) for name in sorted(self.seconds, key=began)}
 
 
 class ScoringMarks:
