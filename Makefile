@@ -19,7 +19,7 @@ STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 # docs` needs nothing else, and `make lint` builds and lints the pages from it.
 DOCS_VENV := .venv-docs
 
-.PHONY: install test lint format docs docs-figures demo demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm bench-llm-judge-plan gpu-kit browser prometheus registry report
+.PHONY: install test lint format docs docs-figures demo demo-serve demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm bench-llm-judge-plan gpu-kit browser prometheus registry report
 
 install: $(VENV)/.installed $(STACK_VENVS)
 
@@ -116,6 +116,13 @@ demo: install wheels
 		python=$(PY); [ -x .venv-$$module/bin/python ] && python=.venv-$$module/bin/python; \
 		$$python -m scripts.demo$$([ "$$module" = lora ] || echo _$$module) || exit 1; \
 	done
+
+# One module's demo (the first of DEMO: lora unless DEMO=rl or DEMO=llm_judge) whose validator
+# keeps running once its assignments are done: its status page and report on 127.0.0.1 until
+# Ctrl-C, its state volume kept (scripts/demo_look.py).
+demo-serve: export DEMO_SERVE = 1
+demo-serve: DEMO := $(firstword $(DEMO))
+demo-serve: demo
 
 # The validator loop alone (no Docker, no torch) against the Fed Ledger simulator, in seconds.
 demo-loop: install

@@ -9,7 +9,7 @@ from pathlib import Path
 from docker.types import DeviceRequest
 
 from launcher.errors import UsageError
-from validator.spec import CONFIG_PATH, CORE_ENV
+from validator.spec import CONFIG_PATH, CORE_ENV, STATE_PATH, STATE_SOURCE_ENV
 
 LABEL_MODULE = "org.flock-validator.module"
 LABEL_LAUNCHER = "org.flock-validator.launcher"
@@ -73,9 +73,12 @@ class ContainerSpec:
 
     def environment(self) -> dict[str, str]:
         passed = {k: v for k, v in self.host_env.items() if k in self.env_names and v}
+        # The status page's report names the state by its volume, not by where it is mounted.
+        state = [name for name, path in self.volumes.items() if path == STATE_PATH]
+        source = {STATE_SOURCE_ENV: f"volume {state[0]}"} if state else {}
         # Secrets only travel as environment variables: never on the command line, never in
         # the image.
-        return {**passed, **self.env, **{k: v for k, v in self.secrets.items() if v}}
+        return {**passed, **source, **self.env, **{k: v for k, v in self.secrets.items() if v}}
 
     def mounts(self) -> dict[str, dict[str, str]]:
         volumes = {

@@ -17,6 +17,8 @@ class Totals(BaseModel):
     records: int
     # task id -> state or outcome -> count, over every worker
     by_task: dict[str, dict[str, int]]
+    # task id -> penalty kind -> results submitted as that penalty, over every worker
+    penalties: dict[str, dict[str, int]] = {}
 
 
 class WorkerSummary(BaseModel):
@@ -32,13 +34,17 @@ class FleetSummary(BaseModel):
 
 def add_up(summaries: list[Summary]) -> Totals:
     by_task: dict[str, Counter[str]] = defaultdict(Counter)
+    penalties: dict[str, Counter[str]] = defaultdict(Counter)
     for summary in summaries:
         for task, counts in summary.by_task.items():
             by_task[task].update(counts)
+        for penalty in summary.penalties:
+            penalties[penalty.task_id][penalty.kind] += penalty.count
     return Totals(
         assignments=sum(s.assignments for s in summaries),
         records=sum(s.records for s in summaries),
         by_task={task: dict(sorted(c.items())) for task, c in sorted(by_task.items())},
+        penalties={task: dict(sorted(c.items())) for task, c in sorted(penalties.items())},
     )
 
 
@@ -64,6 +70,11 @@ def render_fleet(fleet: FleetSummary) -> str:
         lines.append(
             "  " + "  ".join([f"{task:<10}", *(f"{counts.get(o, 0):>12}" for o in outcomes)])
         )
+    lines += ["", "Penalties by task and kind, all workers (a -999 or loss 999, or failed):"]
+    lines += [
+        f"  task {task}: " + ", ".join(f"{kind} {count}" for kind, count in kinds.items())
+        for task, kinds in totals.penalties.items()
+    ] or ["  none"]
     lines += ["", "Per worker:"]
     for worker in fleet.workers:
         summary = worker.summary

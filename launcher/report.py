@@ -47,7 +47,15 @@ def report_output(
     try:
         return client.containers.run(
             image,
-            command=["report", "--state-dir", STATE_PATH, *args],
+            # The report names the volume, not the path it is mounted at in the container.
+            command=[
+                "report",
+                "--state-dir",
+                STATE_PATH,
+                "--source",
+                f"volume {state_volume}",
+                *args,
+            ],
             volumes={state_volume: {"bind": STATE_PATH, "mode": "rw"}},
             network_mode="none",
             remove=True,

@@ -3,8 +3,10 @@
 Builds a tiny Qwen2-style base model, its tokenizer and four adapters here (three real, one
 pickle-only), serves them from a HuggingFace-style hub on 127.0.0.1, starts the Fed Ledger
 simulator with one task of those four submissions, runs `python run.py lora` until they are
-finished, and prints what the simulator received. Needs a Docker engine; the image is built
-from the base named by VALIDATOR_BASE_IMAGE (the Makefile sets the local stand-in).
+finished, and prints what the simulator received, each penalty with why, and where to look
+(scripts/demo_look.py; `make demo-serve` keeps it serving its status page). Needs a Docker
+engine; the image is built from the base named by VALIDATOR_BASE_IMAGE (the Makefile sets the
+local stand-in).
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ from devkit.demo_secrets import API_KEY, HF_TOKEN, run_checking_log
 from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_repos import KINDS, build_adapter, build_base, files_of
+from scripts.demo_look import (
+    expect_reasons,
+    print_results,
+    remove_volumes,
+    run_args,
+    serve_until_stopped,
+    serving,
+    where_to_look,
+)
 
 DATA = DATA_DIR
 
@@ -75,8 +86,9 @@ def main() -> int:
                 ]
             }
             with Simulator(sim_data, tmp) as sim:
-                code = run_validator(sim.api_url, hub.endpoint, len(repos))
-                print_results(sim, code)
+                code = run_validator(sim, hub.endpoint, len(repos))
+                if serving() or not sim.submissions():  # served: stopped by Ctrl-C
+                    return code
                 scored = sim.submissions()[0]["data"]["loss"]
             request = tmp / "check.json"
             request.write_text(json.dumps({"hg_repo_id": repos[0], **sim_data["tasks"][0]["data"]}))
@@ -85,8 +97,9 @@ def main() -> int:
         return code
 
 
-def run_validator(api_url: str, hub_url: str, count: int) -> int:
+def run_validator(sim: Simulator, hub_url: str, count: int) -> int:
     volumes = f"flock-validator-demo-{uuid.uuid4().hex[:8]}"
+    state = f"{volumes}-state"
     command = [
         sys.executable,
         str(REPO_ROOT / "run.py"),
@@ -96,15 +109,14 @@ def run_validator(api_url: str, hub_url: str, count: int) -> int:
         "--task_ids",
         "1",
         "--api-url",
-        api_url,
-        "--max-assignments",
-        str(count),
+        sim.api_url,
+        *run_args(count),
         "--assignment-lookup-interval",
         "0.5",
         "--time-sleep",
         "2",
         "--state-volume",
-        f"{volumes}-state",
+        state,
         "--hf-cache-volume",
         f"{volumes}-hf",
     ]
@@ -114,12 +126,20 @@ def run_validator(api_url: str, hub_url: str, count: int) -> int:
         "FLOCK_API_KEY": API_KEY,
         "HF_TOKEN": HF_TOKEN,
     }
-    print(f"$ python run.py lora --task_ids 1 --max-assignments {count} ...", flush=True)
+    print(f"$ python run.py lora --task_ids 1 {' '.join(run_args(count))} ...", flush=True)
+    show = functools.partial(print_results, sim, None, "lora", state, losses)
+    if serving():
+        try:
+            return serve_until_stopped(command, env, sim, count, show, state)
+        finally:
+            remove_volumes(f"{volumes}-hf")
     try:
-        return run_checking_log(command, REPO_ROOT, env)
+        code = run_checking_log(command, REPO_ROOT, env)
+        shown = print_results(sim, code, "lora", state, losses)
+        code = code or expect_reasons(shown, {"mallory/pickle-lora": "rejected"})
+        return where_to_look("lora", state) or code
     finally:
-        for name in (f"{volumes}-state", f"{volumes}-hf"):
-            subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True)
+        remove_volumes(state, f"{volumes}-hf")
 
 
 def check_in_image(module: str, request: Path, hub_url: str, metric: str) -> float | None:
@@ -161,12 +181,8 @@ def check_like_a_trainer(request: Path, hub_url: str, scored: float) -> int:
     return 0 if math.isclose(checked, scored, rel_tol=1e-6) else 1
 
 
-def print_results(sim: Simulator, code: int) -> None:
-    print(f"\nrun.py exit code {code}; the Fed Ledger received:")
-    for repo, result in sim.results_by_repo().items():
-        data = result["data"] or {}
-        scores = ", ".join(f"{k}={data[k]:.4f}" for k in ("loss", "eval_loss") if k in data)
-        print(f"  {repo:22} {result['status']:9} {scores}")
+def losses(data: dict) -> str:
+    return ", ".join(f"{k}={data[k]:.4f}" for k in ("loss", "eval_loss") if k in data)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,16 @@ Builds a tiny Qwen3.5-architecture base, a LoRA adapter on it and a pickle-only 
 serves them and a validation set from a HuggingFace-style hub on 127.0.0.1, starts a local
 OpenAI-compatible judge and the Fed Ledger simulator with one task of those submissions, runs
 `python run.py llm_judge` (no GPU here) until they are finished, and prints what the simulator
-received. Runs in the llm_judge stack (.venv-llm_judge; the Makefile picks it).
+received (each penalty with why) and where to look (scripts/demo_look.py; `make demo-serve
+DEMO=llm_judge` keeps it serving its status page). Runs in the llm_judge stack
+(.venv-llm_judge; the Makefile picks it).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -25,6 +27,15 @@ from devkit.judge_server import LocalJudge
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base
 from devkit.tiny_repos import files_of
+from scripts.demo_look import (
+    expect_reasons,
+    print_results,
+    remove_volumes,
+    run_args,
+    serve_until_stopped,
+    serving,
+    where_to_look,
+)
 
 BASE = "Qwen/Qwen3.5-0.8B"
 SET = DATA_DIR / "chat_sample.jsonl"
@@ -69,26 +80,25 @@ def main() -> int:
                 )
             )
             with Simulator({"tasks": [task(1, repos, **data)]}, tmp) as sim:
-                code = run_validator(sim.api_url, hub.endpoint, judge.endpoint, configs, len(repos))
-                results = sim.results_by_repo()
-            calls = len(judge.requests)
-        print(f"\nrun.py exit code {code}; {calls} judge calls; the Fed Ledger received:")
-        for repo, result in results.items():
-            value = (result["data"] or {}).get("score")
-            print(
-                f"  {repo:22} {result['status']:9} {'' if value is None else f'score={value:.4f}'}"
-            )
+                code = run_validator(sim, hub.endpoint, judge.endpoint, configs, len(repos))
+            print(f"{len(judge.requests)} judge calls")
         return code
 
 
-def run_validator(api_url: str, hub_url: str, judge_url: str, configs: Path, count: int) -> int:
+def scores(data: dict) -> str:
+    value = data.get("score")
+    return "" if value is None else f"score={value:.4f}"
+
+
+def run_validator(sim: Simulator, hub_url: str, judge_url: str, configs: Path, count: int) -> int:
     volumes = f"flock-validator-demo-lj-{uuid.uuid4().hex[:8]}"
+    state = f"{volumes}-state"
     command = [
         sys.executable, str(REPO_ROOT / "run.py"), "llm_judge",
-        "--gpus", os.environ.get("GPUS", "none"), "--task_ids", "1", "--api-url", api_url,
-        "--max-assignments", str(count),
+        "--gpus", os.environ.get("GPUS", "none"), "--task_ids", "1", "--api-url", sim.api_url,
+        *run_args(count),
         "--assignment-lookup-interval", "0.5", "--time-sleep", "2",
-        "--state-volume", f"{volumes}-state", "--hf-cache-volume", f"{volumes}-hf",
+        "--state-volume", state, "--hf-cache-volume", f"{volumes}-hf",
         "--config-dir", str(configs),
     ]  # fmt: skip
     env = {
@@ -99,12 +109,20 @@ def run_validator(api_url: str, hub_url: str, judge_url: str, configs: Path, cou
         "OPENAI_BASE_URL": judge_url,
         "OPENAI_API_KEY": JUDGE_KEY,
     }
-    print(f"$ python run.py llm_judge --task_ids 1 --max-assignments {count} ...", flush=True)
+    print(f"$ python run.py llm_judge --task_ids 1 {' '.join(run_args(count))} ...", flush=True)
+    show = functools.partial(print_results, sim, None, "llm_judge", state, scores)
+    if serving():  # its state is kept
+        try:
+            return serve_until_stopped(command, env, sim, count, show, state)
+        finally:
+            remove_volumes(f"{volumes}-hf")
     try:
-        return run_checking_log(command, REPO_ROOT, env)
+        code = run_checking_log(command, REPO_ROOT, env)
+        shown = print_results(sim, code, "llm_judge", state, scores)
+        code = code or expect_reasons(shown, {"mallory/pickle": "cannot_load"})
+        return where_to_look("llm_judge", state) or code
     finally:
-        for name in (f"{volumes}-state", f"{volumes}-hf"):
-            subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True)
+        remove_volumes(state, f"{volumes}-hf")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Starts the Fed Ledger simulator on 127.0.0.1 with two tasks, runs `python -m validator` with the
 test module `fixture` until five assignments are finished (one of them a submission that cannot
-be validated), then prints what the simulator received.
+be validated), then prints what the simulator received, a failure with why (the report's
+reason, from the state dir).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from devkit import FIXTURE_MODULES, REPO_ROOT
 from devkit.demo_secrets import API_KEY, HF_TOKEN, run_checking_log
 from devkit.simulator.process import Simulator, task
+from validator.report.summary import summarize
 
 TASKS = [
     task(1, ["ok/alice-adapter", "broken/mallory-adapter", "ok/bob"], context_length=4096),
@@ -56,11 +58,14 @@ def main() -> int:
         repos = {
             a["id"]: a["task_submission"]["data"]["hg_repo_id"] for a in sim.state()["assignments"]
         }
+        summary, _ = summarize(Path(tmp) / "state")
+        why = {f.id: f"  <- {f.kind}: {f.reason}" for f in summary.failures if f.kind}
         print(f"\nvalidator exit code {code}; the Fed Ledger received:")
         for result in sim.submissions():
+            assignment = result["assignment_id"]
             print(
-                f"  assignment {result['assignment_id']} ({repos[result['assignment_id']]}): "
-                f"{result['status']} {result['data'] or ''}"
+                f"  assignment {assignment} ({repos[assignment]}): "
+                f"{result['status']} {result['data'] or ''}{why.get(str(assignment), '')}"
             )
         return code
 

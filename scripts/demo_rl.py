@@ -4,14 +4,16 @@ Builds four tiny ONNX policies here (a plain one, one with external weights, one
 data points out of its folder, one over max_params), serves them and a validation set from a
 HuggingFace-style hub on 127.0.0.1, starts the Fed Ledger simulator with one task of those
 four submissions, runs `python run.py rl` (no GPU, no HF token) until they are finished, prints
-what the simulator received, and checks that `run.py rl --check` gives the submitted score.
+what the simulator received (each penalty with why) and where to look (scripts/demo_look.py;
+`make demo-serve DEMO=rl` keeps it serving its status page), and checks that `run.py rl --check`
+gives the submitted score.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -30,6 +32,15 @@ from devkit.tiny_policies import (
     validation_arrays,
 )
 from scripts.demo import check_in_image
+from scripts.demo_look import (
+    expect_reasons,
+    print_results,
+    remove_volumes,
+    run_args,
+    serve_until_stopped,
+    serving,
+    where_to_look,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FEATURES, VENUES, ROWS = 8, 4, 2000
@@ -61,33 +72,44 @@ def main() -> int:
                 "max_params": MAX_PARAMS,
             }
             with Simulator({"tasks": [task(1, repos, task_type="rl", **data)]}, tmp) as sim:
-                code = run_validator(sim.api_url, hub.endpoint, len(repos))
+                code = run_validator(sim, hub.endpoint, len(repos))
+                if serving():  # stopped by Ctrl-C, as the simulator was
+                    return code
                 results = sim.results_by_repo()
-            print(f"\nrun.py exit code {code}; the Fed Ledger received:")
-            for repo, result in results.items():
-                reward = (result["data"] or {}).get("average_reward")
-                shown = "" if reward is None else f"average_reward={reward:.6f}"
-                print(f"  {repo:18} {result['status']:9} {shown}")
+            if repos[0] not in results:
+                return code
             request = tmp / "check.json"
             request.write_text(json.dumps({"hg_repo_id": repos[0], **data}))
             scored = results[repos[0]]["data"]["average_reward"]
             return code or check_like_a_trainer(request, hub.endpoint, scored)
 
 
-def run_validator(api_url: str, hub_url: str, count: int) -> int:
+def rewards(data: dict) -> str:
+    reward = data.get("average_reward")
+    return "" if reward is None else f"average_reward={reward:.6f}"
+
+
+def run_validator(sim: Simulator, hub_url: str, count: int) -> int:
     state = f"flock-validator-demo-rl-{uuid.uuid4().hex[:8]}"
     command = [
-        sys.executable, str(REPO_ROOT / "run.py"), "rl", "--task_ids", "1", "--api-url", api_url,
-        "--max-assignments", str(count), "--assignment-lookup-interval", "0.5",
+        sys.executable, str(REPO_ROOT / "run.py"), "rl", "--task_ids", "1",
+        "--api-url", sim.api_url, *run_args(count), "--assignment-lookup-interval", "0.5",
         "--time-sleep", "2", "--state-volume", state,
     ]  # fmt: skip
     env = {**os.environ, "HF_ENDPOINT": hub_url, "FLOCK_API_KEY": API_KEY}
     env.pop("HF_TOKEN", None)  # rl declares no secret
-    print(f"$ python run.py rl --task_ids 1 --max-assignments {count} ...", flush=True)
+    print(f"$ python run.py rl --task_ids 1 {' '.join(run_args(count))} ...", flush=True)
+    if serving():  # its state is kept
+        show = functools.partial(print_results, sim, None, "rl", state, rewards)
+        return serve_until_stopped(command, env, sim, count, show, state)
     try:
-        return run_checking_log(command, REPO_ROOT, env)
+        code = run_checking_log(command, REPO_ROOT, env)
+        shown = print_results(sim, code, "rl", state, rewards)
+        penalized = {"mallory/escape": "rejected", "trainer3/too-big": "over_max_params"}
+        code = code or expect_reasons(shown, penalized)
+        return where_to_look("rl", state) or code
     finally:
-        subprocess.run(["docker", "volume", "rm", "-f", state], capture_output=True)
+        remove_volumes(state)
 
 
 def check_like_a_trainer(request: Path, hub_url: str, scored: float) -> int:

@@ -1,24 +1,49 @@
-"""What a person reads per assignment at INFO (issue 34 part 3): a handful of lines, one of them
-where the time went, phase by phase (validator/observe/observer.py)."""
+"""What a person reads per assignment at INFO (issue 34 part 3, issue 39): a handful of short
+lines, the result's one saying where the time went, phase by phase; lookups that find nothing
+logged when their answer changes, not every round."""
 
 from __future__ import annotations
 
 import re
+import signal
 
 from devkit.simulator.process import Simulator, task
-from devkit.validator_cli import loop_args, run_validator, validator_env
+from devkit.validator_cli import loop_args, start_validator, validator_env, wait_for
+from tests.helpers.assignment_log import check_assignment_lines, run_assignments
 
 
 def test_one_assignment_is_a_handful_of_lines_with_its_phases(tmp_path):
-    with Simulator({"tasks": [task(1, ["ok/a"])]}, tmp_path) as sim:
-        args = loop_args("fixture", sim.api_url, "1", "--max-assignments", "1")
-        result = run_validator(args, validator_env(tmp_path))
-    assert result.returncode == 0, result.stderr
-    lines = result.stderr.splitlines()
-    assert all(" INFO " in line for line in lines), lines
-    # start-up and exit lines aside, every line is the assignment's
-    per_assignment = [line for line in lines if "assignment 1" in line or "modules." in line]
-    assert len(per_assignment) <= 6, lines
-    took = [line for line in lines if "assignment 1 took " in line]
-    # the first assignment starts the module: the host's work, "load"
-    assert len(took) == 1 and re.search(r"took score \d+\.\d s, load \d+\.\d s$", took[0]), lines
+    repos = ["ok/a", "penalty/b"]
+    outcomes, log = run_assignments(tmp_path, "fixture", repos, validator_env(tmp_path))
+    assert outcomes == {"ok/a": "completed", "penalty/b": "completed"}
+    assert all(" INFO " in line or " WARNING " in line for line in log.splitlines()), log
+    scored, penalty = check_assignment_lines(log, 2)
+    # The first assignment starts the module (the host's work: "load"); the metrics rounded.
+    assert re.search(
+        r"assignment 1: submitted as completed: loss 0.04, repo_length 4, context_length 0 "
+        r"\(load \d+\.\d s, score \d+\.\d s\)$",
+        scored[-1],
+    ), scored
+    assert penalty[-1].endswith(
+        "assignment 2: submitted as completed: loss -999, repo_length 0, context_length 0, the "
+        "network's penalty (cannot_load): penalty/b has no weights to load (score 0.0 s)"
+    )
+
+
+def test_lookups_that_find_nothing_are_logged_when_the_answer_changes(tmp_path):
+    with Simulator({"tasks": [task(1, []), task(2, ["ok/a"])]}, tmp_path) as sim:
+        args = loop_args("fixture", sim.api_url, "1,2")
+        log = tmp_path / "v.log"
+        process = start_validator(args, validator_env(tmp_path), log)
+        try:
+            wait_for(lambda: len(sim.lookups(1)) >= 8, 60, "eight lookups of task 1")
+            wait_for(lambda: len(sim.submissions()) == 1, 30, "task 2's assignment")
+            count = len(sim.lookups(2))
+            wait_for(lambda: len(sim.lookups(2)) >= count + 3, 30, "task 2 idle")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0
+    lines = log.read_text().splitlines()
+    idle = [line for line in lines if "No task submissions available to validate" in line]
+    # Task 1: nothing from the first lookup on. Task 2: nothing, once its one submission went.
+    assert [line.split(": ", 1)[1].split(":")[0] for line in idle] == ["task 1", "task 2"], idle

@@ -290,15 +290,13 @@ def test_the_reason_at_the_attempt_limit_names_the_last_error():
             updated_at=0.0,
         )
 
-    assert _attempts_used_up(entry(None)) == (
-        "scoring ended the process 3 times (crash or device fault)"
-    )
-    assert _attempts_used_up(entry("transient: hub 503")) == (
-        "scoring ended the process 3 times (crash or device fault)"
-    )
+    crashed = ("scoring ended the process 3 times (crash or device fault)", "crashed")
+    assert _attempts_used_up(entry(None)) == crashed
+    assert _attempts_used_up(entry("transient: hub 503")) == crashed
     assert _attempts_used_up(entry("unexpected error in the module: TypeError: x")) == (
         "3 scoring attempts without a result (unexpected errors, then the process ended); the "
-        "last error recorded: unexpected error in the module: TypeError: x"
+        "last error recorded: unexpected error in the module: TypeError: x",
+        "unexpected",
     )
 
 

@@ -13,7 +13,7 @@ from devkit.validator_cli import REPO_ROOT
 from launcher.errors import UsageError
 from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
 from launcher.fleet_report import FleetSummary, WorkerSummary, add_up, render_fleet
-from validator.report.summary import Summary
+from validator.report.summary import PenaltyStats, Summary
 
 NO_ENGINE = "unix:///nonexistent/docker.sock"
 
@@ -162,7 +162,9 @@ def test_http_port_is_taken_out_of_the_validators_options():
     check_passthrough(["--shard", "0/2"], one)  # one worker: the operator's own share
 
 
-def summary(by_task: dict[str, dict[str, int]], records: int) -> Summary:
+def summary(
+    by_task: dict[str, dict[str, int]], records: int, penalties: list[PenaltyStats] = ()
+) -> Summary:
     return Summary(
         state_dir="/data/state",
         generated_at=0.0,
@@ -173,15 +175,18 @@ def summary(by_task: dict[str, dict[str, int]], records: int) -> Summary:
         scores=[],
         failures=[],
         records=records,
+        penalties=list(penalties),
     )
 
 
 def test_the_fleet_report_adds_up_every_workers_counts():
-    first = summary({"1": {"completed": 2, "failed": 1}}, 3)
-    second = summary({"1": {"completed": 1}, "2": {"dropped": 1}}, 1)
+    minus_999 = PenaltyStats(task_id="1", kind="cannot_load", count=1)
+    first = summary({"1": {"completed": 2, "failed": 1}}, 3, [minus_999])
+    second = summary({"1": {"completed": 1}, "2": {"dropped": 1}}, 1, [minus_999])
     totals = add_up([first, second])
     assert totals.assignments == 5 and totals.records == 4
     assert totals.by_task == {"1": {"completed": 3, "failed": 1}, "2": {"dropped": 1}}
+    assert totals.penalties == {"1": {"cannot_load": 2}}
     fleet = FleetSummary(
         totals=totals,
         workers=[
@@ -191,5 +196,6 @@ def test_the_fleet_report_adds_up_every_workers_counts():
     )
     text = render_fleet(fleet)
     assert "2 workers, 5 assignments, 4 records" in text
+    assert "  task 1: cannot_load 2\n" in text
     assert "worker 0 (v): 3 assignments (completed 2, failed 1), tasks 1" in text
     assert "worker 1 (v-1): 2 assignments (completed 1, dropped 1), tasks 1,2" in text

@@ -19,7 +19,7 @@ from validator.state.journal import (
     JournalUnwritable,
     State,
 )
-from validator.state.store import SCHEMA_V1, SCHEMA_VERSION
+from validator.state.store import SCHEMA_V1, SCHEMA_V2, SCHEMA_VERSION
 
 JOURNAL = "journal.sqlite3"
 
@@ -265,11 +265,51 @@ def test_a_journal_of_an_earlier_validator_is_migrated_and_keeps_its_rows(tmp_pa
     finally:
         journal.close()
     with sqlite3.connect(tmp_path / JOURNAL) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         # The constraints hold from now on.
         with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
             db.execute("UPDATE assignments SET id = NULL")
     db.close()
+
+
+def test_a_version_2_journal_gains_the_penalty_columns_and_its_failures_their_reasons(tmp_path):
+    """Version 3 keeps why a result is a penalty; a version 2 journal is migrated in place, and a
+    result failed before it gets its reason from the failure's event (its error column may since
+    hold a submit try's words), its kind left unrecorded."""
+    with sqlite3.connect(tmp_path / JOURNAL) as db:
+        db.executescript(SCHEMA_V2 + "PRAGMA user_version = 2;")
+        insert = (
+            "INSERT INTO assignments (id, module, task_id, state, input, metrics, outcome, error,"
+            " received_at, updated_at) VALUES (?, 'lora', '12', ?, '{}', ?, ?, ?, 1.0, 2.0)"
+        )
+        db.execute(insert, ("1", "submitted", None, "failed", "submit: HTTP 503: busy"))
+        db.execute(insert, ("2", "submitted", '{"loss": 1}', "completed", None))
+        db.execute(insert, ("3", "failed", None, None, "ValueError: no adapter"))
+        for row in (("1", "failed", "ValueError: bad rank"), ("1", "submitted", "failed")):
+            db.execute("INSERT INTO events VALUES (?, 1.5, ?, ?)", (row[0], row[1], row[2]))
+        db.execute("INSERT INTO events VALUES ('3', 1.5, 'failed', 'ValueError: no adapter')")
+    db.close()
+    journal = Journal(tmp_path)
+    try:
+        (kept,) = journal.pending("lora", UNSUBMITTED)
+        assert (kept.penalty_kind, kept.penalty) == (None, "ValueError: no adapter")
+        scored = journal.scored(
+            journal.receive("4", "lora", "12", {}), {"score": -999.0}, ("cannot_load", "no weights")
+        )
+        assert (scored.penalty_kind, scored.penalty) == ("cannot_load", "no weights")
+    finally:
+        journal.close()
+    with sqlite3.connect(tmp_path / JOURNAL) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        rows = db.execute("SELECT id, penalty_kind, penalty FROM assignments ORDER BY id")
+        assert rows.fetchall() == [
+            ("1", None, "ValueError: bad rank"),
+            ("2", None, None),
+            ("3", None, "ValueError: no adapter"),
+            ("4", "cannot_load", "no weights"),
+        ]
+    db.close()
+    Journal(tmp_path).close()  # opened again as version 3: nothing to migrate, nothing refused
 
 
 def _hold_write_lock(path: Path) -> sqlite3.Connection:

@@ -169,7 +169,10 @@ LOOKUP_ROWS = [
     ((502, HTML), None, Refusal("unexpected", 502, HTML.decode())),
     ((504, b""), None, Refusal("unexpected", 504, "(empty body)")),
     ((408, b""), None, Refusal("unexpected", 408, "(empty body)")),
-    ((404, detail("Task not found")), None, Refusal("unexpected", 404, "Task not found")),
+    # The API's own 404 (a JSON detail): it does not know the task; the runner sets it aside.
+    ((404, detail("Task not found")), None, Refusal("unknown_task", 404, "Task not found")),
+    # A 404 without the API's detail is a proxy's or a wrong --api-url's: unexpected.
+    ((404, HTML), None, Refusal("unexpected", 404, HTML.decode())),
 ]
 
 

@@ -3,7 +3,7 @@ import logging
 import sys
 import time
 
-from validator.observe.logs import RedactSecrets
+from validator.observe.logs import KnownNoise, RedactSecrets
 from validator.text import MAX_LOG_MESSAGE, MAX_TRACEBACK
 
 SECRET = "sk-flock-abcdef123456"
@@ -139,3 +139,31 @@ def test_a_traceback_is_bounded_but_keeps_its_lines():
     RedactSecrets([KEY]).filter(record)
     assert len(record.exc_text) < MAX_TRACEBACK + 100
     assert record.exc_text.startswith("Traceback (most recent call last):\n")
+
+
+def test_the_known_harmless_cpu_warnings_are_said_once_in_our_words():
+    """Issue 39: transformers' sliding-window warning (a Qwen2 base without flash-attention) and
+    bitsandbytes' "pip install kernels" (peft imports it on a CPU) passed the filter as the
+    libraries' warnings; each is now one INFO line of ours, the first time only."""
+    noise = KnownNoise()
+    said = []
+    for name, text in [
+        (
+            "transformers.models.qwen2.modeling_qwen2",
+            "Sliding Window Attention is enabled but not implemented for `sdpa`; unexpected "
+            "results may be encountered.",
+        ),
+        (
+            "bitsandbytes.backends.cpu.ops",
+            "Failed to load CPU gemm_4bit_forward from kernels-community: No module named "
+            "'kernels'. Please make sure you already `pip install kernels` and the kernels >= "
+            "0.11.1",
+        ),
+    ]:
+        for _ in range(2):
+            record = logging.LogRecord(name, logging.WARNING, __file__, 1, text, None, None)
+            if noise.filter(record):
+                said.append((record.levelname, record.getMessage()))
+    assert [level for level, _ in said] == ["INFO", "INFO"]
+    assert "sliding window" in said[0][1] and "sdpa" in said[0][1]
+    assert "4-bit" in said[1][1] and "pip install" not in said[1][1]

@@ -144,7 +144,12 @@ def test_the_launcher_passes_declared_secrets_as_env_only(monkeypatch):
     monkeypatch.setenv("JUDGE_API_KEY", f" {JUDGE_KEY} ")
     spec = ModuleSpec(name="secretive", secrets={"JUDGE_API_KEY": "the judge's API key"})
     kwargs = container(spec, options()).run_kwargs()
-    assert kwargs["environment"] == {"FLOCK_API_KEY": API_KEY, "JUDGE_API_KEY": JUDGE_KEY}
+    # Beside the secrets, what the status page's report calls the state: its volume (issue 39).
+    assert kwargs["environment"] == {
+        "FLOCK_API_KEY": API_KEY,
+        "JUDGE_API_KEY": JUDGE_KEY,
+        "VALIDATOR_STATE_SOURCE": "volume flock-validator-secretive-state",
+    }
     assert not any(JUDGE_KEY in part or API_KEY in part for part in kwargs["command"])
     assert kwargs["device_requests"] == []  # gpu: false in the spec
 

@@ -50,7 +50,8 @@ class Trace(Middleware):
         self._add(self.scoring, f"on_phase {phase}")
 
     def after_score(self, entry: Entry, phases, commit) -> None:
-        self._add(entry.id, f"after_score {'+'.join(phases)}")
+        # In time order: a phase of about no time (this module's) falls either side of another.
+        self._add(entry.id, f"after_score {'+'.join(sorted(phases))}")
 
     def after_submit(self, entry: Entry, seconds: float) -> None:
         self._add(entry.id, f"after_submit {entry.state.value}")
@@ -110,7 +111,7 @@ def test_each_step_of_an_assignment_reaches_every_middleware_in_order(tmp_path, 
             "before_attempt 1",
             "on_phase host: load",  # the module starts
             "on_phase submission",
-            "after_score score+load",
+            "after_score load+score",
             "after_attempt received",  # kept for another attempt
             "before_attempt 2",
             "after_score score",
@@ -123,7 +124,7 @@ def test_each_step_of_an_assignment_reaches_every_middleware_in_order(tmp_path, 
             "before_attempt 1",
             "on_phase host: load",
             "on_phase submission",
-            "after_score score+load",
+            "after_score load+score",
             "after_submit submitted",
             "after_finish completed",
             "after_attempt submitted",
@@ -159,7 +160,7 @@ def test_an_attempt_that_ends_the_loop_is_told_so_and_leaves_no_record(tmp_path)
             "before_attempt 1",
             "on_phase host: load",
             "on_phase submission",
-            "after_score score+load",
+            "after_score load+score",
             "after_attempt scoring raised Stop",
         ]
     }

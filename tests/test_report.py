@@ -96,6 +96,46 @@ def test_the_summary_has_the_hand_computed_figures(state):
     assert failure.reason == "adapter_config.json has no base_model_name_or_path"
 
 
+def test_penalties_are_kept_apart_from_the_scores(tmp_path):
+    """Issue 39: a -999 counted as a score made task 7's mean -333.349 and squashed its scores
+    into one bar; a penalty is now counted by kind, its reason among the latest."""
+    journal = Journal(tmp_path)
+    store = RecordStore(tmp_path)
+    for assignment_id, score, penalty in [
+        ("1", 0.71, None),
+        ("2", 0.65, None),
+        ("3", -999.0, ("cannot_load", "the model cannot be loaded: no weights: score -999")),
+    ]:
+        entry = journal.begin_scoring(journal.receive(assignment_id, "llm_judge", "7", {}))
+        entry = journal.submitted(journal.scored(entry, {"score": score}, penalty))
+        record = AssignmentRecord(
+            id=assignment_id,
+            task_id="7",
+            module="llm_judge",
+            outcome="completed",
+            received_at=T0,
+            finished_at=T0,
+            metrics={"score": score},
+        )  # no penalty in the record: the journal's is the truth
+        store.write(record)
+    journal.close()
+    summary, _ = summarize(tmp_path, "volume flock-validator-llm_judge-state")
+    (scores,) = summary.scores
+    assert (scores.count, scores.min, scores.max) == (2, 0.65, 0.71)
+    assert scores.mean == pytest.approx(0.68)
+    assert [(p.task_id, p.kind, p.count) for p in summary.penalties] == [("7", "cannot_load", 1)]
+    (latest,) = summary.failures
+    assert (latest.id, latest.outcome, latest.kind) == ("3", "completed", "cannot_load")
+    text = render_text(summary)
+    assert text.startswith("flock-validator report: volume flock-validator-llm_judge-state (")
+    assert "task 7: score n=2 min 0.65 median 0.68 max 0.71 mean 0.68" in text
+    assert "task 7: cannot_load 1" in text
+    assert (
+        "assignment 3 (task 7), completed (cannot_load): the model cannot be loaded: no "
+        "weights: score -999" in text
+    )
+
+
 def test_percentile_is_the_nearest_rank():
     assert percentile([5.0], 0.95) == 5.0
     assert percentile([float(v) for v in range(1, 101)], 0.95) == 95.0
@@ -107,7 +147,10 @@ def test_text_report_shows_the_figures(state):
     assert "6 assignments, 5 records" in text
     assert "score     n=5     median    20.00  p95    40.00" in text
     assert "task 7: loss n=3 min 0.5 median 0.7 max 0.9 mean 0.7" in text
-    assert "assignment 5 (task 8): adapter_config.json has no base_model_name_or_path" in text
+    assert (
+        "assignment 5 (task 8), failed (unrecorded): adapter_config.json has no "
+        "base_model_name_or_path" in text
+    )
 
 
 def report_cli(*args: str) -> subprocess.CompletedProcess[str]:

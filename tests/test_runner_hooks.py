@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.fake_ledger import Unreachable, detail
+from tests.helpers.fake_ledger import Reply, Unreachable, detail
 from tests.helpers.loop import Loop
 from validator.errors import ExitCode, TransientError
 from validator.kit.scope import current_scope
@@ -60,13 +60,15 @@ def loaded_and_beating() -> float:
 
 
 def walk(loop: Loop, *middleware: Middleware) -> ExitCode:
-    """Every hook point: a lookup the API cannot answer, an attempt that meets a transient
-    fault, phases and beats, a submit kept, then taken, a failed submission, a pass at rest."""
+    """Every hook point: a task the API does not list (set aside), a lookup the API cannot
+    answer, an attempt that meets a transient fault, phases and beats, a submit kept, then
+    taken, a failed submission, a pass at rest."""
+    loop.ledger.tasks_answer = Reply(200, [{"id": 1, "task_type": "training"}])
     loop.ledger.lookup_answers.append(Unreachable("POST lookup: HTTP 503"))
     loop.submission("1", "a", TransientError("hub answered 503"), loaded_and_beating)
     loop.submission("1", "b", ValueError("not a model"))
     loop.ledger.submit_answers.append(detail(503, "down"))
-    return loop.run(max_assignments=2, hooks=middleware)
+    return loop.run(["1", "9"], max_assignments=2, hooks=middleware)
 
 
 def outcome(loop: Loop) -> dict[str, Any]:
@@ -168,6 +170,7 @@ def test_hooks_are_the_middlewares_methods_each_emitted_by_name():
     assert HOOKS == (
         "before_pass",
         "after_lookup",
+        "on_task_aside",
         "before_attempt",
         "on_phase",
         "on_beat",

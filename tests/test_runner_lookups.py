@@ -45,31 +45,44 @@ def test_a_task_with_nothing_to_give_is_asked_once_per_lookup_interval(loop, ref
 
 
 @pytest.mark.parametrize(
-    ("answer", "kind", "logged"),
+    ("answer", "logged"),
     [
-        (Reply(418, "<html>teapot</html>"), "unexpected", "unexpected answer HTTP 418: <html>"),
-        (detail(400, "Task is closed"), "unexpected", "unexpected answer HTTP 400: Task is"),
-        (Reply(200, {"data": {}}), "unexpected", "HTTP 200: malformed assignment"),
-        (
-            Unreachable("POST /tasks/request-validation-assignment/1: HTTP 503"),
-            "ApiUnavailable",
-            "Fed Ledger unavailable",
-        ),
+        (Reply(418, "<html>teapot</html>"), "unexpected answer HTTP 418: <html>"),
+        (detail(400, "Task is closed"), "unexpected answer HTTP 400: Task is"),
+        (Reply(200, {"data": {}}), "HTTP 200: malformed assignment"),
     ],
-    ids=["not-json", "other-detail", "malformed", "unavailable"],
+    ids=["not-json", "other-detail", "malformed"],
 )
-def test_an_unexpected_answer_or_an_unreachable_api_pauses_time_sleep(
-    loop, caplog, answer, kind, logged
-):
+def test_an_unexpected_answer_delays_only_its_own_task(loop, caplog, answer, logged):
+    # Issue 39: an answer the client does not know made every task wait --time-sleep.
     loop.ledger.lookup_answers.append(answer)
+    loop.submission("1", "a", 0.25)
+    loop.submission("2", "b", 0.5)
+
+    assert loop.run(["1", "2"], max_assignments=2) == ExitCode.OK
+    first, second, third = loop.ledger.lookups
+    assert (first.task_id, first.answer) == ("1", "unexpected")
+    assert second.task_id == "2" and second.at == first.at  # the other task did not wait
+    assert third.task_id == "1" and third.at - first.at == max(
+        loop.time_sleep, loop.lookup_interval
+    )
+    wait = max(loop.time_sleep, loop.lookup_interval)
+    assert logged in caplog.text and f"its next lookup in {wait:g}s" in caplog.text
+
+
+def test_an_unreachable_api_pauses_every_task_time_sleep(loop, caplog):
+    loop.ledger.lookup_answers.append(
+        Unreachable("POST /tasks/request-validation-assignment/1: HTTP 503")
+    )
     loop.submission("2", "b", 0.5)
 
     assert loop.run(["1", "2"], max_assignments=1) == ExitCode.OK
     first, second = loop.ledger.lookups
-    assert (first.task_id, first.answer) == ("1", kind)
-    # The next task waited out the pause, though it was due at once.
+    assert (first.task_id, first.answer) == ("1", "ApiUnavailable")
+    # Every task asks the same API: the next one waited out the pause, though due at once.
     assert second.task_id == "2" and second.at - first.at == loop.time_sleep
-    assert logged in caplog.text and f"sleeping {loop.time_sleep:g}s" in caplog.text
+    assert "Fed Ledger unavailable" in caplog.text
+    assert f"sleeping {loop.time_sleep:g}s" in caplog.text
 
 
 def test_a_refused_key_on_a_lookup_exits_3_without_asking_again(loop):

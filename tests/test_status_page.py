@@ -49,9 +49,10 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
 
 @pytest.fixture
 def run(tmp_path):
-    """A validator scoring 4 assignments (one slow, one broken), serving its pages."""
+    """A validator scoring 5 assignments (one slow, one broken, one the network's -999),
+    serving its pages."""
     write_config(tmp_path, "fixture", {"slow_seconds": 6.0, "marker_dir": str(tmp_path)})
-    tasks = [task(1, ["ok/a", "broken/b", "slow/c"]), task(2, ["ok/dd"])]
+    tasks = [task(1, ["ok/a", "broken/b", "slow/c"]), task(2, ["ok/dd", "penalty/e"])]
     # One submit answered 503, tried again within the call: counted as a retry.
     fault = {"endpoint": "update", "kind": "status", "status": 503, "count": 1}
     with Simulator({"tasks": tasks}, tmp_path, faults=[fault]) as sim:
@@ -82,9 +83,9 @@ def test_metrics_health_and_pages_tell_what_the_validator_did(run, chromium):
     assert driver.find_element("id", "phase").text == "score"
     screenshot(driver, "status-page.png")
 
-    wait_for(lambda: len(sim.submissions()) == 4, 60, "4 results submitted")
+    wait_for(lambda: len(sim.submissions()) == 5, 60, "5 results submitted")
     # The last result is recorded just after the API took it.
-    wait_for(lambda: get(base + "/")[1].count("</td></tr>") == 4, 10, "4 results shown")
+    wait_for(lambda: get(base + "/")[1].count("</td></tr>") == 5, 10, "5 results shown")
 
     # The loop goes on looking up (answered "no submissions") while this scrapes: the
     # simulator's count before and after brackets the metric's.
@@ -121,10 +122,15 @@ def test_metrics_health_and_pages_tell_what_the_validator_did(run, chromium):
     assert (
         sum(v for (name, labels), v in metrics.items() if (name, labels[:1]) == handed_out)
         == len(sim.state()["assignments"])
-        == 4
+        == 5
     )
     submit_count = ("flock_validator_phase_seconds_count", (("phase", "submit"),))
-    assert metrics[submit_count] == 4
+    assert metrics[submit_count] == 5
+    # Each result that is a penalty counts under its kind: the module's, or the failure's.
+    penalties = "flock_validator_penalties_total"
+    assert metrics[(penalties, (("kind", "cannot_load"), ("task", "2")))] == 1
+    assert metrics[(penalties, (("kind", "rejected"), ("task", "1")))] == 1
+    assert metrics[(penalties, (("kind", "over_max_params"), ("task", "1")))] == 0
     assert metrics[("flock_validator_backlog", (("kind", "undecided"),))] == 0
     assert metrics[("flock_validator_last_submit_timestamp_seconds", ())] > 0
     faulted = [r for r in sim.state()["requests"] if r.get("fault")]
@@ -137,21 +143,52 @@ def test_metrics_health_and_pages_tell_what_the_validator_did(run, chromium):
 
     driver.get(base + "/")
     rows = driver.find_elements("css selector", "#recent tbody tr")
-    assert len(rows) == 4
+    assert len(rows) == 5
     assert driver.find_element("id", "current").text == "idle"
     assert driver.find_element("id", "health").text.startswith("healthy")
+    # The -999 and the failure each say why, beside the network's rule for them.
+    ids = {
+        a["task_submission"]["data"]["hg_repo_id"]: str(a["id"]) for a in sim.state()["assignments"]
+    }
+    shown = {
+        cells[1]: (row.get_attribute("class"), cells[3:])
+        for row in rows
+        for cells in [[td.text for td in row.find_elements("tag name", "td")]]
+    }
+    assert shown[ids["penalty/e"]] == (
+        "penalty",
+        ["completed", "loss -999", "cannot_load", "penalty/e has no weights to load"],
+    )
+    assert shown[ids["broken/b"]] == (
+        "penalty",
+        ["failed", "", "rejected", "ValueError: cannot load broken/b"],
+    )
+    assert shown[ids["ok/dd"]][0] == "score" and shown[ids["ok/dd"]][1][2:] == ["", ""]
+    rules = driver.find_element("id", "penalty-rules").text
+    assert rules.startswith("Penalties are the network's rule: A stand-in") and "-999" in rules
     screenshot(driver, "status-page-after.png")
 
     driver.get(base + "/report")
-    assert driver.find_element("id", "assignments").text == "4"
+    assert driver.find_element("id", "assignments").text == "5"
     cells = [
         [td.text for td in row.find_elements("tag name", "td")]
         for row in driver.find_elements("css selector", "#outcomes tbody tr")
     ]
-    assert cells[0][0] == "1" and cells[0][-1] == "3" and cells[1][-1] == "1"
+    assert cells[0][0] == "1" and cells[0][-1] == "3" and cells[1][-1] == "2"
     rows = driver.find_elements("css selector", "#phases tbody tr")
     phases = [row.text.split()[0] for row in rows]
     assert phases == ["lookup", "load", "score", "submit"]  # load: the module's start
+    # The -999 is no score of task 2's: counted apart, with the failure, by kind.
+    table = {
+        tuple(td.text for td in row.find_elements("tag name", "td"))[:3]
+        for row in driver.find_elements("css selector", "#scores tbody tr")
+    }
+    assert table == {("1", "loss", "2"), ("2", "loss", "1")}
+    penalties = [
+        [td.text for td in row.find_elements("tag name", "td")]
+        for row in driver.find_elements("css selector", "#penalties tbody tr")
+    ]
+    assert penalties == [["1", "rejected", "1"], ["2", "cannot_load", "1"]]
     widths = driver.execute_script(
         "return [...document.images].map(i => i.complete ? i.naturalWidth : 0)"
     )
@@ -160,7 +197,7 @@ def test_metrics_health_and_pages_tell_what_the_validator_did(run, chromium):
 
     pages = [get(base + path)[1] for path in ("/", "/metrics", "/report", "/healthz")]
     records = [p.read_text() for p in (state / "state" / "records").glob("*.json")]
-    assert len(records) == 4
+    assert len(records) == 5
     for record in map(json.loads, records):
         assert {"lookup", "score", "submit"} <= set(record["phases"]), record
         assert any("scoring (attempt 1)" in line for line in record["log"]), record

@@ -18,7 +18,6 @@ from validator.errors import (
     ConfigError,
     ExitCode,
     OperatorError,
-    TransientError,
     describe,
     outcome_of,
 )
@@ -269,7 +268,9 @@ def main(
             journal = Journal(
                 state_dir, min_free_mb, lock_timeout_from_env(), redact=redactor.redact
             )
-            observer = Observer(state_dir, module, records_keep, lookups, pool.config_for)
+            observer = Observer(
+                state_dir, module, records_keep, lookups, pool.config_for, spec.penalty_rules
+            )
             telemetry.start_series(looked_up)
             # In the background: never fatal, never on the scoring thread (docs/operating.md).
             start_drift_watch(spec, state_dir, stop, protocol_watch)
@@ -311,7 +312,6 @@ def _run_loop(
     observer: Observer,
 ) -> ExitCode:
     _install_signal_handlers(stop)
-    _check_tasks(client, settings.task_ids, pool.module_cls.task_type)
     try:
         return Runner(settings, client, journal, pool, stop, observer).run()
     finally:
@@ -332,23 +332,6 @@ def _install_signal_handlers(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-
-
-def _check_tasks(client: FedLedgerClient, task_ids: list[str], task_type: str) -> None:
-    """Warn early about task ids the API does not list or that belong to another module."""
-    try:
-        tasks = {task.id: task for task in client.list_tasks()}
-    except TransientError as exc:
-        log.warning("could not list tasks (%s); going on", exc)
-        return
-    for task_id in task_ids:
-        task = tasks.get(task_id)
-        if task is None:
-            log.warning("task %s is not in the Fed Ledger's task list", task_id)
-        elif task_type and task.task_type and task.task_type != task_type:
-            log.warning(
-                "task %s has type %r, this module validates %r", task_id, task.task_type, task_type
-            )
 
 
 def _fail(code: ExitCode, message: str) -> ExitCode:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
-from collections import deque
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
+from validator.clock import Clock
 from validator.errors import (
     MAX_SCORING_ATTEMPTS,
     OUTCOMES,
@@ -27,19 +26,28 @@ from validator.errors import (
     describe,
     outcome_of,
 )
-from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient
+from validator.ledger.client import Assignment, FedLedgerClient
 from validator.ledger.submitting import submit_result
+from validator.lookups import Lookups
 from validator.observe.hooks import Hooks
-from validator.scoring import ModulePool, score
-from validator.state.entry import FINAL
+from validator.observe.lines import result_line
+from validator.scoring import InvalidInput, ModulePool, score
+from validator.state.entry import FINAL, FailedKind
 from validator.state.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
 from validator.state.phases import PhaseTimes, ScoringMarks
-from validator.text import MAX_INPUT_STRING, cut_strings, oversized_strings
+from validator.text import MAX_INPUT_STRING, bounded, cut_strings, one_line, oversized_strings
 
 log = logging.getLogger(__name__)
 
 # Stop retrying an assignment that keeps hitting transient faults after this long.
 PENDING_TTL_SECONDS = 24 * 3600
+
+
+class Took(NamedTuple):
+    """Where a scoring's time went, and the commit it scored: for its result's line."""
+
+    phases: dict[str, float]
+    commit: str | None
 
 
 class Interrupted(BaseException):
@@ -61,20 +69,6 @@ class LoopSettings:
     max_assignments: int | None = None
 
 
-class Clock:
-    """The runner's time and its waits; a test passes one that moves at once
-    (tests/helpers/loop.py)."""
-
-    def time(self) -> float:
-        return time.time()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def wait(self, stop: threading.Event, seconds: float) -> bool:
-        return stop.wait(seconds)
-
-
 class Runner:
     def __init__(
         self,
@@ -94,13 +88,21 @@ class Runner:
         self.pool = pool
         self.module = pool.module_name
         self.stop = stop
-        self.order = deque(settings.task_ids)
-        self.next_lookup = dict.fromkeys(settings.task_ids, 0.0)
+        self.lookups = Lookups(
+            settings.task_ids,
+            settings.lookup_interval,
+            settings.time_sleep,
+            client,
+            hooks,
+            stop,
+            clock,
+        )
         self.finished = 0
         self.marks = ScoringMarks(journal.state_dir)
 
     def run(self) -> ExitCode:
         try:
+            self.lookups.check_listed(self.pool.module_cls.task_type)
             self._settle_interrupted()
             self.marks.watch_stop(self.stop)
             self.journal.report_backlog(self.module)
@@ -118,7 +120,7 @@ class Runner:
                     return ExitCode.OK
                 if self._submit_due(pending) or self._score_due(pending):
                     continue
-                task_id = self._due_task()
+                task_id = self.lookups.due()
                 if task_id is None:
                     self._wait(pending)
                 else:
@@ -158,18 +160,9 @@ class Runner:
 
     # --- lookups -----------------------------------------------------------------------
 
-    def _due_task(self) -> str | None:
-        now = self.clock.time()
-        for _ in range(len(self.order)):
-            task_id = self.order[0]
-            self.order.rotate(-1)
-            if self.next_lookup[task_id] <= now:
-                return task_id
-        return None
-
     def _wait(self, pending: list[Entry]) -> None:
         """Until a task's next lookup or a pending entry is due."""
-        delay = min([*self.next_lookup.values(), *(e.not_before for e in pending)])
+        delay = min([self.lookups.next_due(), *(e.not_before for e in pending)])
         delay -= self.clock.time()
         if delay > 0:
             self.clock.wait(self.stop, delay)
@@ -178,31 +171,12 @@ class Runner:
         # An assignment handed out that cannot be journaled would sit in `validating`, lost to
         # this validator, until it expires: ask for none unless the journal can record it.
         self.journal.ensure_writable()
-        self.next_lookup[task_id] = self.clock.time() + self.settings.lookup_interval
-        started = self.clock.monotonic()
         try:
-            result = self.client.request_assignment(task_id)
-        except ApiUnavailable as exc:
-            self.hooks.after_lookup(task_id, "unavailable", self.clock.monotonic() - started, None)
-            self._pause(f"task {task_id}: Fed Ledger unavailable ({exc})")
-            return
+            assignment = self.lookups.lookup(task_id)
         except RecoverableException as exc:
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
-        took = self.clock.monotonic() - started
-        if isinstance(result, Assignment):
-            self.hooks.after_lookup(task_id, "assignment", took, result.id)
-            self._take(task_id, result)
-            return
-        self.hooks.after_lookup(task_id, result.kind, took, None)
-        if result.kind == "unexpected":
-            self._pause(f"task {task_id}: unexpected answer HTTP {result.status}: {result.detail}")
-        else:
-            wait = self.settings.lookup_interval
-            log.info("task %s: %s; next lookup in %gs", task_id, result.detail, wait)
-
-    def _pause(self, why: str) -> None:
-        log.warning("%s; sleeping %gs", why, self.settings.time_sleep)
-        self.clock.wait(self.stop, self.settings.time_sleep)
+        if assignment is not None:
+            self._take(task_id, assignment)
 
     def _take(self, task_id: str, assignment: Assignment) -> None:
         data = assignment.module_input(self.pool.module_cls.input_data_schema.submitter_fields)
@@ -218,7 +192,7 @@ class Runner:
                 f"{exc}; assignment {assignment.id} of task {task_id} was handed out but could "
                 "not be journaled, it stays in validating until it expires"
             ) from exc
-        log.info("task %s: received assignment %s", task_id, assignment.id)
+        log.debug("task %s: received assignment %s", task_id, assignment.id)
         if entry is None:
             log.warning(
                 "assignment %s was handed out again but its journal row is set aside "
@@ -227,9 +201,8 @@ class Runner:
             )
         elif oversized and entry.state in UNDECIDED:
             fields = ", ".join(oversized[:5])
-            self._decide_failed(
-                entry, f"input {fields}: over {MAX_INPUT_STRING} characters, not scored"
-            )
+            reason = f"input {fields}: over {MAX_INPUT_STRING} characters, not scored"
+            self._decide_failed(entry, reason, "invalid_input")
         elif entry.state in UNDECIDED:
             self._score(entry)
         elif entry.state in UNSUBMITTED:
@@ -257,14 +230,20 @@ class Runner:
 
     def _score(self, entry: Entry) -> None:
         if entry.attempts >= MAX_SCORING_ATTEMPTS:
-            self._decide_failed(entry, _attempts_used_up(entry))
+            self._decide_failed(entry, *_attempts_used_up(entry))
             return
         # Scoring with no room to record its result would spend a scoring attempt for nothing.
         self.journal.ensure_writable()
         entry = self.journal.begin_scoring(entry)
         self.hooks.before_attempt(entry)
         try:
-            log.info("assignment %s: scoring (attempt %d)", entry.id, entry.attempts)
+            log.info(
+                "assignment %s (task %s%s): scoring (attempt %d)",
+                entry.id,
+                entry.task_id,
+                _submission_of(entry),
+                entry.attempts,
+            )
             entry = self._score_once(entry)
         except BaseException as exc:
             self.hooks.after_attempt(entry, exc)
@@ -281,28 +260,30 @@ class Runner:
                 module = self.pool.module_for(entry.task_id)
                 metrics = score(module, entry.input)
         except Exception as exc:  # noqa: BLE001 - every failure is classified below
-            self._after_score(entry, times)
-            return self._on_error(entry, exc)
-        self._after_score(entry, times)
-        log.info("assignment %s: scored %s", entry.id, json.dumps(metrics))
-        return self._submit(self.journal.scored(entry, metrics))
+            return self._on_error(entry, exc, self._after_score(entry, times))
+        took = self._after_score(entry, times)
+        log.debug("assignment %s: scored %s", entry.id, json.dumps(metrics))
+        # The module's word that these metrics are the network's penalty: they are submitted
+        # as they are, and the journal keeps why.
+        penalty = (times.penalty.kind, times.penalty.reason) if times and times.penalty else None
+        return self._submit(self.journal.scored(entry, metrics, penalty), took)
 
-    def _after_score(self, entry: Entry, times: PhaseTimes | None) -> None:
-        if times is not None:  # None: the module did not start
-            self.hooks.after_score(entry, times.finish(), times.facts.get("commit"))
+    def _after_score(self, entry: Entry, times: PhaseTimes | None) -> Took | None:
+        if times is None:  # the module did not start
+            return None
+        took = Took(times.finish(), times.facts.get("commit"))
+        self.hooks.after_score(entry, took.phases, took.commit)
+        return took
 
-    def _on_error(self, entry: Entry, exc: Exception) -> Entry:
+    def _on_error(self, entry: Entry, exc: Exception, took: Took | None) -> Entry:
         """Does what validator.errors.OUTCOMES says for the error's verdict."""
         outcome = outcome_of(exc)
         if outcome.journal is JournalAction.FAIL:
-            log.warning(
-                "assignment %s: %s: %s",
-                entry.id,
-                outcome.headline,
-                describe(exc),
-                exc_info=outcome.traceback or log.isEnabledFor(logging.DEBUG),
-            )
-            return self._decide_failed(entry, describe(exc))
+            # Said once, with the submit (result_line); the traceback when it helps.
+            if outcome.traceback or log.isEnabledFor(logging.DEBUG):
+                log.warning("assignment %s: %s", entry.id, outcome.headline, exc_info=exc)
+            kind = "invalid_input" if isinstance(exc, InvalidInput) else "rejected"
+            return self._decide_failed(entry, describe(exc), kind, took)
         if outcome.exit_code is not None:
             self._stop(entry, exc, outcome)
         if outcome.journal is JournalAction.KEEP:
@@ -339,7 +320,7 @@ class Runner:
         )
         if last:
             reason = f"{outcome.headline} after {entry.attempts} attempts: {describe(exc)}"
-            return self._decide_failed(entry, reason)
+            return self._decide_failed(entry, reason, "unexpected")
         retry_at = self.clock.time() + self.settings.time_sleep
         return self.journal.retry_later(entry, f"{outcome.headline}: {describe(exc)}", retry_at)
 
@@ -362,8 +343,10 @@ class Runner:
         )
         return entry
 
-    def _decide_failed(self, entry: Entry, reason: str) -> Entry:
-        return self._submit(self.journal.failed(entry, reason))
+    def _decide_failed(
+        self, entry: Entry, reason: str, kind: FailedKind, took: Took | None = None
+    ) -> Entry:
+        return self._submit(self.journal.failed(entry, reason, kind), took)
 
     # --- submission --------------------------------------------------------------------
 
@@ -377,7 +360,8 @@ class Runner:
             self._submit(entry)
         return bool(entries)
 
-    def _submit(self, entry: Entry) -> Entry:
+    def _submit(self, entry: Entry, took: Took | None = None) -> Entry:
+        """Submits a decided result; once the API has it, one line says what it came to."""
         started = self.clock.monotonic()
         try:
             entry = submit_result(
@@ -388,6 +372,10 @@ class Runner:
         except RecoverableException as exc:  # the API refused the key
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
         self.hooks.after_submit(entry, self.clock.monotonic() - started)
+        if entry.state is State.SUBMITTED:
+            plain = entry.outcome == "completed" and entry.penalty is None
+            line = result_line(entry, *(took or Took({}, None)))
+            log.log(logging.INFO if plain else logging.WARNING, "%s", line)
         if entry.state in FINAL:  # submitted, or dropped as too late
             self._finish(entry)
         return entry
@@ -398,12 +386,18 @@ class Runner:
         self.hooks.after_finish(entry)
 
 
-def _attempts_used_up(entry: Entry) -> str:
+def _attempts_used_up(entry: Entry) -> tuple[str, FailedKind]:
     """The reason for failing an assignment whose last attempt ended the process."""
     unexpected = OUTCOMES[Verdict.UNEXPECTED].headline
     if entry.error and entry.error.startswith(unexpected):
         return (
             f"{entry.attempts} scoring attempts without a result (unexpected errors, then the "
             f"process ended); the last error recorded: {entry.error}"
-        )
-    return f"scoring ended the process {entry.attempts} times (crash or device fault)"
+        ), "unexpected"
+    return f"scoring ended the process {entry.attempts} times (crash or device fault)", "crashed"
+
+
+def _submission_of(entry: Entry) -> str:
+    """The submission's repo in the scoring line, where the input names one."""
+    repo = entry.input.get("hg_repo_id")
+    return f", {bounded(one_line(repo), 100)}" if isinstance(repo, str) and repo else ""

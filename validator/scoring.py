@@ -20,6 +20,7 @@ from validator.errors import (
 )
 from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.kit.scope import current_scope
+from validator.observe.lines import config_line
 from validator.text import quoted
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,10 @@ class ModulePool:
         config = self.config_for(task_id)
         key = config.model_dump_json()
         if key not in self._instances:
-            log.info("starting module %s with config %s", self.module_name, key)
+            # The digest and what differs from the defaults; the whole config at --debug (and
+            # in each assignment's record).
+            log.info("%s", config_line(self.module_name, config))
+            log.debug("module %s config: %s", self.module_name, key)
             self._instances[key] = self._start(config)
         return self._instances[key]
 

@@ -41,6 +41,8 @@ CORE_ENV = (
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The container paths the image owns (Dockerfile): a module's volumes go elsewhere under /data.
 STATE_PATH = "/data/state"
+# What the report calls the state dir when run.py mounts a volume there ("volume <name>").
+STATE_SOURCE_ENV = "VALIDATOR_STATE_SOURCE"
 CONFIG_PATH = "/app/configs"
 RESERVED_PATHS = ("/app", STATE_PATH)
 # Keys of a Compose service that the generator writes from the spec; `compose:` may not set them.
@@ -175,6 +177,12 @@ class ModuleSpec(BaseModel):
         pattern=r"^[0-9]+\.[0-9]+$",
         description="the CUDA version of the module's GPU libraries (torch's wheel), e.g. "
         "13.0: run.py and the doctor check that the host's NVIDIA driver runs it",
+    )
+    penalty_rules: str = Field(
+        default="",
+        max_length=600,
+        description="what the network does with a submission it cannot score (its penalty "
+        "score, or failed), in a sentence or two: the status page shows it beside the results",
     )
 
     @field_validator("name")

@@ -166,6 +166,10 @@ class Simulator:
         body = {"task_id": task_id, "data": data, "assignment_data": assignment_data or {}}
         return self._control("POST", "/_sim/submissions", body)["id"]
 
+    def end_task(self, task_id: int | str) -> None:
+        """The task ends while the validator runs: unlisted, its lookups answered 404."""
+        self._control("DELETE", f"/_sim/tasks/{task_id}")
+
     def submissions(self) -> list[dict[str, Any]]:
         return self.state()["submissions"]
 

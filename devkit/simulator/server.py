@@ -310,6 +310,9 @@ class SimulatorHandler(LocalHandler):
                 new = parse_body(NewSubmission, raw)
                 added = state.add_submission(str(new.task_id), new.data, new.assignment_data)
                 return json_reply(200, added)
+            ended = _segment_after(path, "/_sim/tasks/")
+            if ended is not None and method == "DELETE":
+                return json_reply(200, state.end_task(ended))
         except (BadBody, InvalidFaults) as exc:
             return detail(422, str(exc))
         except SimError as exc:

@@ -259,6 +259,14 @@ class SimState:
         with self._lock:
             self._sent.append({"method": method, "path": path, "length": length, "sent": sent})
 
+    def end_task(self, task_id: str) -> dict[str, Any]:
+        """The task ends: no longer listed, its lookups answered 404 "Task not found" (its
+        assignments can still be submitted)."""
+        with self._lock:
+            if self._tasks.pop(task_id, None) is None:
+                raise NotFound("Task not found")
+            return {"id": task_id, "ended": True}
+
     def request_begun(self) -> float:
         """Count an API request in flight; the simulator's clock when it arrived."""
         with self._lock:

@@ -46,6 +46,7 @@ from validator.kit import (
     BaseValidationModule,
     ConfigError,
     OperatorError,
+    PenaltyKind,
     SubmissionRejected,
     WarmBase,
     WorkArea,
@@ -115,11 +116,11 @@ class LlmJudgeModule(BaseValidationModule):
                     data.max_params,
                 )
             except OverMaxParams as exc:  # a full model, counted before its weights are fetched
-                return _penalty(str(exc))
+                return _penalty("over_max_params", str(exc))
             except SubmissionRejected as exc:
                 # The network scores a submission it cannot load (no such repo, an unsupported
                 # base, weights that do not load) -999, a completed result.
-                return _penalty(f"the submission cannot be loaded: {exc}")
+                return _penalty("cannot_load", f"the submission cannot be loaded: {exc}")
         full_model = submission.base_model is None
         kind = "full model" if full_model else f"LoRA on {submission.base_model}"
         current_scope().note("commit", submission.commit)
@@ -133,7 +134,7 @@ class LlmJudgeModule(BaseValidationModule):
         try:
             loaded = load(submission, self.warm, data.hg_repo_id)
         except ModelCannotLoad as exc:
-            return _penalty(f"the model cannot be loaded: {exc}")
+            return _penalty("cannot_load", f"the model cannot be loaded: {exc}")
         try:
             # A LoRA's count is its merged model's (a full model's was checked before its
             # weights were fetched, and loads to the same count).
@@ -143,17 +144,17 @@ class LlmJudgeModule(BaseValidationModule):
                 models = self.judge.resolve_models(data.eval_args.eval_model_list)
             answers = self._answers(data, submission, prompts, loaded, work)
         except OverMaxParams as exc:
-            return _penalty(str(exc))
+            return _penalty("over_max_params", str(exc))
         except TokenizerCannotLoad as exc:
             # The network loads the tokenizer with the model: one that does not load is -999.
-            return _penalty(f"the model cannot be loaded: {exc}")
+            return _penalty("cannot_load", f"the model cannot be loaded: {exc}")
         finally:
             # Whatever happened (answers, a penalty, a fault), the next submission must meet
             # the base as loaded: the merge is undone and the base checked, or dropped.
             self.warm.release(data.hg_repo_id)
             del loaded
             _free_memory()
-        log.info("%d answers generated; %d judge models: %s", len(answers), len(models), models)
+        log.debug("%d answers generated; %d judge models: %s", len(answers), len(models), models)
         with current_scope().host_work("wait"):
             score = score_answers(self.judge, self.texts, data.eval_args, prompts, answers, models)
         return LlmJudgeMetrics(score=score)
@@ -240,8 +241,11 @@ def judge_base_url() -> str:
     return os.environ.get("OPENAI_BASE_URL", "").strip()
 
 
-def _penalty(reason: str) -> LlmJudgeMetrics:
-    log.warning("%s: score %g", reason, PENALTY_SCORE)
+def _penalty(kind: PenaltyKind, reason: str) -> LlmJudgeMetrics:
+    """The network's -999 for a submission it cannot score. Why goes with the result
+    (Scope.penalty: the journal, the status page, the report); the metrics are submitted as
+    they are."""
+    current_scope().penalty(kind, f"{reason}: score {PENALTY_SCORE:g}")
     return LlmJudgeMetrics(score=PENALTY_SCORE)
 
 

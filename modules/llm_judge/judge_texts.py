@@ -184,7 +184,7 @@ def load_judge_texts(
         texts = _from_url(where, cache_dir, timeout, deadline)
     if prompt_files:
         texts = _with_files(texts, prompt_files)
-    log.info("judge texts from %s", texts.source)
+    log.debug("judge texts from %s", texts.source)
     return texts
 
 

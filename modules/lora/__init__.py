@@ -63,7 +63,7 @@ class LoraModule(BaseValidationModule):
                 config.quantization,
             )
         self.precision = pick_precision(self.device, config.fp16)
-        log.info("scoring precision: %s", self.precision.describe())
+        log.debug("scoring precision: %s", self.precision.describe())
         if not self.precision.matches_network:
             log.warning("fp16 is false: bf16 scores differ from the network's (fp16 on GPU)")
         self.merge = config.merge_adapter and config.quantization == "none"
@@ -94,14 +94,15 @@ class LoraModule(BaseValidationModule):
                 data.hg_repo_id, data.revision, work / "adapter", self.limits
             )
         current_scope().note("commit", submission.commit)
-        log.info(
+        # The scoring line names the repo and the result's line the commit: this is --debug's.
+        log.debug(
             "scoring %s at commit %s (revision %s)",
             data.hg_repo_id,
             submission.commit,
             data.revision,
         )
         if submission.ignored_files:
-            log.info("not downloaded (not needed): %s", ", ".join(submission.ignored_files))
+            log.debug("not downloaded (not needed): %s", ", ".join(submission.ignored_files))
         if not submission.is_lora:
             raise SubmissionRejected(
                 f"{data.hg_repo_id} has no adapter_config.json: a full model, and lora_only is set"
@@ -113,15 +114,14 @@ class LoraModule(BaseValidationModule):
         )
         plan = plan_adapter(adapter.config, self.config.supported_base_models, adapter.dropped_keys)
         if plan.dropped_keys:
-            log.info("ignored empty adapter_config keys: %s", ", ".join(plan.dropped_keys))
+            log.debug("ignored empty adapter_config keys: %s", ", ".join(plan.dropped_keys))
         with current_scope().host_work("load"):
             base = self.bases.get(plan.base_model)
         if base.parameter_count > data.max_params:
-            log.warning(
-                "%s has %d parameters, over max_params %d: loss 999",
-                plan.base_model,
-                base.parameter_count,
-                data.max_params,
+            current_scope().penalty(
+                "over_max_params",
+                f"{plan.base_model} has {base.parameter_count} parameters, over max_params "
+                f"{data.max_params}: loss 999",
             )
             return LoraMetrics(**high_loss_metrics(), gpu_type=gpu_type(self.device))
         # Before peft allocates a layer: a hostile rank would make it allocate gigabytes.
@@ -160,7 +160,7 @@ class LoraModule(BaseValidationModule):
         encoded = self._encoded.get(
             path, data.base_model, base.key, base.extra, data.context_length
         )
-        log.info("validation set: %d examples", len(encoded.examples))
+        log.debug("validation set: %d examples", len(encoded.examples))
         check_token_byte_ratio(encoded.total_target_tokens, encoded.total_bytes)
         return encoded
 

@@ -278,5 +278,5 @@ def load_tokenizer(path_or_repo: Path | str, name_hint: str) -> PreTrainedTokeni
         raise ValueError(f"{name_hint}: tokenizer has no eos token")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    log.info("tokenizer %s: vocab_size %d", name_hint, tokenizer.vocab_size)
+    log.debug("tokenizer %s: vocab_size %d", name_hint, tokenizer.vocab_size)
     return tokenizer

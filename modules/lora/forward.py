@@ -133,7 +133,7 @@ def distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int
         else:
             repeats[index] = first
     if repeats:
-        log.info(
+        log.debug(
             "%d of %d examples repeat an earlier one; each is scored once",
             len(repeats),
             len(examples),
@@ -162,7 +162,7 @@ def _packed_path(
 def _packable(lm: nn.Module) -> bool:
     reason = packer.unsupported_reason(lm)
     if reason is not None:
-        log.info("scoring in padded batches: %s", reason)
+        log.debug("scoring in padded batches: %s", reason)
     return reason is None
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import math
 
+from validator.kit import current_scope
+
 log = logging.getLogger(__name__)
 
 # What the reference submits when the loss cannot be computed (and for oversized models).
@@ -33,11 +35,10 @@ def score_metrics(eval_loss: float, total_target_tokens: int, total_bytes: int) 
     reports for an oversized model: loss = bpc = 999, bppl = 2**999, NaN totals.
     """
     if total_bytes == 0 or math.isnan(eval_loss) or math.isinf(eval_loss):
-        log.warning(
-            "cannot compute bpc (eval_loss=%s, bytes=%d); scoring %s",
-            eval_loss,
-            total_bytes,
-            HIGH_LOSS,
+        # The network's penalty, not a score: said once, with the result (Scope.penalty).
+        current_scope().penalty(
+            "no_score",
+            f"cannot compute bpc (eval_loss={eval_loss}, bytes={total_bytes}): loss {HIGH_LOSS:g}",
         )
         return high_loss_metrics(eval_loss)
     nats = eval_loss * total_target_tokens
@@ -88,7 +89,7 @@ def check_token_byte_ratio(total_target_tokens: int, total_bytes: int) -> bool:
             SUSPICIOUS_TOKEN_BYTE_RATIO,
         )
         return True
-    log.info("token/byte ratio %.4f (T=%d, B=%d)", ratio, total_target_tokens, total_bytes)
+    log.debug("token/byte ratio %.4f (T=%d, B=%d)", ratio, total_target_tokens, total_bytes)
     return False
 
 

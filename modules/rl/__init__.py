@@ -64,12 +64,10 @@ class RlModule(BaseValidationModule):
             policy.model, policy.folder, work / "inspect", config.max_model_bytes
         )
         if graph.parameter_count > data.max_params:
-            log.warning(
-                "%s has %d parameters, over max_params %d: average_reward %g",
-                data.hg_repo_id,
-                graph.parameter_count,
-                data.max_params,
-                PENALTY_REWARD,
+            current_scope().penalty(
+                "over_max_params",
+                f"{data.hg_repo_id} has {graph.parameter_count} parameters, over max_params "
+                f"{data.max_params}: average_reward {PENALTY_REWARD:g}",
             )
             return RlMetrics(average_reward=PENALTY_REWARD)
         with current_scope().host_work("data"):
@@ -78,7 +76,7 @@ class RlModule(BaseValidationModule):
                 default_name="validation_set.npz",
             )  # fmt: skip
             validation = load_validation_set(path, config.max_validation_set_unpacked_bytes)
-        log.info(
+        log.debug(
             "validation set: %d rows, %d features, %d venues",
             validation.features.shape[0],
             validation.features.shape[1],
@@ -102,7 +100,9 @@ class RlModule(BaseValidationModule):
 
 def _submitted(value: np.float32) -> float:
     if not math.isfinite(float(value)):
-        log.warning("average reward is %s: submitting %g", value, PENALTY_REWARD)
+        current_scope().penalty(
+            "no_score", f"the average reward is {value}: average_reward {PENALTY_REWARD:g}"
+        )
         return PENALTY_REWARD
     return float(value)
 

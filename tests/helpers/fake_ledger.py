@@ -30,8 +30,10 @@ from validator.ledger.answers import (
     Assignment,
     Refusal,
     SubmitResult,
+    Task,
     read_lookup,
     read_submit,
+    read_tasks,
     try_again,
 )
 from validator.ledger.transport import retry_after_seconds
@@ -115,6 +117,9 @@ class FakeLedger:
     # Results decided before this moment may have been submitted by an earlier process: as the
     # real client, the moment this "process" started (the real clock: the journal's stamps).
     started_at: float = field(default_factory=time.time)
+    # GET /tasks/list's answer at start-up; an empty list sets nothing aside (the runner then
+    # looks every task up; tests/test_lookups.py plays the set-aside against the simulator).
+    tasks_answer: Reply = field(default_factory=lambda: Reply(200, []))
 
     def queue(self, task_id: str, submission: dict[str, Any], data: dict[str, Any]) -> None:
         self.queued.setdefault(task_id, deque()).append(
@@ -122,6 +127,9 @@ class FakeLedger:
         )
 
     # --- the client's methods, as the runner calls them ----------------------------------
+
+    def list_tasks(self) -> list[Task]:
+        return read_tasks(self.tasks_answer.response())
 
     def request_assignment(self, task_id: str) -> Assignment | Refusal:
         answer = self._next(self.lookup_answers, lambda: self._hand_out(task_id))

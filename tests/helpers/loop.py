@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tests.helpers.fake_ledger import FakeLedger
+from validator.clock import Clock
 from validator.errors import ExitCode
 from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.observe.hooks import Hooks, Middleware
-from validator.runner import Clock, LoopSettings, Runner
+from validator.runner import LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.state.entry import Entry
 from validator.state.journal import Journal
@@ -58,7 +59,7 @@ def _memory_dir() -> Path | None:
 
 
 class FakeClock(Clock):
-    """The runner's clock (validator.runner.Clock), moved only by its waits."""
+    """The runner's clock (validator.clock.Clock), moved only by its waits."""
 
     def __init__(self) -> None:
         self.now = time.time()

@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,11 @@ from devkit.judge_prompts import write_judge_source
 from devkit.judge_server import LocalJudge
 from devkit.tiny_chat_models import build_chat_adapter, build_chat_base, build_chat_multimodal
 from devkit.tiny_repos import files_of
-from devkit.validator_cli import run_validator, validator_env
+from devkit.validator_cli import run_validator, validator_env, write_config
 from modules.llm_judge import LlmJudgeConfig, LlmJudgeModule
 from modules.llm_judge.loading import read_model
 from modules.llm_judge.schemas import EvalArgs, LlmJudgeInput
+from tests.helpers.assignment_log import check_assignment_lines, run_assignments
 from tests.helpers.served_hub import served_hub
 from tests.llm_judge.test_submission import sharded
 from validator.errors import RecoverableException, SubmissionRejected, Verdict, classify
@@ -119,7 +121,7 @@ def test_a_rescore_generates_the_same_answers(world):
     assert first == again
 
 
-def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world):
+def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world, caplog):
     hub, judge, base, _ = world
     hub.add_repo("bob/full", files_of(base))
     files = {**files_of(base), "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
@@ -139,6 +141,11 @@ def test_over_max_params_and_unloadable_models_score_minus_999_unjudged(world):
     # The network loads the model before it reads the set: -999 even where the set is broken.
     assert scored(world, repo="carol/broken", set_name="broken.jsonl") == {"score": -999.0}
     assert len(judge.requests) == since  # nothing was generated, nothing judged
+    # Each -999 says why, as the network's penalty of its kind (Scope.penalty; outside a run,
+    # a log line).
+    kinds = [r.getMessage().split(")")[0] for r in caplog.records if "penalty (" in r.getMessage()]
+    # (max_params 0: a full model's buffers are over it before it is built: it cannot load.)
+    assert kinds == ["penalty (over_max_params"] * 2 + ["penalty (cannot_load"] * 5
     with pytest.raises(ValueError, match="validation set line 1"):  # a model that loads
         scored(world, set_name="broken.jsonl")
 
@@ -378,3 +385,30 @@ def test_a_safetensors_index_is_read_in_the_child_and_nothing_outlives_the_assig
     assert len(judge.requests) == since
     assert cached() == before
     assert [p for p in work.rglob("*") if p.is_file()] == []
+
+
+def test_an_assignment_is_a_few_short_lines_at_info(world, tmp_path):
+    """Issue 39, through the loop: at most 6 lines an assignment (the first starts the module),
+    none over 300 characters; a pickle-only adapter's -999 is said to be the network's penalty,
+    with why."""
+    hub, judge, _, tmp = world
+    hub.add_repo("mallory/pickle", {"adapter_config.json": b"{}", "adapter_model.bin": b"\x80"})
+    config = {"supported_base_models": [BASE], "max_new_tokens": 8}
+    write_config(tmp_path, "llm_judge", {**config, "prompt_source": str(tmp / "judge-source")})
+    env = validator_env(
+        tmp_path, HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf"),
+        OPENAI_BASE_URL=judge.endpoint, OPENAI_API_KEY=KEY,
+    )  # fmt: skip
+    data = {
+        "validation_set_url": f"{hub.endpoint}/flock/sets/resolve/main/chat.jsonl",
+        "base_model": "qwen1.5", "context_length": 512, "max_params": 10**9,
+        "eval_args": {"eval_require": 1, "eval_model_list": ["judge-a"]},
+    }  # fmt: skip
+    outcomes, log = run_assignments(
+        tmp_path, "llm_judge", ["alice/lora", "mallory/pickle"], env, **data
+    )
+    assert outcomes == {"alice/lora": "completed", "mallory/pickle": "completed"}
+    first, pickle = check_assignment_lines(log, 2)
+    assert "starting module llm_judge with config " in first[1]
+    assert re.search(r"submitted as completed: score 0?\.\d+ \(commit ", first[-1])
+    assert "score -999, the network's penalty (cannot_load): the submission cannot be" in pickle[-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from modules.lora import LoraConfig, LoraInput, LoraModule, packing
 from modules.lora.base_models import quantization_config
 from modules.lora.dataset import encode_set, load_tokenizer, read_jsonl
 from modules.lora.templates import get_template
+from tests.helpers.assignment_log import check_assignment_lines, run_assignments
 from tests.helpers.served_hub import served_hub
 from validator.errors import ConfigError
 
@@ -215,7 +217,7 @@ def test_pickle_only_adapter_is_failed(world):
 
 def test_custom_code_is_never_downloaded_and_the_adapter_is_scored(world, caplog):
     world.add("mallory/code", {**adapter_files(world), "modeling_evil.py": b"import os\n"})
-    caplog.set_level("INFO")
+    caplog.set_level("DEBUG")  # what was not downloaded is --debug's
     metrics = module().validate(inputs("mallory/code"))
     assert math.isfinite(metrics.loss)
     assert "modeling_evil.py" in caplog.text
@@ -312,7 +314,7 @@ def test_check_command_scores_like_the_module(world, tmp_path):
     expected = module().validate(inputs("alice/qwen-adapter-3"))
     assert printed["loss"] == pytest.approx(expected.loss, rel=1e-6)  # another process
     assert printed["gpu_type"] == "cpu"
-    assert "at commit" in result.stderr  # the scored revision is recorded in the log
+    assert re.search(r"INFO validator.note: commit: [0-9a-f]{40}\n", result.stderr)  # the revision
 
 
 def test_unmerged_scoring_agrees_and_leaves_the_base_clean(world):
@@ -359,3 +361,27 @@ def test_a_shared_validation_set_is_encoded_once(world, tmp_path, monkeypatch):
     assert first.loss != second.loss  # another adapter
     # (the sample's 10 conversations are 5 repeated, so the bpc of the first 5 is the same)
     assert third.nll_token_nats_total != second.nll_token_nats_total
+
+
+def test_an_assignment_is_a_few_short_lines_at_info(world, tmp_path):
+    """Issue 39: an assignment was 11-14 INFO lines, the module's config one of 1,515 characters,
+    the metrics in 16 digits, and two library warnings passed through. Through the loop: at most
+    6 lines each (the first one starts the module and loads the base), none over 300
+    characters; a rejected adapter's line says why."""
+    repo = "alice/qwen-adapter-1"
+    world.add("flock/sets", {"chat.jsonl": CHAT})
+    files = adapter_files(world)
+    del files["adapter_model.safetensors"]
+    world.add("mallory/pickle-log", {**files, "adapter_model.bin": b"\x80\x04"})
+    bases = [name for _, _, name, _ in KINDS.values()]
+    write_config(tmp_path, "lora", {"supported_base_models": bases})
+    env = validator_env(tmp_path, HF_ENDPOINT=world.hub.endpoint, HF_HOME=str(tmp_path / "hf"))
+    data = inputs(repo).model_dump(exclude={"hg_repo_id", "revision"})
+    data["validation_set_url"] = f"{world.hub.endpoint}/flock/sets/resolve/main/chat.jsonl"
+    outcomes, log = run_assignments(tmp_path, "lora", [repo, "mallory/pickle-log"], env, **data)
+    assert outcomes == {repo: "completed", "mallory/pickle-log": "failed"}
+    first, rejected = check_assignment_lines(log, 2)
+    assert "starting module lora with config " in first[1] and len(first) <= 6
+    assert re.search(r"submitted as completed: loss \d\.\d{4}, bpc", first[-1])
+    assert " WARNING " not in "".join(first)  # the CPU warnings said in our words, as INFO
+    assert "failed (rejected): SubmissionRejected: " in rejected[-1] and len(rejected) == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import zipfile
 
 import numpy as np
@@ -26,6 +27,7 @@ from devkit.tiny_policies import (
 )
 from devkit.validator_cli import REPO_ROOT, run_validator, validator_env
 from modules.rl import RlConfig, RlModule
+from tests.helpers.assignment_log import check_assignment_lines, run_assignments
 from tests.helpers.hostile_listings import HOSTILE_LISTINGS
 from tests.helpers.served_hub import served_hub
 from tests.rl.test_rl_reward import plain_reward
@@ -164,7 +166,7 @@ def test_nan_actions_score_minus_999_with_a_log_line(hub, caplog):
     hub.add_repo("erin/nan", {"model.onnx": to_bytes(nan_policy(FEATURES, VENUES))})
     with caplog.at_level(logging.WARNING):
         assert scored(hub, "erin/nan") == {"average_reward": -999.0}
-    assert "average reward is nan: submitting -999" in caplog.text
+    assert "penalty (no_score): the average reward is nan: average_reward -999" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -262,3 +264,21 @@ def test_the_policy_file_is_parsed_without_its_external_data(hub, tmp_path):
     path = save_external(model, tmp_path / "p")
     loaded = onnx.load(str(path), load_external_data=False)
     assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in loaded.graph.initializer)
+
+
+def test_an_assignment_is_a_few_short_lines_at_info(hub, tmp_path):
+    """Issue 39, through the loop: at most 6 lines an assignment, none over 300 characters; a
+    policy over max_params says its -999 is the network's penalty, and why."""
+    hub.add_repo("dave/big-log", {"model.onnx": to_bytes(padded_policy(FEATURES, VENUES, 5000))})
+    env = validator_env(tmp_path, HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf"))
+    del env["HF_TOKEN"]  # rl declares no secret
+    repos = ["alice/policy", "dave/big-log"]
+    data = {"validation_set_url": set_url(hub), "max_params": 5000}
+    outcomes, log = run_assignments(tmp_path, "rl", repos, env, **data)
+    assert outcomes == {"alice/policy": "completed", "dave/big-log": "completed"}
+    scored_line, penalty = check_assignment_lines(log, 2)
+    assert re.search(r"submitted as completed: average_reward -?\d\.\d+ \(commit ", scored_line[-1])
+    assert (
+        "submitted as completed: average_reward -999, the network's penalty (over_max_params): "
+        "dave/big-log has 5024 parameters, over max_params 5000" in penalty[-1]
+    )

@@ -29,10 +29,12 @@ from .errors import (
     DeviceError as DeviceError,
 )
 
-# the runtime scope: host work, notes, heartbeats, progress
+# the runtime scope: host work, notes, penalties, heartbeats, progress
 from .scope import (
     Scope as Scope,
     HostPhase as HostPhase,
+    PenaltyKind as PenaltyKind,
+    PENALTY_KINDS as PENALTY_KINDS,
     current_scope as current_scope,
     Progress as Progress,
 )

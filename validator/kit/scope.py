@@ -6,6 +6,7 @@
     with scope.host_work("download"):   # a death in here is this host's doing, not the submission's
         ...
     scope.note("commit", sha)           # a fact for the assignment's record
+    scope.penalty("cannot_load", why)   # the metrics returned are the network's penalty: why
     progress = scope.progress("scoring", total=len(batches), unit="batches")
 
 Outside a run (`--check`, tests, a notebook) the scope is `NO_RUN`: every call is a no-op, so
@@ -33,6 +34,13 @@ EVERY_SECONDS = 30.0
 HostPhase = Literal["download", "load", "data", "wait"]
 HOST_PHASES: tuple[HostPhase, ...] = ("download", "load", "data", "wait")
 
+# Why a module's metrics are the network's penalty (a -999, lora's loss 999) rather than a
+# score: a small fixed set, so that a metric label and the report's tables stay bounded. The
+# reason's text says the rest.
+PenaltyKind = Literal["over_max_params", "cannot_load", "no_score"]
+PENALTY_KINDS: tuple[PenaltyKind, ...] = ("over_max_params", "cannot_load", "no_score")
+MAX_PENALTY_REASON = 1000
+
 
 class Scope:
     """The no-op scope; the loop's scope (validator/state/phases.py) overrides the three hooks."""
@@ -52,7 +60,17 @@ class Scope:
 
     def note(self, key: str, value: object) -> None:
         """A fact of the assignment being scored for its record (e.g. "commit", the revision
-        it resolved to)."""
+        it resolved to); in a run, the result's log line shows the commit. Outside a run
+        (`--check`), a log line."""
+        logging.getLogger("validator.note").info("%s: %s", key, str(value)[:200])
+
+    def penalty(self, kind: PenaltyKind, reason: str) -> None:
+        """The metrics `validate()` returns are the network's penalty, not a score (a model over
+        max_params, one that cannot be loaded, a loss that cannot be computed), for `reason`.
+        The metrics are submitted unchanged; the kind and the reason go to the journal, the
+        record, the status page, the report and a metric label. Outside a run, a log line."""
+        check_penalty_kind(kind)
+        logging.getLogger("validator.penalty").warning("penalty (%s): %s", kind, reason)
 
     def heartbeat(self) -> None:
         """Long work is still going: /healthz must not call the loop stuck."""
@@ -66,6 +84,11 @@ class Scope:
 
     def _leave(self, phase: HostPhase) -> None:
         """Host work `phase` ends; the submission's own work goes on."""
+
+
+def check_penalty_kind(kind: str) -> None:
+    if kind not in PENALTY_KINDS:
+        raise ValueError(f"penalty kind {kind!r}: one of {', '.join(PENALTY_KINDS)}")
 
 
 class Progress:

@@ -156,7 +156,7 @@ class Assignment(BaseModel):
 class Refusal:
     """A lookup that yielded no assignment."""
 
-    kind: Literal["no_submissions", "rate_limited", "unexpected"]
+    kind: Literal["no_submissions", "rate_limited", "unknown_task", "unexpected"]
     status: int
     detail: str
 
@@ -239,6 +239,10 @@ def read_lookup(response: requests.Response) -> Assignment | Refusal:
         return Refusal("no_submissions", response.status_code, detail)
     if detail == RATE_LIMITED:
         return Refusal("rate_limited", response.status_code, detail)
+    if response.status_code == 404 and _has_detail(body):
+        # The API's own 404 (a JSON detail, "Task not found"): it does not know this task, a
+        # typo or a task that ended. A 404 without one is a proxy's or a wrong --api-url's.
+        return Refusal("unknown_task", 404, detail)
     return Refusal("unexpected", response.status_code, detail)
 
 
@@ -309,8 +313,12 @@ def _decoded(response: requests.Response, policy: Policy) -> Any:
     return parse(response.content, CAPS[policy.cap], f"the answer to {policy.name}")
 
 
+def _has_detail(body: Any) -> bool:
+    return isinstance(body, dict) and isinstance(body.get("detail"), str)
+
+
 def _detail(response: requests.Response, body: Any) -> str:
-    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+    if _has_detail(body):
         return body["detail"]
     if not response.content:
         return "(empty body)"

@@ -59,7 +59,8 @@ def submit_result(
     earlier = result.earlier or kept_after
     if result.kind == "accepted":
         done = journal.submitted(entry)
-        log.info("assignment %s: submitted as %s", entry.id, status)
+        # At INFO the runner's line says what was submitted (validator/observe/lines.py).
+        log.debug("assignment %s: submitted as %s", entry.id, status)
         return done
     if result.kind == "not_validating" and earlier:
         # Refused as a repeat: the API most likely has the result from the earlier try.

@@ -8,6 +8,7 @@ and one that raises changes nothing either: it is logged once and skipped (`Hook
 |-----------------|-------------------------------------------------------------------------|
 | before_pass     | a pass of the loop begins, with the journal's backlog                   |
 | after_lookup    | a lookup was answered (or the API was unavailable)                      |
+| on_task_aside   | a task was set aside (the API does not know it); reason None: it is back |
 | before_attempt  | an attempt at scoring begins (the journal counted it)                   |
 | on_phase        | during the module's work: it entered a phase (validator/state/phases.py)|
 | on_beat         | during the module's work: it is alive (a download's progress, say)      |
@@ -39,6 +40,9 @@ class Middleware:
     def after_lookup(
         self, task_id: str, answer: str, seconds: float, assignment_id: str | None
     ) -> None:
+        pass
+
+    def on_task_aside(self, task_id: str, reason: str | None) -> None:
         pass
 
     def before_attempt(self, entry: Entry) -> None:

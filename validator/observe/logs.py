@@ -43,6 +43,18 @@ KNOWN_NOISE = (
         "linear attention runs transformers' torch implementation (the fla / causal-conv1d "
         "kernels are not installed here): the same scores, slower; expected on a CPU host",
     ),
+    (
+        # transformers, loading a Qwen2 base without flash-attention 2 (every CPU host).
+        re.compile(r"^Sliding Window Attention is enabled but not implemented for `"),
+        "transformers' sdpa attention leaves the base config's sliding window to the causal "
+        "mask, which applies it; a window longer than the context (Qwen2.5's) changes nothing",
+    ),
+    (
+        # bitsandbytes, imported by peft on a CPU with AVX512-BF16.
+        re.compile(r"^Failed to load CPU gemm_4bit_forward from kernels-community"),
+        "bitsandbytes' optional CPU 4-bit kernels are not installed: nothing is slower, 4-bit "
+        "quantization is only used on a GPU",
+    ),
 )
 
 

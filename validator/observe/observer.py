@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from validator.observe import telemetry
 from validator.observe.hooks import Hooks, Middleware
+from validator.observe.lines import phases_text
 from validator.state.entry import FINAL, Entry, State
 from validator.state.phases import phase_name
 from validator.state.records import (
@@ -45,10 +46,11 @@ class Observer(Hooks):
         records_keep: int,
         lookups: str = "",
         config_for: Callable[[str], BaseModel] | None = None,
+        penalty_rules: str = "",
     ) -> None:
         self.records = Records(state_dir, module, records_keep, config_for)
         self.metrics = Metrics()
-        self.status = StatusBoard(module, lookups)
+        self.status = StatusBoard(module, lookups, penalty_rules)
         super().__init__(self.records, self.metrics, self.status)
 
 
@@ -74,6 +76,9 @@ class Metrics(Middleware):
         telemetry.PHASE_SECONDS.labels("lookup").observe(seconds)
         self._progress()
 
+    def on_task_aside(self, task_id: str, reason: str | None) -> None:
+        telemetry.TASK_SET_ASIDE.labels(task_id).set(0 if reason is None else 1)
+
     def before_attempt(self, entry: Entry) -> None:
         telemetry.SCORING.set(1)
         self._progress()
@@ -97,6 +102,9 @@ class Metrics(Middleware):
         telemetry.ASSIGNMENTS.labels(entry.task_id, outcome).inc()
         if entry.state is State.SUBMITTED:
             telemetry.LAST_SUBMIT.set(time.time())
+            if entry.penalty is not None:
+                kind = entry.penalty_kind or telemetry.UNRECORDED
+                telemetry.PENALTIES.labels(entry.task_id, kind).inc()
 
     def after_attempt(self, entry: Entry, exception: BaseException | None = None) -> None:
         telemetry.SCORING.set(0)
@@ -152,9 +160,8 @@ class Records(Middleware):
         extras = self._extra(entry.id)
         extras.phases.update(phases)
         extras.commit = commit or extras.commit
-        if phases:  # one line a person reads: where the assignment's time went
-            took = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in phases.items())
-            log.info("assignment %s took %s", entry.id, took)
+        if phases:  # at INFO, the result's line says it (validator/observe/lines.py)
+            log.debug("assignment %s took %s", entry.id, phases_text(phases))
 
     def after_submit(self, entry: Entry, seconds: float) -> None:
         self._extra(entry.id).phases["submit"] = round(seconds, 3)
@@ -183,6 +190,8 @@ class Records(Middleware):
                 module=self.module,
                 outcome=outcome_label(entry.state.value, entry.outcome),
                 reason=entry.error,
+                penalty_kind=entry.penalty_kind,
+                penalty=entry.penalty,
                 received_at=entry.received_at,
                 finished_at=time.time(),
                 attempts=entry.attempts,
@@ -211,13 +220,17 @@ class StatusBoard(Middleware):
     """What the status page shows: the assignment being scored and its phase, the backlog, the
     last results; and when the loop last made progress, which /healthz reads."""
 
-    def __init__(self, module: str, lookups: str = "") -> None:
+    def __init__(self, module: str, lookups: str = "", penalty_rules: str = "") -> None:
         self.module = module
         # What the loop looks up ("tasks 2, 4 (shard 1/2 of 4 task ids)"), for the page.
         self.lookups = lookups
+        # What the network does with a submission it cannot score (the module's spec).
+        self.penalty_rules = penalty_rules
         self.current: Current | None = None
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self.backlog = {"undecided": 0, "unsubmitted": 0}
+        # Tasks set aside (the API does not know them): task id -> (why, since when).
+        self.aside: dict[str, tuple[str, float]] = {}
         self._progress()
 
     def _progress(self) -> None:
@@ -231,6 +244,12 @@ class StatusBoard(Middleware):
         self, task_id: str, answer: str, seconds: float, assignment_id: str | None
     ) -> None:
         self._progress()
+
+    def on_task_aside(self, task_id: str, reason: str | None) -> None:
+        if reason is None:
+            self.aside.pop(task_id, None)
+        else:
+            self.aside[task_id] = (reason, time.time())
 
     def before_attempt(self, entry: Entry) -> None:
         self.current = Current(entry.id, entry.task_id, "score", time.time())
@@ -257,7 +276,10 @@ class StatusBoard(Middleware):
                 "score": f"{metric} {entry.metrics[metric]:.6g}"
                 if metric and entry.metrics
                 else "",
-                "reason": entry.error or "",
+                # A penalty's kind ("" for a score), and why: the penalty's reason, or what
+                # kept or dropped it.
+                "penalty": (entry.penalty_kind or telemetry.UNRECORDED) if entry.penalty else "",
+                "reason": entry.penalty or entry.error or "",
                 "time": time.time(),
             }
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from validator.observe import telemetry
 from validator.observe.bounded_http import BoundedHTTPServer, RequestHead
 from validator.observe.drift import status_line as protocol_line
 from validator.observe.observer import StatusBoard
-from validator.spec import REPO_ROOT
+from validator.spec import REPO_ROOT, STATE_SOURCE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
 .healthy { color: #1a7f37; } .stale { color: #cf222e; }
+tr.penalty td { background: #fff5e6; }
+#penalty-rules { color: #555; max-width: 60em; }
 """
 
 
@@ -102,22 +105,6 @@ class StatusServer:
             if current
             else "<b id='current'>idle</b> (looking up or waiting)"
         )
-        rows = "".join(
-            "<tr>"
-            + "".join(
-                f"<td>{_e(value)}</td>"
-                for value in (
-                    time.strftime("%H:%M:%S", time.gmtime(r["time"])),
-                    r["id"],
-                    r["task_id"],
-                    r["outcome"],
-                    r["score"],
-                    r["reason"],
-                )
-            )
-            + "</tr>"
-            for r in board.recent
-        )
         state = "healthy" if healthy else "stale"
         return (
             "<!doctype html><html><head><meta charset='utf-8'>"
@@ -128,12 +115,11 @@ class StatusServer:
             f"{health['seconds_since_progress']:.0f} s ago</p>"
             f"<p>Now: {doing}</p>"
             f"<p>Looks up <span id='lookups'>{_e(board.lookups or 'no tasks')}</span>.</p>"
+            f"{_aside(board)}"
             f"<p>Backlog: <b id='undecided'>{board.backlog['undecided']}</b> to score, "
             f"<b id='unsubmitted'>{board.backlog['unsubmitted']}</b> to submit.</p>"
             f"<p id='protocol'>Protocol: {_e(protocol_line() or 'not watched')}</p>"
-            "<h2>Last results</h2><table id='recent'><thead><tr><th>time (UTC)</th>"
-            "<th>assignment</th><th>task</th><th>outcome</th><th>score</th><th>reason</th>"
-            f"</tr></thead><tbody>{rows}</tbody></table>"
+            f"<h2>Last results</h2>{_results(board)}"
             "<p><a id='report-link' href='/report'>Report of the state dir</a> · "
             "<a href='/metrics'>metrics</a> · <a href='/healthz'>health</a></p>"
             "</body></html>"
@@ -177,6 +163,9 @@ class StatusServer:
         None past REPORT_TIMEOUT_S."""
         command = [sys.executable, "-m", "validator", "report"]
         command += ["--state-dir", str(self.state_dir.resolve()), *options]
+        source = os.environ.get(STATE_SOURCE_ENV)  # the volume's name, set by run.py
+        if source:
+            command += ["--source", source]
         nice = shutil.which("nice")
         try:
             done = subprocess.run(
@@ -219,6 +208,53 @@ class _Handler(RequestHead):
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's name
         log.debug("status page: " + format, *args)
+
+
+def _results(board: StatusBoard) -> str:
+    """The last results, a penalty's kind and reason beside its score, and the network's rule
+    for a submission it cannot score (the module's spec) under them."""
+    rows = "".join(
+        f"<tr class='{'penalty' if r['penalty'] else 'score'}'>"
+        + "".join(
+            f"<td>{_e(value)}</td>"
+            for value in (
+                time.strftime("%H:%M:%S", time.gmtime(r["time"])),
+                r["id"],
+                r["task_id"],
+                r["outcome"],
+                r["score"],
+                r["penalty"],
+                r["reason"],
+            )
+        )
+        + "</tr>"
+        for r in board.recent
+    )
+    rules = (
+        f"<p id='penalty-rules'>Penalties are the network's rule: {_e(board.penalty_rules)}</p>"
+        if board.penalty_rules
+        else ""
+    )
+    return (
+        "<table id='recent'><thead><tr><th>time (UTC)</th><th>assignment</th><th>task</th>"
+        "<th>outcome</th><th>score</th><th>penalty</th><th>reason</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>{rules}"
+    )
+
+
+def _aside(board: StatusBoard) -> str:
+    """The tasks set aside, each with why: looked up again hourly, the others go on."""
+    if not board.aside:
+        return "<p id='aside'>Set aside: none.</p>"
+    items = "".join(
+        f"<li data-task='{_e(task)}'>task {_e(task)}: {_e(reason)} (since "
+        f"{time.strftime('%H:%M', time.gmtime(since))} UTC)</li>"
+        for task, (reason, since) in sorted(board.aside.items())
+    )
+    return (
+        "<p id='aside'>Set aside (the Fed Ledger does not know them; each is looked up again "
+        f"every hour while the other tasks go on):</p><ul id='aside-tasks'>{items}</ul>"
+    )
 
 
 def _e(value: object) -> str:

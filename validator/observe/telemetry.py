@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from validator.kit.scope import HOST_PHASES
+from validator.kit.scope import PENALTY_KINDS as KIT_PENALTY_KINDS
+from validator.state.entry import FAILED_KINDS
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 PREFIX = "flock_validator"
@@ -32,8 +34,23 @@ PHASE_SECONDS = Histogram(
 LOOKUPS = Counter(
     f"{PREFIX}_lookups",
     "Assignment lookups by task and answer (assignment, no_submissions, rate_limited, "
-    "unexpected, unavailable)",
+    "unknown_task, unexpected, unavailable)",
     ["task", "answer"],
+    registry=REGISTRY,
+)
+PENALTIES = Counter(
+    f"{PREFIX}_penalties",
+    "Results submitted as a penalty rather than a score, by task and kind: the module's "
+    "(over_max_params, cannot_load, no_score: a -999 or lora's loss 999, submitted as "
+    "completed) or a failure's (rejected, invalid_input, unexpected, crashed)",
+    ["task", "kind"],
+    registry=REGISTRY,
+)
+TASK_SET_ASIDE = Gauge(
+    f"{PREFIX}_task_set_aside",
+    "1 while a task is set aside: the Fed Ledger does not know it (not listed, or its lookup "
+    "answered 404); it is looked up again hourly while the other tasks go on",
+    ["task"],
     registry=REGISTRY,
 )
 API_ERRORS = Counter(
@@ -73,7 +90,18 @@ SCORING = Gauge(
 
 # The label values the loop can give, so that every series exists from start-up.
 OUTCOMES = ("completed", "failed", "dropped")
-LOOKUP_ANSWERS = ("assignment", "no_submissions", "rate_limited", "unexpected", "unavailable")
+# The kinds of a penalty: the kit's (a module's) and the runner's (a failure); a failure
+# journaled before its kind was kept counts as `unrecorded`.
+PENALTY_KINDS = (*KIT_PENALTY_KINDS, *FAILED_KINDS)
+UNRECORDED = "unrecorded"
+LOOKUP_ANSWERS = (
+    "assignment",
+    "no_submissions",
+    "rate_limited",
+    "unknown_task",
+    "unexpected",
+    "unavailable",
+)
 PHASES = ("lookup", *HOST_PHASES, "score", "submit")
 
 
@@ -88,6 +116,9 @@ def start_series(task_ids: Iterable[str]) -> None:
             ASSIGNMENTS.labels(task_id, outcome)
         for answer in LOOKUP_ANSWERS:
             LOOKUPS.labels(task_id, answer)
+        TASK_SET_ASIDE.labels(task_id).set(0)
+        for kind in PENALTY_KINDS:
+            PENALTIES.labels(task_id, kind)
     for phase in PHASES:
         PHASE_SECONDS.labels(phase)
 

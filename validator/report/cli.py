@@ -15,6 +15,11 @@ from validator.report.summary import render_text, summarize
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validator report", description=__doc__)
     parser.add_argument("--state-dir", type=Path, default=Path("state"))
+    parser.add_argument(
+        "--source",
+        metavar="NAME",
+        help="what the report calls the state dir (run.py passes its volume's name)",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="the summary as JSON")
     output.add_argument(
@@ -22,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        summary, records = summarize(args.state_dir)
+        summary, records = summarize(args.state_dir, args.source)
     except (FileNotFoundError, sqlite3.Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

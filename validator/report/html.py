@@ -1,6 +1,7 @@
 """The report as one self-contained HTML page: the summary's tables and three plots
-(assignments finished per hour, seconds per phase, score histogram per task), drawn with
-matplotlib and embedded as PNG data, so the file can be mailed or opened offline."""
+(assignments finished per hour, seconds per phase, score histogram per task: penalties left out,
+counted in their own table), drawn with matplotlib and embedded as PNG data, so the file can be
+mailed or opened offline."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
-from validator.report.summary import Summary, completed_scores, phase_seconds  # noqa: E402
+from validator.report.summary import (  # noqa: E402
+    Summary,
+    completed_scores,
+    is_penalty,
+    phase_seconds,
+)
 from validator.state.records import AssignmentRecord  # noqa: E402
 
 STYLE = """
@@ -43,9 +49,12 @@ def render_html(summary: Summary, records: list[AssignmentRecord]) -> str:
         _phase_table(summary),
         _image(_phase_plot(records), "seconds per phase", "plot-phases"),
         "<h2>Scores per task</h2>",
+        "<p>Penalties (a -999 or loss 999, a failure) are not scores: they are counted below.</p>",
         _score_table(summary),
         _image(_score_plot(records), "score histogram per task", "plot-scores"),
-        "<h2>Latest failures</h2>",
+        "<h2>Penalties per task and kind</h2>",
+        _penalty_table(summary),
+        "<h2>Latest penalties and failures</h2>",
         _failure_table(summary),
         "</body></html>",
     ]
@@ -84,12 +93,25 @@ def _score_table(summary: Summary) -> str:
     return _table("scores", ["task", "metric", "count", "min", "median", "max"], rows)
 
 
+def _penalty_table(summary: Summary) -> str:
+    rows = [[p.task_id, p.kind, p.count] for p in summary.penalties]
+    return _table("penalties", ["task", "kind", "count"], rows)
+
+
 def _failure_table(summary: Summary) -> str:
     rows = [
-        [time.strftime("%Y-%m-%d %H:%M", time.gmtime(f.time)), f.id, f.task_id, f.reason]
+        [
+            time.strftime("%Y-%m-%d %H:%M", time.gmtime(f.time)),
+            f.id,
+            f.task_id,
+            f.outcome,
+            f.kind or "",
+            f.reason,
+        ]
         for f in summary.failures
     ]
-    return _table("failures", ["time (UTC)", "assignment", "task", "reason"], rows)
+    header = ["time (UTC)", "assignment", "task", "outcome", "penalty", "reason"]
+    return _table("failures", header, rows)
 
 
 def _image(png: bytes, alt: str, image_id: str) -> str:
@@ -129,7 +151,9 @@ def _phase_plot(records: list[AssignmentRecord]) -> bytes:
 
 
 def _score_plot(records: list[AssignmentRecord]) -> bytes:
+    """Scores only: a -999 beside scores near 0.7 would squash them into one bar."""
     scores = completed_scores(records)
+    left_out = sum(1 for r in records if r.outcome == "completed" and is_penalty(r))
     figure, axes = plt.subplots(figsize=(8, 2.8))
     for (task, metric), values in scores.items():
         axes.hist(values, bins=20, alpha=0.6, label=f"task {task} ({metric})")
@@ -137,5 +161,7 @@ def _score_plot(records: list[AssignmentRecord]) -> bytes:
         axes.legend(fontsize=7)
     else:
         axes.text(0.5, 0.5, "no scores yet", ha="center", transform=axes.transAxes)
+    if left_out:
+        axes.set_title(f"{left_out} penalties left out (their own table)", fontsize=8)
     axes.set_ylabel("assignments")
     return _png(figure)

@@ -5,6 +5,10 @@ The journal says what happened to every assignment (it is the truth for counts a
 the records (validator/state/records.py) add seconds per phase, scores and log lines. Plain text by
 default, `--json` for machines, `--html FILE` for one self-contained page with plots
 (validator/report/html.py).
+
+A penalty (a module's -999 or lora's loss 999, submitted as completed; a failure) is not a score:
+the score statistics and the histogram leave them out, and they are counted apart, by task and
+kind, each of the latest with its reason.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ JOURNAL_FILE = "journal.sqlite3"
 PHASE_ORDER = ("lookup", "download", "load", "data", "wait", "score", "submit")
 FINAL = {"submitted", "dropped"}
 LATEST_FAILURES = 10
+UNRECORDED = "unrecorded"  # a failure's kind, journaled before kinds were (version 3)
 
 
 class PhaseStats(BaseModel):
@@ -43,11 +48,22 @@ class ScoreStats(BaseModel):
     mean: float
 
 
+class PenaltyStats(BaseModel):
+    task_id: str
+    kind: str  # the journal's penalty_kind; "unrecorded" for a failure before version 3
+    count: int
+
+
 class Failure(BaseModel):
+    """One of the latest penalties and failures: a -999, a failed or dropped result, a row set
+    aside."""
+
     id: str
     task_id: str
     time: float
     reason: str
+    kind: str | None = None  # the penalty's kind; None: dropped or set aside
+    outcome: str = "failed"  # as outcome_label names it
 
 
 class Summary(BaseModel):
@@ -62,11 +78,15 @@ class Summary(BaseModel):
     scores: list[ScoreStats]
     failures: list[Failure]
     records: int
+    # Results submitted as penalties, by task and kind (not in `scores`).
+    penalties: list[PenaltyStats] = []
 
 
-def summarize(state_dir: Path) -> tuple[Summary, list[AssignmentRecord]]:
+def summarize(state_dir: Path, source: str | None = None) -> tuple[Summary, list[AssignmentRecord]]:
+    """The summary of `state_dir`, which the report calls `source` (a volume's name, when the
+    launcher reads it mounted in a container) if given."""
     rows = journal_rows(state_dir)
-    records = RecordStore(state_dir).read_all()
+    records = scored_records(RecordStore(state_dir).read_all(), rows)
     by_task: dict[str, Counter[str]] = defaultdict(Counter)
     per_hour: Counter[int] = Counter()
     for row in rows:
@@ -74,7 +94,7 @@ def summarize(state_dir: Path) -> tuple[Summary, list[AssignmentRecord]]:
         if row["state"] in FINAL:
             per_hour[int(row["updated_at"] // 3600 * 3600)] += 1
     summary = Summary(
-        state_dir=str(state_dir),
+        state_dir=source or str(state_dir),
         generated_at=time.time(),
         assignments=len(rows),
         by_task={task: dict(sorted(counts.items())) for task, counts in sorted(by_task.items())},
@@ -83,6 +103,7 @@ def summarize(state_dir: Path) -> tuple[Summary, list[AssignmentRecord]]:
         scores=score_stats(records),
         failures=latest_failures(rows),
         records=len(records),
+        penalties=penalty_stats(rows),
     )
     return summary, records
 
@@ -145,11 +166,33 @@ def phase_stats(records: list[AssignmentRecord]) -> list[PhaseStats]:
     ]
 
 
+def scored_records(
+    records: list[AssignmentRecord], rows: list[dict[str, Any]]
+) -> list[AssignmentRecord]:
+    """The records, each with its penalty as the journal has it (the truth; a record written
+    before its row's penalty was, or by an earlier validator, may lack it)."""
+    penalties = {row["id"]: row for row in rows if row.get("penalty") is not None}
+    found = []
+    for record in records:
+        row = penalties.get(record.id)
+        if row is not None and record.penalty is None:
+            record = record.model_copy(
+                update={"penalty": row["penalty"], "penalty_kind": row.get("penalty_kind")}
+            )
+        found.append(record)
+    return found
+
+
+def is_penalty(record: AssignmentRecord) -> bool:
+    return record.penalty is not None
+
+
 def completed_scores(records: list[AssignmentRecord]) -> dict[tuple[str, str], list[float]]:
-    """The main metric of every completed record, by (task, metric), sorted."""
+    """The main metric of every completed record that is a score, not a penalty, by (task,
+    metric), sorted."""
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     for record in records:
-        if record.outcome != "completed" or not record.metrics:
+        if record.outcome != "completed" or not record.metrics or is_penalty(record):
             continue
         metric = main_metric(record.metrics)
         if metric is not None:
@@ -172,12 +215,27 @@ def score_stats(records: list[AssignmentRecord]) -> list[ScoreStats]:
     ]
 
 
+def penalty_stats(rows: list[dict[str, Any]]) -> list[PenaltyStats]:
+    """Results submitted as penalties, by task and kind."""
+    counts: Counter[tuple[str, str]] = Counter(
+        (row["task_id"], row.get("penalty_kind") or UNRECORDED)
+        for row in rows
+        if row["state"] == "submitted" and row.get("penalty") is not None
+    )
+    return [
+        PenaltyStats(task_id=task, kind=kind, count=count)
+        for (task, kind), count in sorted(counts.items())
+    ]
+
+
 def latest_failures(rows: list[dict[str, Any]]) -> list[Failure]:
+    """The latest penalties (a -999 as a failure), and the results dropped or set aside."""
     failed = [
         row
         for row in rows
         if row["state"] == "failed"
         or (row["state"] == "submitted" and row["outcome"] == "failed")
+        or row.get("penalty") is not None
         or row["state"] in ("dropped", "quarantined")
     ]
     failed.sort(key=lambda row: row["updated_at"], reverse=True)
@@ -186,7 +244,9 @@ def latest_failures(rows: list[dict[str, Any]]) -> list[Failure]:
             id=row["id"],
             task_id=row["task_id"],
             time=row["updated_at"],
-            reason=row["error"] or "(no reason recorded)",
+            reason=row.get("penalty") or row["error"] or "(no reason recorded)",
+            kind=row.get("penalty_kind") or (UNRECORDED if row.get("penalty") else None),
+            outcome=outcome_label(row["state"], row["outcome"]),
         )
         for row in failed[:LATEST_FAILURES]
     ]
@@ -211,18 +271,28 @@ def render_text(summary: Summary) -> str:
         f"  {p.phase:<9} n={p.count:<5} median {p.median_s:8.2f}  p95 {p.p95_s:8.2f}"
         for p in summary.phases
     ] or ["  no records"]
-    lines += ["", "Scores of completed assignments per task:"]
+    lines += ["", "Scores of completed assignments per task (penalties apart):"]
     lines += [
         f"  task {s.task_id}: {s.metric} n={s.count} min {s.min:.6g} median {s.median:.6g} "
         f"max {s.max:.6g} mean {s.mean:.6g}"
         for s in summary.scores
     ] or ["  none"]
-    lines += ["", f"Latest failures (at most {LATEST_FAILURES}):"]
+    lines += ["", "Penalties per task and kind (a -999 or loss 999 submitted, or failed):"]
+    lines += [f"  task {p.task_id}: {p.kind} {p.count}" for p in summary.penalties] or ["  none"]
+    lines += ["", f"Latest penalties and failures (at most {LATEST_FAILURES}):"]
     lines += [
-        f"  {_when(f.time)}  assignment {f.id} (task {f.task_id}): {f.reason}"
+        f"  {_when(f.time)}  assignment {f.id} (task {f.task_id}){_outcome(f)}: {f.reason}"
         for f in summary.failures
     ] or ["  none"]
     return "\n".join(lines) + "\n"
+
+
+def _outcome(failure: Failure) -> str:
+    """The outcome after the id (`, completed (cannot_load)`); nothing where the reason says it
+    (`quarantined, ...`)."""
+    if failure.reason.startswith(failure.outcome):
+        return ""
+    return f", {failure.outcome}{f' ({failure.kind})' if failure.kind else ''}"
 
 
 def _when(epoch: float) -> str:

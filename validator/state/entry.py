@@ -32,6 +32,12 @@ class State(str, Enum):
     DROPPED = "dropped"
 
 
+# Why the runner failed a result (its penalty_kind; a metric label): the submission cannot be
+# validated, the input does not fit the module, unexpected errors used its attempts up, or its
+# scoring ended the process each time. A module's own penalties are the kit's PENALTY_KINDS.
+FailedKind = Literal["rejected", "invalid_input", "unexpected", "crashed"]
+FAILED_KINDS: tuple[FailedKind, ...] = ("rejected", "invalid_input", "unexpected", "crashed")
+
 UNDECIDED = (State.RECEIVED, State.SCORING)
 UNSUBMITTED = (State.SCORED, State.FAILED)
 FINAL = (State.SUBMITTED, State.DROPPED)
@@ -50,9 +56,13 @@ COLUMNS = (
     "received_at",
     "updated_at",
     "maybe_taken",
+    "penalty_kind",
+    "penalty",
 )
 # Version 1's: no maybe_taken (validator/state/migrate.py reads it out of the error).
-V1_COLUMNS = COLUMNS[:-1]
+V1_COLUMNS = COLUMNS[: COLUMNS.index("maybe_taken")]
+# Version 2's: no penalty_kind, penalty (version 3 adds them; migrate.py).
+V2_COLUMNS = COLUMNS[: COLUMNS.index("penalty_kind")]
 
 
 class DamagedRow(ValueError):
@@ -88,6 +98,12 @@ class Entry(BaseModel):
     # What an earlier submit try met that the API may have taken (its answer lost), so that a
     # repeat refused as "not validating" is known to be that try's (ledger/submitting.py).
     maybe_taken: str | None = None
+    # Why the result is a penalty rather than a score, kept whatever later submit tries write
+    # into `error`: a module's penalty (the kit's PENALTY_KINDS: a -999 or lora's loss 999, its
+    # metrics submitted unchanged) or why it was failed (the runner's FAILED_KINDS). A kind is
+    # a short word, for a metric label; None with a penalty: a failure recorded before version 3.
+    penalty_kind: str | None = Field(default=None, pattern=r"^[a-z_]{1,40}$")
+    penalty: str | None = None
 
     @model_validator(mode="after")
     def _scored_has_metrics(self) -> Entry:

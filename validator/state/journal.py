@@ -264,11 +264,19 @@ class Journal:
     def begin_scoring(self, entry: Entry) -> Entry:
         return self._move(entry, State.SCORING, attempts=entry.attempts + 1)
 
-    def scored(self, entry: Entry, metrics: dict[str, Any]) -> Entry:
-        return self._move(entry, State.SCORED, metrics=metrics, error=None)
+    def scored(
+        self, entry: Entry, metrics: dict[str, Any], penalty: tuple[str, str] | None = None
+    ) -> Entry:
+        """Scored: `metrics` to submit, and with `penalty` (kind, reason) why they are the
+        network's penalty rather than a score (the module said so: Scope.penalty)."""
+        kind, reason = penalty or (None, None)
+        return self._move(
+            entry, State.SCORED, metrics=metrics, error=None, penalty_kind=kind, penalty=reason
+        )
 
-    def failed(self, entry: Entry, reason: str) -> Entry:
-        return self._move(entry, State.FAILED, error=reason)
+    def failed(self, entry: Entry, reason: str, kind: str | None = None) -> Entry:
+        """Decided as failed for `reason`, of `kind` (the runner's FAILED_KINDS)."""
+        return self._move(entry, State.FAILED, error=reason, penalty_kind=kind, penalty=reason)
 
     def postpone(self, entry: Entry, reason: str, not_before: float) -> Entry:
         """Back to `received` for a later retry; this attempt does not count towards the limit."""
@@ -356,8 +364,9 @@ class Journal:
         **changes: Any,
     ) -> Entry:
         now = time.time()
-        if isinstance(changes.get("error"), str):
-            changes["error"] = self._redact(changes["error"])
+        for column in ("error", "penalty"):
+            if isinstance(changes.get(column), str):
+                changes[column] = self._redact(changes[column])
         if note is not None:
             note = self._redact(note)
         changes = {"state": state, "updated_at": now, **changes}

@@ -1,5 +1,8 @@
-"""Migrating a journal of version 1 (or 0: written before the version was stored) to version
-2's constraints (validator/state/store.py), in the transaction that opens it.
+"""Migrating a journal of an earlier version to this one (validator/state/store.py), in the
+transaction that opens it: `upgrade()`.
+
+Version 1 (or 0: written before the version was stored) to version 2's constraints: `to_v2`,
+which makes the current tables at once.
 
 Every row is read whole as an entry (validator/state/entry.py) and copied; a row that is not
 one, or that a constraint refuses, is set aside (validator/state/quarantine.py) rather than
@@ -7,6 +10,10 @@ lost; a scored row without metrics goes back to be scored. Version 1 marked a da
 `quarantined` in place: such a row is set aside with the reason it holds. The events are kept.
 Version 1 wrote what an earlier submit try may have had taken into the error's text; it is read
 out once, here, into the `maybe_taken` column.
+
+Version 2 to 3: the penalty's columns are added in place. Whatever the version, a result
+submitted as failed before version 3 gets its reason from the journal's event of the failure
+(its `error` may since hold a submit try's words); its kind stays empty: not recorded then.
 """
 
 from __future__ import annotations
@@ -24,8 +31,38 @@ V1_MAYBE_TAKEN = "submit, maybe taken by the API: "
 V1_LATER = "; then: "
 
 
+V3_ASSIGNMENT_COLUMNS = (
+    "penalty_kind TEXT CHECK (penalty_kind IS NULL OR typeof(penalty_kind) = 'text')",
+    "penalty TEXT CHECK (penalty IS NULL OR typeof(penalty) = 'text')",
+)
+V3_QUARANTINE_COLUMNS = ("penalty_kind", "penalty")
+# The reason of a failure, from its event: the journal writes it there as it fails the result.
+FAILED_REASONS = """
+UPDATE assignments SET penalty = (
+    SELECT note FROM events
+    WHERE events.assignment_id = assignments.id AND events.state = 'failed'
+    ORDER BY events.rowid DESC LIMIT 1
+)
+WHERE penalty IS NULL AND (state = 'failed' OR (state = 'submitted' AND outcome = 'failed'))
+"""
+
+
+def upgrade(db: sqlite3.Connection, version: int, schema: str) -> list[SetAside]:
+    """A journal of `version` to this one's `schema`, inside an open transaction; returns what
+    was set aside or scored again."""
+    notes = to_v2(db, schema) if version < 2 else []
+    if version == 2:
+        for column in V3_ASSIGNMENT_COLUMNS:
+            db.execute(f"ALTER TABLE assignments ADD COLUMN {column}")
+        for column in V3_QUARANTINE_COLUMNS:
+            db.execute(f"ALTER TABLE quarantine ADD COLUMN {column}")
+    db.execute(FAILED_REASONS)
+    return notes
+
+
 def to_v2(db: sqlite3.Connection, schema: str) -> list[SetAside]:
-    """Run inside an open transaction; returns what was set aside or scored again."""
+    """Run inside an open transaction; returns what was set aside or scored again. `schema`
+    makes the current tables: version 1's columns are copied, later ones left empty."""
     db.execute(f"ALTER TABLE assignments RENAME TO {OLD}")
     for statement in schema.split(";"):
         if statement.strip():

@@ -16,13 +16,24 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from validator.kit.scope import HostPhase, Scope, entered
+from validator.kit.scope import (
+    MAX_PENALTY_REASON,
+    HostPhase,
+    PenaltyKind,
+    Scope,
+    check_penalty_kind,
+    entered,
+)
+from validator.text import bounded, one_line
 
 log = logging.getLogger(__name__)
 
 PHASE_FILE = "scoring.phase"
+# A stretch of a phase this short is no time to speak of (the log shows 0.0 s).
+MOMENT_S = 0.05
 STOP_FILE = "stop.requested"
 SUBMISSION = "submission"
 
@@ -34,13 +45,17 @@ class LoopScope(Scope):
     def __init__(
         self,
         record: Callable[[str], None],
-        facts: dict[str, str],
+        times: PhaseTimes,
         beat: Callable[[], None] | None,
     ) -> None:
-        self._record, self._facts, self._beat = record, facts, beat
+        self._record, self._times, self._beat = record, times, beat
 
     def note(self, key: str, value: object) -> None:
-        self._facts[key] = str(value)[:200]
+        self._times.facts[key] = str(value)[:200]
+
+    def penalty(self, kind: PenaltyKind, reason: str) -> None:
+        check_penalty_kind(kind)
+        self._times.penalty = Penalty(kind, bounded(one_line(str(reason)), MAX_PENALTY_REASON))
 
     def heartbeat(self) -> None:
         if self._beat is not None:
@@ -58,24 +73,51 @@ def phase_name(mark: str) -> str:
     return "score" if mark == SUBMISSION else mark.removeprefix("host: ")
 
 
-class PhaseTimes:
-    """Seconds spent in each phase of one scoring; "score" is what no host phase took."""
+@dataclass(frozen=True)
+class Penalty:
+    """Why the metrics a module returned are the network's penalty (Scope.penalty)."""
 
-    def __init__(self) -> None:
+    kind: str
+    reason: str
+
+
+class PhaseTimes:
+    """Seconds spent in each phase of one scoring; "score" is what no host phase took. With
+    them, what the module told of the scoring: its notes (facts) and its penalty, if any."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self.seconds: dict[str, float] = {}
         self.facts: dict[str, str] = {}
+        self.penalty: Penalty | None = None
+        # Per phase, its longest stretch (seconds, when it began) and when its last one began.
+        # Phases are listed in the order their longest stretches began: a phase entered for a
+        # moment first (the submission's own work before a download) is not listed first; one
+        # of no time to speak of (shown as 0.0 s) is listed where its last stretch began.
+        self._longest: dict[str, tuple[float, float]] = {}
+        self._last: dict[str, float] = {}
         self._current = SUBMISSION
-        self._since = time.monotonic()
+        self._since = clock()
 
     def switch(self, phase: str) -> None:
-        now = time.monotonic()
+        now = self._clock()
         name = phase_name(self._current)
-        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._since
+        spent = now - self._since
+        self.seconds[name] = self.seconds.get(name, 0.0) + spent
+        if spent > self._longest.get(name, (-1.0, 0.0))[0]:
+            self._longest[name] = (spent, self._since)
+        self._last[name] = self._since
         self._current, self._since = phase, now
 
     def finish(self) -> dict[str, float]:
+        """Seconds per phase, in time order."""
         self.switch(SUBMISSION)
-        return {name: round(value, 3) for name, value in self.seconds.items()}
+
+        def began(name: str) -> float:
+            spent, start = self._longest[name]
+            return start if spent >= MOMENT_S else self._last[name]
+
+        return {name: round(self.seconds[name], 3) for name in sorted(self.seconds, key=began)}
 
 
 class ScoringMarks:
@@ -104,7 +146,7 @@ class ScoringMarks:
 
         _write(self.phase_path, f"{assignment_id}\n{SUBMISSION}\n")
         try:
-            with entered(LoopScope(record, times.facts, on_beat)):
+            with entered(LoopScope(record, times, on_beat)):
                 yield times
         finally:
             self.phase_path.unlink(missing_ok=True)

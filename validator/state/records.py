@@ -3,9 +3,10 @@
 
 `<state dir>/records/<assignment id>.json` holds the input (secrets never reach it: inputs come
 from the API and are bounded), the config it was scored with, the submission's commit, the
-outcome and its reason, the submitted metrics, seconds per phase and the module's log lines
-for that assignment. Records are bounded: at most `keep` files (oldest dropped first). The
-journal is never dropped; a record is only a copy of what it says, plus timings and logs.
+outcome and its reason (and why its result is a penalty, if it is one), the submitted metrics,
+seconds per phase and the module's log lines for that assignment. Records are bounded: at most
+`keep` files (oldest dropped first). The journal is never dropped; a record is only a copy of
+what it says, plus timings and logs.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class AssignmentRecord(BaseModel):
     # received, scored / failed (decided), submitted / dropped / kept (left for a later try)
     outcome: str
     reason: str | None = None
+    # Why the result is a penalty rather than a score (a -999, a failure): its kind and reason,
+    # as the journal keeps them (validator/state/entry.py).
+    penalty_kind: str | None = None
+    penalty: str | None = None
     received_at: float
     finished_at: float
     attempts: int = 0

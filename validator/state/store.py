@@ -26,12 +26,50 @@ from validator.state.migrate import SetAside
 
 T = TypeVar("T")
 
-# Version 2: a row that does not hold what this validator writes is refused by SQLite itself
-# (NOT NULL, CHECK); the JSON columns' contents are checked when read (validator/state/entry.py:
-# metrics may hold NaN and Infinity, as the network submits them, which SQLite's JSON is not).
+# Version 3: version 2's, and why a result is a penalty (its kind and reason). Since version 2, a
+# row that does not hold what this validator writes is refused by SQLite itself (NOT NULL,
+# CHECK); the JSON columns' contents are checked when read (validator/state/entry.py: metrics
+# may hold NaN and Infinity, as the network submits them, which SQLite's JSON is not).
 # A row damaged past these anyway (an operator's PRAGMA ignore_check_constraints) is still set
 # aside when read. `quarantine` keeps set-aside rows as they were, without types or constraints.
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS assignments (
+    id TEXT PRIMARY KEY NOT NULL CHECK (typeof(id) = 'text' AND id <> ''),
+    module TEXT NOT NULL CHECK (typeof(module) = 'text'),
+    task_id TEXT NOT NULL CHECK (typeof(task_id) = 'text'),
+    state TEXT NOT NULL
+        CHECK (state IN ('received', 'scoring', 'scored', 'failed', 'submitted', 'dropped')),
+    input TEXT NOT NULL CHECK (typeof(input) = 'text'),
+    metrics TEXT CHECK (metrics IS NULL OR typeof(metrics) = 'text'),
+    outcome TEXT CHECK (outcome IS NULL OR outcome IN ('completed', 'failed')),
+    error TEXT CHECK (error IS NULL OR typeof(error) = 'text'),
+    attempts INTEGER NOT NULL DEFAULT 0 CHECK (typeof(attempts) = 'integer' AND attempts >= 0),
+    not_before REAL NOT NULL DEFAULT 0 CHECK (typeof(not_before) = 'real'),
+    received_at REAL NOT NULL CHECK (typeof(received_at) = 'real'),
+    updated_at REAL NOT NULL CHECK (typeof(updated_at) = 'real'),
+    -- what an earlier submit try met that the API may have taken, its answer lost
+    maybe_taken TEXT CHECK (maybe_taken IS NULL OR typeof(maybe_taken) = 'text'),
+    -- why the result is a penalty rather than a score (version 3)
+    penalty_kind TEXT CHECK (penalty_kind IS NULL OR typeof(penalty_kind) = 'text'),
+    penalty TEXT CHECK (penalty IS NULL OR typeof(penalty) = 'text'),
+    CHECK (state <> 'scored' OR metrics IS NOT NULL)
+);
+CREATE TABLE IF NOT EXISTS events (
+    assignment_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    state TEXT NOT NULL,
+    note TEXT
+);
+CREATE TABLE IF NOT EXISTS quarantine (
+    id, module, task_id, state, input, metrics, outcome, error, attempts, not_before,
+    received_at, updated_at, maybe_taken,
+    reason TEXT NOT NULL,
+    set_aside_at REAL NOT NULL,
+    penalty_kind, penalty
+);
+"""
+# Version 2's: no penalty columns (version 3 adds them in place: validator/state/migrate.py).
+SCHEMA_V2 = """
 CREATE TABLE IF NOT EXISTS assignments (
     id TEXT PRIMARY KEY NOT NULL CHECK (typeof(id) = 'text' AND id <> ''),
     module TEXT NOT NULL CHECK (typeof(module) = 'text'),
@@ -89,7 +127,7 @@ CREATE TABLE events (
 """
 # Stored in the file's user_version, so that a later validator can tell this schema apart and
 # migrate it.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_ENV = "VALIDATOR_JOURNAL_LOCK_TIMEOUT"
@@ -183,7 +221,8 @@ def _prepare(db: sqlite3.Connection, plan: Plan) -> list[SetAside]:
     notes: list[SetAside] = []
     try:
         if plan == "migrate":
-            notes = migrate.to_v2(db, SCHEMA)
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            notes = migrate.upgrade(db, version, SCHEMA)
         else:
             _create(db, SCHEMA)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -234,8 +273,9 @@ def _schema_problem(report: list[str], columns: dict[str, list[tuple]], version:
         return "SQLite's quick_check finds it damaged: " + "; ".join(report)
     if version > SCHEMA_VERSION:
         return f"its schema version {version} is newer than this validator's {SCHEMA_VERSION}"
-    # Version 1 (or 0, before the version was stored) is migrated: it must be that schema.
-    expected = _expected_columns(SCHEMA if version == SCHEMA_VERSION else SCHEMA_V1)
+    # An earlier version is migrated: it must be that version's schema (version 0 stored none,
+    # and is version 1's).
+    expected = _expected_columns({SCHEMA_VERSION: SCHEMA, 2: SCHEMA_V2}.get(version, SCHEMA_V1))
     for table, wanted in expected.items():
         if table not in columns:
             return f"it has no table {table!r}: not a journal of this validator"
