@@ -165,6 +165,7 @@ class Loop:
         self.module: type[PlanModule] = type("Plan", (PlanModule,), own)
         self.stop = threading.Event()
         self._stops: list[threading.Event] = []
+        self._watchers: list[threading.Thread] = []  # the stop watchers its runs started
 
     def submission(self, task_id: str, name: str, *steps: Step, **task_data: Any) -> None:
         """Task `task_id` hands out a submission named `name` next (after those queued before);
@@ -200,12 +201,18 @@ class Loop:
         guard = SpinGuard(self.clock, stop)
         pool = ModulePool(self.module, MODULE, self.config_dir)
         journal = Journal(self.state_dir, min_free_mb=0)
+        before = set(threading.enumerate())
         try:
             hooked = Hooks(*hooks, guard)
             client: Any = self.ledger  # the FedLedgerClient methods the runner calls
             return Runner(settings, client, journal, pool, stop, hooked, self.clock).run()
         finally:
             journal.close()
+            self._watchers += [
+                thread
+                for thread in set(threading.enumerate()) - before
+                if thread.name == "stop-mark"
+            ]
             assert not guard.spun, f"the loop spun: {SPIN_PASSES} passes at one instant"
             if stop.is_set():
                 self._wait_for_stop_mark()
@@ -215,9 +222,9 @@ class Loop:
         for stop in self._stops:
             stop.set()
         # Each marks the stop on disk as it ends (validator/state/phases.py): before removal.
-        for thread in threading.enumerate():
-            if thread.name == "stop-mark":
-                thread.join(10)
+        # Only this loop's: another test's runner may have left one waiting for good.
+        for thread in self._watchers:
+            thread.join(10)
         if self._memory is not None:
             shutil.rmtree(self._memory, ignore_errors=True)
 
