@@ -343,17 +343,22 @@ def build_loop(
     # In the background: never fatal, never on the scoring thread (docs/operating.md).
     start_drift_watch(spec, options.state_dir, stop, options.protocol_watch)
     runner = Runner(settings, client, journal, pool, stop, observer)
-    server = None
-    if options.http_port is not None:
-        server = StatusServer(
-            options.http_host,
-            options.http_port,
-            observer.status,
-            options.state_dir,
-            options.health_stale_seconds,
-        )
-        server.start()
-    return Loop(runner, server)
+    return Loop(runner, _status_page(options, observer))
+
+
+def _status_page(options: RunOptions, observer: Observer) -> StatusServer | None:
+    """The status page, /metrics and /healthz, serving (with --http-port)."""
+    if options.http_port is None:
+        return None
+    server = StatusServer(
+        options.http_host,
+        options.http_port,
+        observer.status,
+        options.state_dir,
+        options.health_stale_seconds,
+    )
+    server.start()
+    return server
 
 
 def _check_start(pool: ModulePool, task_ids: list[str], looked_up: list[str]) -> None:

@@ -52,16 +52,7 @@ def submit_result(
     try:
         result = client.submit(entry.id, status, entry.metrics)
     except ApiUnavailable as exc:
-        wait = max(time_sleep, exc.retry_after or 0.0)
-        taken = str(exc) if exc.maybe_processed else kept_after
-        if exc.maybe_processed:
-            reason = f"{MAYBE_TAKEN}{exc}"
-        elif kept_after:
-            reason = f"{MAYBE_TAKEN}{kept_after}{LATER}{exc}"
-        else:
-            reason = f"submit: {exc}"
-        told = f"submit failed ({exc}); kept in the journal, retrying in {wait:g}s"
-        return SubmitVerdict("kept", reason, now() + wait, taken, logging.WARNING, told)
+        return _unavailable(exc, kept_after, time_sleep, now)
     earlier = result.earlier or kept_after
     if result.kind == "accepted":
         # At INFO the runner's line says what was submitted (validator/observe/lines.py).
@@ -96,3 +87,20 @@ def submit_result(
         f"{wait:g}s"
     )
     return SubmitVerdict("kept", reason, now() + wait, earlier, logging.ERROR, told)
+
+
+def _unavailable(
+    exc: ApiUnavailable, kept_after: str | None, time_sleep: float, now: Callable[[], float]
+) -> SubmitVerdict:
+    """No answer that settles it: kept for another try, with what a try met that the API may
+    have taken (this one's, or an earlier one's)."""
+    wait = max(time_sleep, exc.retry_after or 0.0)
+    taken = str(exc) if exc.maybe_processed else kept_after
+    if exc.maybe_processed:
+        reason = f"{MAYBE_TAKEN}{exc}"
+    elif kept_after:
+        reason = f"{MAYBE_TAKEN}{kept_after}{LATER}{exc}"
+    else:
+        reason = f"submit: {exc}"
+    told = f"submit failed ({exc}); kept in the journal, retrying in {wait:g}s"
+    return SubmitVerdict("kept", reason, now() + wait, taken, logging.WARNING, told)
