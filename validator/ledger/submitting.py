@@ -51,8 +51,16 @@ def submit_result(
     kept_after = entry.maybe_taken
     try:
         result = client.submit(entry.id, status, entry.metrics)
-    except ApiUnavailable as exc:
-        return _unavailable(exc, kept_after, time_sleep, now)
+    except ApiUnavailable as exc:  # no answer that settles it: kept for another try
+        wait = max(time_sleep, exc.retry_after or 0.0)
+        if exc.maybe_processed:
+            taken, reason = str(exc), f"{MAYBE_TAKEN}{exc}"
+        elif kept_after:
+            taken, reason = kept_after, f"{MAYBE_TAKEN}{kept_after}{LATER}{exc}"
+        else:
+            taken, reason = kept_after, f"submit: {exc}"
+        told = f"submit failed ({exc}); kept in the journal, retrying in {wait:g}s"
+        return SubmitVerdict("kept", reason, now() + wait, taken, logging.WARNING, told)
     earlier = result.earlier or kept_after
     if result.kind == "accepted":
         # At INFO the runner's line says what was submitted (validator/observe/lines.py).
@@ -87,20 +95,3 @@ def submit_result(
         f"{wait:g}s"
     )
     return SubmitVerdict("kept", reason, now() + wait, earlier, logging.ERROR, told)
-
-
-def _unavailable(
-    exc: ApiUnavailable, kept_after: str | None, time_sleep: float, now: Callable[[], float]
-) -> SubmitVerdict:
-    """No answer that settles it: kept for another try, with what a try met that the API may
-    have taken (this one's, or an earlier one's)."""
-    wait = max(time_sleep, exc.retry_after or 0.0)
-    taken = str(exc) if exc.maybe_processed else kept_after
-    if exc.maybe_processed:
-        reason = f"{MAYBE_TAKEN}{exc}"
-    elif kept_after:
-        reason = f"{MAYBE_TAKEN}{kept_after}{LATER}{exc}"
-    else:
-        reason = f"submit: {exc}"
-    told = f"submit failed ({exc}); kept in the journal, retrying in {wait:g}s"
-    return SubmitVerdict("kept", reason, now() + wait, taken, logging.WARNING, told)
