@@ -1,6 +1,7 @@
 """The HTTP side of devkit/hf_hub.py's LocalHub: the URLs huggingface_hub 0.29.1 builds, the
 headers it relies on, ranges for resumed downloads, and the faulty or hostile answers a test
-queues on the hub (faults, held bodies, names listed only, oversent files).
+queues on the hub (faults, held bodies, names listed only, oversent files), read from its repos
+(devkit/hf_hub_repos.py).
 """
 
 from __future__ import annotations
@@ -9,24 +10,11 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from devkit.hf_hub_repos import CHUNK, FileInfo, HubError, HubRepos
 from devkit.local_server import CHUNK as REPLY_CHUNK
 from devkit.local_server import LocalHandler
-
-if TYPE_CHECKING:
-    from devkit.hf_hub import LocalHub, _FileInfo
-
-CHUNK = 1 << 16
-
-
-class HubError(Exception):
-    """An HTTP error answer, with the `X-Error-Code` huggingface_hub maps to its exceptions."""
-
-    def __init__(self, status: int, code: str | None, message: str, commit: str | None = None):
-        super().__init__(message)
-        self.status, self.code, self.message, self.commit = status, code, message, commit
 
 
 def file_name(path: str) -> str | None:
@@ -38,7 +26,7 @@ def file_name(path: str) -> str | None:
     return None
 
 
-def _sibling(info: _FileInfo, blobs: bool) -> dict[str, object]:
+def _sibling(info: FileInfo, blobs: bool) -> dict[str, object]:
     entry: dict[str, object] = {"rfilename": info.rel}
     if blobs:
         entry["size"] = info.size
@@ -58,7 +46,7 @@ def _misstate(siblings: list[dict[str, object]], sizes: dict[str, object]) -> No
 
 
 class HubHandler(LocalHandler):
-    hub: LocalHub
+    hub: HubRepos
     protocol_version = "HTTP/1.0"
 
     def do_GET(self) -> None:  # noqa: N802

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 from pydantic import BaseModel
 
-from validator.report.summary import Summary
+from validator.report.summary import Summary, outcome_table
 
 
 class Totals(BaseModel):
@@ -63,14 +63,10 @@ def render_fleet(fleet: FleetSummary) -> str:
         f"assignments, {totals.records} records",
         "",
         "Assignments by task and outcome, all workers:",
+        *outcome_table(totals.by_task),
+        "",
+        "Penalties by task and kind, all workers (a -999 or loss 999, or failed):",
     ]
-    outcomes = sorted({o for counts in totals.by_task.values() for o in counts})
-    lines.append("  " + "  ".join([f"{'task':<10}", *(f"{o:>12}" for o in outcomes)]))
-    for task, counts in totals.by_task.items():
-        lines.append(
-            "  " + "  ".join([f"{task:<10}", *(f"{counts.get(o, 0):>12}" for o in outcomes)])
-        )
-    lines += ["", "Penalties by task and kind, all workers (a -999 or loss 999, or failed):"]
     lines += [
         f"  task {task}: " + ", ".join(f"{kind} {count}" for kind, count in kinds.items())
         for task, kinds in totals.penalties.items()

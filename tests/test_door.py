@@ -7,6 +7,7 @@ reached the engine would say so."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -32,6 +33,7 @@ from launcher.cli import FORWARDED
 from launcher.cli import main as run_py_main
 from launcher.forwarded import FORWARDED_SECTION, NOT_FORWARDED, launch_values
 from validator.doctor import main as inner_doctor
+from validator.entrypoint import RunOptions
 from validator.entrypoint import main as validator_main
 from validator.spec import REPO_ROOT, find_module_folders, load_spec
 
@@ -112,6 +114,19 @@ def test_every_validator_option_is_run_pys_and_help_lists_them_the_modules_and_c
     assert "--gpus" not in forwarded and "--api-retries" not in page  # hidden stays hidden
     assert ", ".join(find_module_folders()) in page
     assert "python run.py doctor [MODULE]" in page and "python run.py MODULE report" in page
+
+
+def test_the_validators_command_line_is_one_frozen_options_object():
+    """Each parameter of `python -m validator` is a field of RunOptions, and nothing else is:
+    the run (the door, --check, build_loop) reads that one object, which nothing changes."""
+    assert {f.name for f in dataclasses.fields(RunOptions)} == {
+        param.name for param in validator_main.params
+    }
+    context = validator_main.make_context("validator", ["fixture", "--task_ids", "3,3,12"])
+    options = RunOptions(**context.params)
+    assert (options.module, options.task_ids, options.time_sleep) == ("fixture", ["3", "12"], 180)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.time_sleep = 1.0  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("command", [host_doctor.main, inner_doctor], ids=["run.py", "validator"])

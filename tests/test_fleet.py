@@ -13,7 +13,8 @@ from devkit.validator_cli import REPO_ROOT
 from launcher.errors import UsageError
 from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
 from launcher.fleet_report import FleetSummary, WorkerSummary, add_up, render_fleet
-from validator.report.summary import PenaltyStats, Summary
+from validator.report.html import render_html
+from validator.report.summary import PenaltyStats, Summary, outcome_table, render_text
 
 NO_ENGINE = "unix:///nonexistent/docker.sock"
 
@@ -199,3 +200,23 @@ def test_the_fleet_report_adds_up_every_workers_counts():
     assert "  task 1: cannot_load 2\n" in text
     assert "worker 0 (v): 3 assignments (completed 2, failed 1), tasks 1" in text
     assert "worker 1 (v-1): 2 assignments (completed 1, dropped 1), tasks 1,2" in text
+
+
+def test_a_worker_and_a_fleet_show_the_task_outcome_table_alike():
+    """One table of counts (validator/report/summary.py outcome_grid): the fleet's lines are a
+    worker's report's for the same counts, the page's table has their cells and a total."""
+    by_task = {"1": {"completed": 3, "failed": 1}, "12": {"dropped": 2}}
+    table = [
+        "  task           completed       dropped        failed",
+        "  1                      3             0             1",
+        "  12                     0             2             0",
+    ]
+    assert outcome_table(by_task) == table
+    worker = summary(by_task, 6)
+    assert "Assignments by task and outcome:\n" + "\n".join(table) + "\n" in render_text(worker)
+    fleet = FleetSummary(totals=add_up([worker]), workers=[WorkerSummary(worker=0,
+                         state_volume="v", summary=worker)])  # fmt: skip
+    assert "all workers:\n" + "\n".join(table) + "\n" in render_fleet(fleet)
+    page = render_html(worker, [])
+    assert "<th>task</th><th>completed</th><th>dropped</th><th>failed</th><th>total</th>" in page
+    assert "<tr><td>12</td><td>0</td><td>2</td><td>0</td><td>2</td></tr>" in page

@@ -6,17 +6,26 @@ tries against real HTTP faults) is tests/faults/test_submit_answers.py's."""
 
 from __future__ import annotations
 
+import ast
 import inspect
+import logging
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 from tests.helpers.fake_ledger import LATE, OK, FakeLedger, Reply, Unreachable, detail
 from validator.errors import ExitCode
+from validator.ledger import submitting
 from validator.ledger.client import FedLedgerClient
-from validator.ledger.submitting import MAYBE_TAKEN, REJECTED_RETRY_SECONDS
+from validator.ledger.submitting import (
+    MAYBE_TAKEN,
+    REJECTED_RETRY_SECONDS,
+    SubmitVerdict,
+    submit_result,
+)
 from validator.ledger.transport import CallInterrupted
-from validator.state.entry import State
+from validator.state.entry import Entry, State
 
 CALL = "POST /tasks/update-validation-assignment/1"
 LOST_ANSWER = "the API's answer to an earlier try was lost"
@@ -233,3 +242,30 @@ def test_the_fake_ledger_has_the_signatures_of_the_client_methods_the_runner_cal
     client = FedLedgerClient("k", "http://127.0.0.1:9/api/v1")
     assert isinstance(client.started_at, float)
     assert isinstance(FakeLedger(float).started_at, float)
+
+
+def test_submitting_returns_its_verdict_and_the_runner_records_it():
+    """Submitting reads the API's answer into a verdict and writes nothing: it does not even
+    import the journal. The runner records the verdict (the tests above: what the journal then
+    holds), and tells the operator only once the journal holds it."""
+    tree = ast.parse(Path(submitting.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "validator.state.journal" not in imported
+    ledger = FakeLedger(lambda: 0.0, started_at=50.0)
+    ledger.submit_answers.extend([LATE, detail(404, "Not Found")])
+    entry = Entry(
+        id="7", module="m", task_id="1", state=State.SCORED, input={}, metrics={"score": 0.5},
+        outcome=None, error=None, attempts=1, not_before=0.0, received_at=100.0,
+        updated_at=100.0,
+    )  # fmt: skip
+    assert submit_result(ledger, entry, 60.0, now=lambda: 1000.0) == SubmitVerdict(
+        "dropped", TOO_LATE, level=logging.WARNING, told=f"{TOO_LATE}; result dropped"
+    )
+    rejected = submit_result(ledger, entry, 60.0, now=lambda: 1000.0)
+    assert (rejected.action, rejected.retry_at, rejected.taken, rejected.level) == (
+        "kept",
+        1000.0 + REJECTED_RETRY_SECONDS,
+        None,
+        logging.ERROR,
+    )
+    assert rejected.reason == "the API rejected the submit: HTTP 404: Not Found"

@@ -8,7 +8,10 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -45,6 +48,7 @@ from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.secrets import MalformedSecret
 from validator.shard import SHARD_ENV, describe_lookups, parse_shard, shard_task_ids
+from validator.spec import ModuleSpec
 from validator.state.journal import Journal
 from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env
@@ -190,106 +194,171 @@ POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
     default=1.0,
     hidden=True,
 )
-def main(
-    module: str,
-    task_ids: list[str] | None,
-    flock_api_key: str | None,
-    hf_token: str | None,
-    time_sleep: float,
-    assignment_lookup_interval: float,
-    debug: bool,
-    api_url: str,
-    max_assignments: int | None,
-    check_input: Path | None,
-    state_dir: Path,
-    config_dir: Path,
-    min_free_mb: int,
-    http_port: int | None,
-    http_host: str,
-    health_stale_seconds: float,
-    records_keep: int,
-    hf_cache_max_gb: float | None,
-    shard_text: str | None,
-    protocol_watch: bool,
-    api_retries: int,
-    api_backoff: float,
-) -> None:
+def main(**params: Any) -> None:
     """Validate FLock assignments of MODULE's tasks (e.g. `lora`; default: $VALIDATOR_MODULE,
     which a module's image sets). --task_ids defaults to $TASK_IDS."""
+    sys.exit(int(run(RunOptions(**params))))
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The command line, as click parsed it (its parameters' names)."""
+
+    module: str
+    task_ids: list[str] | None
+    flock_api_key: str | None
+    hf_token: str | None
+    time_sleep: float
+    assignment_lookup_interval: float
+    debug: bool
+    api_url: str
+    max_assignments: int | None
+    check_input: Path | None
+    state_dir: Path
+    config_dir: Path
+    min_free_mb: int
+    http_port: int | None
+    http_host: str
+    health_stale_seconds: float
+    records_keep: int
+    hf_cache_max_gb: float | None
+    shard_text: str | None
+    protocol_watch: bool
+    api_retries: int
+    api_backoff: float
+
+
+def run(options: RunOptions) -> ExitCode:
+    """What `python -m validator MODULE` does with `options`: the door (click.UsageError, exit
+    2, for what is missing or malformed), then --check or the loop; returns the exit code."""
     try:
-        spec = load_module_spec(module)
+        spec = load_module_spec(options.module)
         # Before anything can log: the stripped values are the ones used and redacted.
-        secrets = gathered_secrets(secret_names(spec), flock_api_key, hf_token)
+        secrets = gathered_secrets(secret_names(spec), options.flock_api_key, options.hf_token)
     except MalformedSecret as exc:
         raise click.UsageError(str(exc)) from None
     except ConfigError as exc:  # an unknown module, a spec that is not valid: one line
-        setup_logging(debug, [])
-        sys.exit(int(_exit_code_for(exc)))
-    if check_input is None:
-        missing = missing_for_module(task_ids, secrets, spec)
+        setup_logging(options.debug, [])
+        return _exit_code_for(exc)
+    if options.check_input is None:
+        missing = missing_for_module(options.task_ids, secrets, spec)
         if missing:
             raise click.UsageError(missing)
-    redactor = setup_logging(debug, [value for value in secrets.values() if value])
-    flock_api_key = secrets["FLOCK_API_KEY"]
+    redactor = setup_logging(options.debug, [value for value in secrets.values() if value])
     # The module and the kit read these from the run context (validator/kit/run_context.py),
     # never from an os.environ this process wrote: the options win over their variables there.
-    install_run(RunContext(state_dir, hf_cache_max_gb, {k: v for k, v in secrets.items() if v}))
+    given = {k: v for k, v in secrets.items() if v}
+    install_run(RunContext(options.state_dir, options.hf_cache_max_gb, given))
     for name in given_unstripped(secrets, os.environ):  # modules written for the earlier API
         log.warning(
             "%s has surrounding whitespace: used stripped, but a module reading os.environ gets "
             "it as given (current_run().secret(%r) is stripped)", name, name,
         )  # fmt: skip
     try:
-        # A bad or empty shard is exit 2 before the module loads; --check looks nothing up.
-        shard = parse_shard(shard_text) if shard_text is not None else None
-        looked_up = shard_task_ids(task_ids, shard) if task_ids and check_input is None else []
-        module_cls = load_module_class(module)
-        check_declared_schema(spec, module_cls)
-        pool = ModulePool(module_cls, module, config_dir)
-        adopt_library_loggers()  # the module's imports (transformers) print through ours
-        if check_input is not None:
-            code = run_check(pool, check_input)
-        else:
-            assert task_ids is not None and flock_api_key is not None
-            _check_start(pool, task_ids, looked_up)
-            lookups = describe_lookups(task_ids, looked_up, shard)
-            log.info("validating %s: looking up %s", module, lookups)
-            settings = LoopSettings(
-                looked_up, time_sleep, assignment_lookup_interval, max_assignments
-            )
-            # The signals' stop event, so that the first one also ends an outbound call in
-            # progress: the API's, and a module's (Hub, judge) through the kit's deadline.
-            stop = threading.Event()
-            set_stop_event(stop)
-            client = FedLedgerClient(
-                flock_api_key, api_url, retries=api_retries, backoff=api_backoff, stop=stop
-            )
-            # Opened and checked before any API call: a broken or locked journal is exit 3.
-            journal = Journal(
-                state_dir, min_free_mb, lock_timeout_from_env(), redact=redactor.redact
-            )
-            observer = Observer(
-                state_dir, module, records_keep, lookups, pool.config_for, spec.penalty_rules
-            )
-            telemetry.start_series(looked_up)
-            # In the background: never fatal, never on the scoring thread (docs/operating.md).
-            start_drift_watch(spec, state_dir, stop, protocol_watch)
-            server = None
-            if http_port is not None:
-                server = StatusServer(
-                    http_host, http_port, observer.status, state_dir, health_stale_seconds
-                )
-                server.start()
-            try:
-                code = _run_loop(settings, client, journal, pool, stop, observer)
-            finally:
-                if server is not None:
-                    server.stop()
+        return _validate(options, spec, secrets["FLOCK_API_KEY"], redactor.redact)
     except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: Ctrl-C during start-up
-        code = _fail(ExitCode.INTERRUPTED, "interrupted")
+        return _fail(ExitCode.INTERRUPTED, "interrupted")
     except Exception as exc:
-        code = _exit_code_for(exc)
-    sys.exit(int(code))
+        return _exit_code_for(exc)
+
+
+def _validate(
+    options: RunOptions, spec: ModuleSpec, api_key: str | None, redact: Callable[[str], str]
+) -> ExitCode:
+    """The module loaded and checked, then --check's one input, or the loop."""
+    # A bad or empty shard is exit 2 before the module loads; --check looks nothing up.
+    shard = parse_shard(options.shard_text) if options.shard_text is not None else None
+    task_ids = options.task_ids
+    looked_up = shard_task_ids(task_ids, shard) if task_ids and options.check_input is None else []
+    module_cls = load_module_class(options.module)
+    check_declared_schema(spec, module_cls)
+    pool = ModulePool(module_cls, options.module, options.config_dir)
+    adopt_library_loggers()  # the module's imports (transformers) print through ours
+    if options.check_input is not None:
+        return run_check(pool, options.check_input)
+    assert task_ids is not None and api_key is not None
+    _check_start(pool, task_ids, looked_up)
+    lookups = describe_lookups(task_ids, looked_up, shard)
+    log.info("validating %s: looking up %s", options.module, lookups)
+    return build_loop(options, spec, pool, looked_up, lookups, api_key, redact).run()
+
+
+@dataclass(frozen=True)
+class Loop:
+    """The loop, ready to run: its runner (with the API client and the journal it closes) and
+    the status page it stops."""
+
+    runner: Runner
+    server: StatusServer | None
+
+    def run(self) -> ExitCode:
+        _install_signal_handlers(self.runner.stop)
+        try:
+            return self.runner.run()
+        finally:
+            self.runner.journal.close()
+            self.runner.client.close()
+            if self.server is not None:
+                self.server.stop()
+
+
+def build_loop(
+    options: RunOptions,
+    spec: ModuleSpec,
+    pool: ModulePool,
+    looked_up: list[str],
+    lookups: str,
+    api_key: str,
+    redact: Callable[[str], str],
+) -> Loop:
+    """The loop's parts, in the order start-up needs them; the status page serves once they
+    are all built. `looked_up`: the task ids this worker looks up (`lookups` says them)."""
+    settings = LoopSettings(
+        looked_up, options.time_sleep, options.assignment_lookup_interval, options.max_assignments
+    )
+    # The signals' stop event, so that the first one also ends an outbound call in progress:
+    # the API's, and a module's (Hub, judge) through the kit's deadline.
+    stop = threading.Event()
+    set_stop_event(stop)
+    client = FedLedgerClient(
+        api_key,
+        options.api_url,
+        retries=options.api_retries,
+        backoff=options.api_backoff,
+        stop=stop,
+    )
+    # Opened and checked before any API call: a broken or locked journal is exit 3.
+    journal = Journal(
+        options.state_dir, options.min_free_mb, lock_timeout_from_env(), redact=redact
+    )
+    observer = Observer(
+        options.state_dir,
+        options.module,
+        options.records_keep,
+        lookups,
+        pool.config_for,
+        spec.penalty_rules,
+    )
+    telemetry.start_series(looked_up)
+    # In the background: never fatal, never on the scoring thread (docs/operating.md).
+    start_drift_watch(spec, options.state_dir, stop, options.protocol_watch)
+    runner = Runner(settings, client, journal, pool, stop, observer)
+    return Loop(runner, _status_page(options, observer))
+
+
+def _status_page(options: RunOptions, observer: Observer) -> StatusServer | None:
+    """The status page, /metrics and /healthz, serving (with --http-port)."""
+    if options.http_port is None:
+        return None
+    server = StatusServer(
+        options.http_host,
+        options.http_port,
+        observer.status,
+        options.state_dir,
+        options.health_stale_seconds,
+    )
+    server.start()
+    return server
 
 
 def _check_start(pool: ModulePool, task_ids: list[str], looked_up: list[str]) -> None:
@@ -301,22 +370,6 @@ def _check_start(pool: ModulePool, task_ids: list[str], looked_up: list[str]) ->
     configs = resolved_configs(schema, pool.config_dir, pool.module_name, looked_up)
     for checked in check_module_setup(pool.module_cls, pool.module_name, configs):
         log.info("start-up checks of %s: %s", pool.module_name, checked)
-
-
-def _run_loop(
-    settings: LoopSettings,
-    client: FedLedgerClient,
-    journal: Journal,
-    pool: ModulePool,
-    stop: threading.Event,
-    observer: Observer,
-) -> ExitCode:
-    _install_signal_handlers(stop)
-    try:
-        return Runner(settings, client, journal, pool, stop, observer).run()
-    finally:
-        journal.close()
-        client.close()
 
 
 def _install_signal_handlers(stop: threading.Event) -> None:

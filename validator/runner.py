@@ -361,16 +361,26 @@ class Runner:
         return bool(entries)
 
     def _submit(self, entry: Entry, took: Took | None = None) -> Entry:
-        """Submits a decided result; once the API has it, one line says what it came to."""
+        """Submits a decided result and records what the API's answer made of it
+        (validator/ledger/submitting.py); once the API has it, one line says what it came to."""
         started = self.clock.monotonic()
+        # Below the floor still: a decided result is better submitted before it expires, and
+        # the reserve that ensure_writable() keeps records the API's answer.
+        self.journal.ensure_writable(floor=False)
         try:
-            entry = submit_result(
-                self.client, self.journal, entry, self.settings.time_sleep, self.clock.time
-            )
-        except JournalUnwritable:
-            raise
+            verdict = submit_result(self.client, entry, self.settings.time_sleep, self.clock.time)
         except RecoverableException as exc:  # the API refused the key
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
+        # The verdict recorded, then told: a line never says what the journal does not hold.
+        if verdict.action == "submitted":
+            entry = self.journal.submitted(entry, verdict.reason)
+        elif verdict.action == "dropped":
+            entry = self.journal.dropped(entry, verdict.reason)
+        else:
+            entry = self.journal.defer_submit(
+                entry, verdict.reason, verdict.retry_at, verdict.taken
+            )
+        log.log(verdict.level, "assignment %s: %s", entry.id, verdict.told)
         self.hooks.after_submit(entry, self.clock.monotonic() - started)
         if entry.state is State.SUBMITTED:
             plain = entry.outcome == "completed" and entry.penalty is None

@@ -182,7 +182,7 @@ class LlmJudgeModule(BaseValidationModule):
         items = [(p.messages, p.tools, p.fallback) for p in prompts]
         encoded = encode_prompts(loaded.tokenizer_dir, items, **bounded)
         ends = EndTokens(encoded.eos_token_id, encoded.pad_token_id)
-        _check_ids(loaded.model, encoded.ids, ends, full_model)
+        _check_ids(loaded.model, encoded.ids, ends)
         requests = [
             Request(index, repeat, encoded.ids[index])
             for index in range(len(prompts))
@@ -249,25 +249,29 @@ def _penalty(kind: PenaltyKind, reason: str) -> LlmJudgeMetrics:
     return LlmJudgeMetrics(score=PENALTY_SCORE)
 
 
-def _check_ids(model, ids: list, ends: EndTokens, submitted: bool) -> None:
+def _check_ids(model, ids: list, ends: EndTokens) -> None:
     """Every prompt has ids, and every id the model will embed (the prompts', the padding's,
     the end of text's) is a row of its embeddings: past them, an index error on a CPU, a
     device-side assert (a restart) on a GPU. Only a hostile tokenizer fails this; the network
-    cannot score it either."""
+    cannot score it either. The assignment fails (SubmissionRejected), whoever's the tokenizer
+    is (a LoRA's is its base's)."""
     rows = model.get_input_embeddings().num_embeddings
-    error = SubmissionRejected if submitted else ValueError
     for index, prompt in enumerate(ids):
         if not len(prompt):
-            raise error(f"the tokenizer gives validation set prompt {index + 1} no token ids")
+            raise SubmissionRejected(
+                f"the tokenizer gives validation set prompt {index + 1} no token ids"
+            )
         if int(prompt.max()) >= rows:
-            raise error(
+            raise SubmissionRejected(
                 f"the tokenizer gives validation set prompt {index + 1} token id "
                 f"{int(prompt.max())}, outside the model's {rows} embeddings"
             )
     for name in ("eos_token_id", "padding"):
         value = getattr(ends, name)
         if value is not None and value >= rows:
-            raise error(f"the tokenizer's {name} {value} is outside the model's {rows} embeddings")
+            raise SubmissionRejected(
+                f"the tokenizer's {name} {value} is outside the model's {rows} embeddings"
+            )
 
 
 def _free_memory() -> None:

@@ -10,8 +10,9 @@ it can be interrupted from within. In the child each op runs under CPU, memory, 
 wall-clock limits (the `template_*` config keys); past one, or on a crash, the submission is
 rejected with the limit named, and the validator stays responsive to stop signals throughout.
 Token ids travel in a binary file (int32), bounded like the texts by `max_output_bytes`. A LoRA's
-template and tokenizer are its supported base's: their failures are ValueErrors, not the
-submission's.
+template and tokenizer are its supported base's: their failures fail the assignment alike (one
+verdict, REJECTED, in validator/errors.py; docs/llm-judge-scoring.md), only a base's tokenizer
+that does not load is the host's.
 """
 
 from __future__ import annotations
@@ -110,10 +111,10 @@ def encode_prompts(
     with a generation prompt and thinking off, as `apply_chat_template(..., tokenize=False)`
     renders it, tokenized with `add_special_tokens=True`, as the network does; where the
     template raises on `messages` and there is a `fallback` (conversation.Prompt.fallback: the
-    calls' arguments read as objects), the fallback's. `submitted`: the tokenizer is the
-    submission's (a full model), so its failures reject the submission (SubmissionRejected;
-    TokenizerCannotLoad when it does not load); otherwise ValueErrors, and OperatorError when
-    the base's tokenizer does not load (the host's fault)."""
+    calls' arguments read as objects), the fallback's. Its failures fail the
+    assignment (SubmissionRejected), whoever's the tokenizer is; `submitted`: it is the
+    submission's (a full model), and one that does not load is TokenizerCannotLoad (the
+    network's -999); otherwise the base's, and OperatorError (the host's fault)."""
 
     rows = [[item[0], item[1], item[2] if len(item) > 2 else None] for item in items]
     data = json.dumps(rows).encode()
@@ -121,12 +122,14 @@ def encode_prompts(
         result, ids = _run(
             "encode", tokenizer_dir, data, submitted, limits, folder, count=len(items)
         )
-        rows = _read_ids(ids, limits.max_output_bytes, len(items), submitted)
+        rows = _read_ids(ids, limits.max_output_bytes, len(items))
     specials = {}
     for name in ("eos_token_id", "pad_token_id"):
         value = result.get(name)
         if value is not None and not (isinstance(value, int) and 0 <= value <= INT32_MAX):
-            raise _error(submitted)(f"the tokenizer's {name} is {str(value)[:100]}, not a token id")
+            raise SubmissionRejected(
+                f"the tokenizer's {name} is {str(value)[:100]}, not a token id"
+            )
         specials[name] = value
     return Encoded(rows, **specials)
 
@@ -170,32 +173,12 @@ def _run(
     count: int = 0,
 ) -> tuple[dict, Path]:
     """Runs `op` in the child; returns its result and the path of its ids file. Every outcome
-    but success raises: past a limit or crashed, SubmissionRejected for the submission's
-    tokenizer (ValueError for the base's); the child's own failure, RuntimeError. `first`:
-    the number of the op's first item, as the failures name it; `count`: how many items the
-    op handles (the limits grow with it)."""
-    error = _error(submitted)
-    work.mkdir(parents=True, exist_ok=True)
-    paths = {
-        name: work / f"tokenizer-{op}-{name}"
-        for name in ("request.json", "input", "ids", "phase", "result.json")
-    }
-    # The folder is the child's: what an earlier child planted there is removed, never
-    # followed, and what it left is read as a plain file or refused (validator/kit/child_files.py).
-    for path in paths.values():
-        discard(path)
-    input_path = paths["ids" if op == "decode" else "input"]
-    write_new(input_path, input_data)
-    request = {
-        "op": op,
-        "tokenizer_dir": str(tokenizer_dir),
-        "max_output_bytes": limits.max_output_bytes,
-        "input": str(paths["input"]),
-        "ids": str(paths["ids"]),
-        "phase": str(paths["phase"]),
-        "result": str(paths["result.json"]),
-    }
-    write_new(paths["request.json"], json.dumps(request).encode())
+    but success raises: past a limit or crashed, or failing on an item, SubmissionRejected (the
+    base's tokenizer of a LoRA too: the assignment fails either way); a tokenizer that does not
+    load, TokenizerCannotLoad for the submission's (`submitted`), OperatorError for the base's;
+    the child's own failure, RuntimeError. `first`: the number of the op's first item, as the
+    failures name it; `count`: how many items the op handles (the limits grow with it)."""
+    paths = _child_request(op, tokenizer_dir, input_data, limits, work)
     outcome = run_child(
         CHILD,
         [str(paths["request.json"])],
@@ -207,16 +190,50 @@ def _run(
         preload=("torch", "transformers"),
     )
     who, doing = PHASES.get(_phase(paths["phase"]), ("the tokenizer", "starting"))
-    for name in ("request.json", "phase"):
+    for name in ("request.json", "phase", "ids" if op == "decode" else "input"):
         discard(paths[name])
-    discard(input_path)
     if outcome.outcome is ChildOutcome.CRASHED and outcome.exit_code > 0:
         # A traceback, not a signal: the child script's own failure (what the template and the
         # tokenizer raise, a panic included, is caught and reported in the result).
         raise RuntimeError(f"the tokenizer child {outcome.describe()} while {doing}")
     if outcome.outcome is not ChildOutcome.OK:
-        raise error(f"{who} {outcome.describe()} while {doing}")
-    result = _read_result(paths["result.json"], limits, submitted)
+        raise SubmissionRejected(f"{who} {outcome.describe()} while {doing}")
+    result = _read_result(paths["result.json"], limits)
+    _raise_on_failure(result, op, tokenizer_dir, submitted, limits, first)
+    return result, paths["ids"]
+
+
+def _child_request(
+    op: str, tokenizer_dir: Path, input_data: bytes, limits: TemplateLimits, work: Path
+) -> dict[str, Path]:
+    """The child's files in `work`: its input and its request written, the rest to come."""
+    work.mkdir(parents=True, exist_ok=True)
+    paths = {
+        name: work / f"tokenizer-{op}-{name}"
+        for name in ("request.json", "input", "ids", "phase", "result.json")
+    }
+    # The folder is the child's: what an earlier child planted there is removed, never
+    # followed, and what it left is read as a plain file or refused (validator/kit/child_files.py).
+    for path in paths.values():
+        discard(path)
+    write_new(paths["ids" if op == "decode" else "input"], input_data)
+    request = {
+        "op": op,
+        "tokenizer_dir": str(tokenizer_dir),
+        "max_output_bytes": limits.max_output_bytes,
+        "input": str(paths["input"]),
+        "ids": str(paths["ids"]),
+        "phase": str(paths["phase"]),
+        "result": str(paths["result.json"]),
+    }
+    write_new(paths["request.json"], json.dumps(request).encode())
+    return paths
+
+
+def _raise_on_failure(
+    result: dict, op: str, tokenizer_dir: Path, submitted: bool, limits: TemplateLimits, first: int
+) -> None:
+    """Raises what the child's result reports: the tokenizer not loading, or an item failed."""
     item = "generated answer" if op == "decode" else "validation set prompt"
     if "load_error" in result:
         message = f"the tokenizer does not load: {result['load_error']}"
@@ -228,23 +245,20 @@ def _run(
     if "failed" in result:
         failed = result["failed"]
         who, doing = PHASES.get(failed.get("stage"), ("the tokenizer", ""))
-        raise error(f"{who} fails on {item} {failed['index'] + first}: {failed['error']}")
+        raise SubmissionRejected(
+            f"{who} fails on {item} {failed['index'] + first}: {failed['error']}"
+        )
     if "empty" in result:
-        raise error(
+        raise SubmissionRejected(
             f"the chat template renders an empty text for {item} "
             f"{result['empty']['index'] + first} (the network refuses an empty conversation)"
         )
     if "too_long" in result:
         what = "decoded answers" if op == "decode" else "prompts' texts or ids"
-        raise error(
+        raise SubmissionRejected(
             f"the {what} exceed {limits.max_output_bytes} bytes (template_max_output_bytes) "
             f"at {item} {result['too_long']['index'] + first}"
         )
-    return result, paths["ids"]
-
-
-def _error(submitted: bool) -> type[ValueError]:
-    return SubmissionRejected if submitted else ValueError
 
 
 @contextmanager
@@ -279,21 +293,21 @@ def _ids_bytes(rows: Sequence[Sequence[int]]) -> bytes:
     return b"".join(parts)
 
 
-def _child_file(path: Path, max_bytes: int, submitted: bool, what: str) -> bytes:
+def _child_file(path: Path, max_bytes: int, what: str) -> bytes:
     """The file the child left at `path`: RuntimeError where there is none; a link, a FIFO or
-    one too large is the tokenizer's doing (the submission's, when `submitted`)."""
+    one too large is the tokenizer's doing (SubmissionRejected)."""
     try:
         data = read_child_file(path, max_bytes)
     except FileNotFoundError:
         raise RuntimeError(f"the tokenizer child left no {what} in {path}") from None
     except ChildFileRefused as exc:
-        raise _error(submitted)(f"the tokenizer child's {what}: {exc}") from None
+        raise SubmissionRejected(f"the tokenizer child's {what}: {exc}") from None
     discard(path)
     return data
 
 
-def _read_ids(path: Path, max_bytes: int, count: int, submitted: bool) -> list[np.ndarray]:
-    data = _child_file(path, max_bytes + RESULT_MARGIN_BYTES, submitted, "ids")
+def _read_ids(path: Path, max_bytes: int, count: int) -> list[np.ndarray]:
+    data = _child_file(path, max_bytes + RESULT_MARGIN_BYTES, "ids")
     flat = np.frombuffer(data[: len(data) // 4 * 4], dtype="<i4").copy()
     lengths = flat[1 : 1 + count].astype(np.int64)
     if flat.size < 1 + count or int(flat[0]) != count or (lengths < 0).any():
@@ -316,9 +330,9 @@ def _phase(path: Path) -> str:
         return ""
 
 
-def _read_result(path: Path, limits: TemplateLimits, submitted: bool) -> dict:
+def _read_result(path: Path, limits: TemplateLimits) -> dict:
     max_bytes = limits.max_output_bytes + RESULT_MARGIN_BYTES
-    data = _child_file(path, max_bytes, submitted, "result")
+    data = _child_file(path, max_bytes, "result")
     result = json.loads(data.decode("utf-8", errors="surrogatepass"))
     if not isinstance(result, dict):
         raise RuntimeError(f"the tokenizer child wrote {type(result).__name__}")

@@ -14,7 +14,7 @@ from modules.lora.base_models import gpu_type, read_base
 from modules.lora.dataset import EncodedSet, EncodedSetCache
 from modules.lora.forward import default_max_batch_size, example_losses
 from modules.lora.host_memory import keep_freed_memory
-from modules.lora.hub import DownloadLimits, fetch_adapter
+from modules.lora.hub import DownloadLimits, FetchedSubmission, fetch_adapter
 from modules.lora.metrics import (
     check_token_byte_ratio,
     eval_loss,
@@ -89,24 +89,7 @@ class LoraModule(BaseValidationModule):
     def validate(self, data: LoraInput) -> LoraMetrics:
         get_template(data.base_model)  # an unknown key fails before anything is downloaded
         work = self._work.new()
-        with current_scope().host_work("download"):
-            submission = fetch_adapter(
-                data.hg_repo_id, data.revision, work / "adapter", self.limits
-            )
-        current_scope().note("commit", submission.commit)
-        # The scoring line names the repo and the result's line the commit: this is --debug's.
-        log.debug(
-            "scoring %s at commit %s (revision %s)",
-            data.hg_repo_id,
-            submission.commit,
-            data.revision,
-        )
-        if submission.ignored_files:
-            log.debug("not downloaded (not needed): %s", ", ".join(submission.ignored_files))
-        if not submission.is_lora:
-            raise SubmissionRejected(
-                f"{data.hg_repo_id} has no adapter_config.json: a full model, and lora_only is set"
-            )
+        submission = self._fetch(data, work)
         # The one child that parses the submission's files (docs/lora-scoring.md, "Reading the
         # adapter"): this process gets plain values back.
         adapter = read_adapter(
@@ -150,6 +133,28 @@ class LoraModule(BaseValidationModule):
                 packing=self.config.packing,
             )
         return self._metrics(eval_loss(losses), encoded.total_target_tokens, encoded.total_bytes)
+
+    def _fetch(self, data: LoraInput, work: Path) -> FetchedSubmission:
+        """The submission's files, an adapter's (a full model is refused: lora_only)."""
+        with current_scope().host_work("download"):
+            submission = fetch_adapter(
+                data.hg_repo_id, data.revision, work / "adapter", self.limits
+            )
+        current_scope().note("commit", submission.commit)
+        # The scoring line names the repo and the result's line the commit: this is --debug's.
+        log.debug(
+            "scoring %s at commit %s (revision %s)",
+            data.hg_repo_id,
+            submission.commit,
+            data.revision,
+        )
+        if submission.ignored_files:
+            log.debug("not downloaded (not needed): %s", ", ".join(submission.ignored_files))
+        if not submission.is_lora:
+            raise SubmissionRejected(
+                f"{data.hg_repo_id} has no adapter_config.json: a full model, and lora_only is set"
+            )
+        return submission
 
     def _encode(self, data: LoraInput, base: HeldBase, work: Path) -> EncodedSet:
         path = fetch_validation_set(

@@ -73,6 +73,7 @@ REAL_PARTS = (
     "devkit.validator_cli",
     "devkit.hf_hub",
     "devkit.hf_hub_http",
+    "devkit.hf_hub_repos",
     "devkit.local_server",  # the base of devkit's servers
     "devkit.judge_server",
     "devkit.github_api",

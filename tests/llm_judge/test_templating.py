@@ -24,7 +24,7 @@ from modules.llm_judge.generation import tokenize
 from modules.llm_judge.inspection import inspect_model
 from modules.llm_judge.templating import TemplateLimits, encode_prompts
 from tests.helpers.children import gone, record_in, stop_again_until_it_ends, wait_until
-from validator.errors import SubmissionRejected
+from validator.errors import JournalAction, SubmissionRejected, Verdict, outcome_of
 from validator.kit import child_server
 
 # Issue 23's three nested loops; the body writes nothing, so that CPU time is what runs out
@@ -104,11 +104,22 @@ def test_a_hostile_template_is_rejected_at_its_limit(base, tmp_path, template, l
     assert limit in str(refused.value) and "while rendering the prompts" in str(refused.value)
 
 
-def test_the_bases_template_over_a_limit_is_a_value_error_not_the_submissions(base, tmp_path):
+@pytest.mark.parametrize("submitted", [True, False], ids=["full-model", "lora-base"])
+def test_a_template_over_a_limit_fails_the_assignment_whoevers_it_is(base, tmp_path, submitted):
+    """A LoRA's template is its base's, a full model's the submission's: the same failure gets
+    the one verdict, REJECTED (failed at once, naming the limit), as docs/llm-judge-scoring.md
+    says of both. A plain ValueError for the base's read as "not the submission's", but
+    validator/errors.py gives every ValueError that verdict; the network raises its
+    LLMJudgeException for both alike (it exits, no result: nothing to follow)."""
     folder = with_template(base, tmp_path / "model", LOOPS)
-    with pytest.raises(ValueError, match="exceeded its CPU time limit") as refused:
-        encode_prompts(folder, HI, submitted=False, limits=LIMITS, work=tmp_path / "work")
-    assert not isinstance(refused.value, SubmissionRejected)
+    with pytest.raises(SubmissionRejected, match="exceeded its CPU time limit") as refused:
+        encode_prompts(folder, HI, submitted=submitted, limits=LIMITS, work=tmp_path / "work")
+    outcome = outcome_of(refused.value)
+    assert (outcome.verdict, outcome.journal, outcome.exit_code) == (
+        Verdict.REJECTED,
+        JournalAction.FAIL,
+        None,
+    )
 
 
 def test_the_cpu_limit_grows_with_the_sets_size(base, tmp_path):
@@ -156,7 +167,7 @@ sys.path.insert(0, {root!r})
 from pathlib import Path
 from modules.llm_judge.templating import TemplateLimits, encode_prompts
 from validator.entrypoint import _install_signal_handlers
-from validator.errors import SubmissionRejected
+from validator.errors import JournalAction, SubmissionRejected, Verdict, outcome_of
 from validator.kit import child_server
 from validator.runner import Interrupted
 

@@ -104,10 +104,9 @@ def test_a_backtracking_normalizer_is_rejected_at_the_cpu_limit(base, tmp_path):
     assert str(refused.value) == (
         "the tokenizer exceeded its CPU time limit (5 s) while tokenizing the prompts"
     )
-    # The base's tokenizer is trusted: the same limit is a plain ValueError, not a rejection.
-    with pytest.raises(ValueError, match="CPU time limit") as failed:
+    # A LoRA's base's tokenizer past the same limit: the same verdict (the assignment fails).
+    with pytest.raises(SubmissionRejected, match="CPU time limit"):
         encode_prompts(folder, HI, submitted=False, limits=LIMITS, work=tmp_path / "work")
-    assert not isinstance(failed.value, SubmissionRejected)
 
 
 def test_a_regex_engine_panic_rejects_the_submission_naming_the_prompt(base, tmp_path):
@@ -146,7 +145,7 @@ def test_a_template_that_renders_only_whitespace_fails_naming_the_prompt(base, t
 
 def test_a_text_the_tokenizer_refuses_fails_naming_the_prompt(base, tmp_path):
     items = HI + [([{"role": "user", "content": "lone \ud800 surrogate"}], None)]
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(SubmissionRejected) as refused:
         encode_prompts(base, items, submitted=False, limits=LIMITS, work=tmp_path / "work")
     assert str(refused.value).startswith(
         "the tokenizer fails on validation set prompt 2: TypeError"
@@ -179,7 +178,7 @@ def test_an_id_past_the_models_embeddings_fails_naming_the_prompt(base, tmp_path
     assert int(encoded.ids[1].max()) >= rows  # the premise
     ends = EndTokens(encoded.eos_token_id, encoded.pad_token_id)
     with pytest.raises(SubmissionRejected, match=f"prompt 2 token id .* model's {rows} embed"):
-        _check_ids(model, encoded.ids, ends, submitted=True)
+        _check_ids(model, encoded.ids, ends)
 
 
 CALL_LINE = {

@@ -11,7 +11,8 @@ models of what the API hands out, and one reading per kind of call:
 - `read_tasks`, `read_lookup`, `read_submit`: the call's final answer as what the client
   (ledger/client.py) returns, or the exception it raises.
 
-Nothing here sends a request; submitting.py reads the verdict of a submit into the journal.
+Nothing here sends a request; submitting.py reads a submit's answer into a verdict, which the
+runner records in the journal.
 """
 
 from __future__ import annotations

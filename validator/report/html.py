@@ -19,6 +19,7 @@ from validator.report.summary import (  # noqa: E402
     Summary,
     completed_scores,
     is_penalty,
+    outcome_grid,
     phase_seconds,
 )
 from validator.state.records import AssignmentRecord  # noqa: E402
@@ -72,12 +73,8 @@ def _table(table_id: str, header: list[str], rows: list[list[object]]) -> str:
 
 
 def _outcome_table(summary: Summary) -> str:
-    outcomes = sorted({o for counts in summary.by_task.values() for o in counts})
-    rows = [
-        [task, *(counts.get(o, 0) for o in outcomes), sum(counts.values())]
-        for task, counts in summary.by_task.items()
-    ]
-    return _table("outcomes", ["task", *outcomes, "total"], rows)
+    header, rows = outcome_grid(summary.by_task)
+    return _table("outcomes", [*header, "total"], [[*row, sum(row[1:])] for row in rows])
 
 
 def _phase_table(summary: Summary) -> str:

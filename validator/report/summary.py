@@ -258,13 +258,10 @@ def render_text(summary: Summary) -> str:
         f"{summary.records} records), {_when(summary.generated_at)}",
         "",
         "Assignments by task and outcome:",
+        *outcome_table(summary.by_task),
+        "",
+        "Finished per hour (UTC):",
     ]
-    outcomes = sorted({o for counts in summary.by_task.values() for o in counts})
-    lines.append("  " + "  ".join([f"{'task':<10}", *(f"{o:>12}" for o in outcomes)]))
-    for task, counts in summary.by_task.items():
-        cells = [f"{counts.get(o, 0):>12}" for o in outcomes]
-        lines.append("  " + "  ".join([f"{task:<10}", *cells]))
-    lines += ["", "Finished per hour (UTC):"]
     lines += [f"  {_when(hour)}  {count}" for hour, count in summary.per_hour.items()] or ["  none"]
     lines += ["", "Seconds per phase (from the records):"]
     lines += [
@@ -285,6 +282,23 @@ def render_text(summary: Summary) -> str:
         for f in summary.failures
     ] or ["  none"]
     return "\n".join(lines) + "\n"
+
+
+def outcome_grid(by_task: dict[str, dict[str, int]]) -> tuple[list[str], list[list[Any]]]:
+    """The task x outcome table of counts: its header (task, then every outcome a task has)
+    and a row per task, 0 where a task has none of an outcome."""
+    outcomes = sorted({o for counts in by_task.values() for o in counts})
+    rows = [[task, *(counts.get(o, 0) for o in outcomes)] for task, counts in by_task.items()]
+    return ["task", *outcomes], rows
+
+
+def outcome_table(by_task: dict[str, dict[str, int]]) -> list[str]:
+    """The task x outcome table as text lines (a worker's report, or a fleet's)."""
+    header, rows = outcome_grid(by_task)
+    return [
+        "  " + "  ".join([f"{task:<10}", *(f"{cell:>12}" for cell in cells)])
+        for task, *cells in [header, *rows]
+    ]
 
 
 def _outcome(failure: Failure) -> str:
