@@ -1,4 +1,4 @@
-"""Settings reach the module and the kit as a run context (validator/kit/run_context.py), never
+"""Settings reach the module and the kit as a run context (validator/run_context.py), never
 through an os.environ the validator writes itself (issue 33): the options win over their
 variables in the context, the process's environment stays as the operator gave it, and the
 kit's Hub calls send the run's token."""
@@ -16,8 +16,8 @@ from tests.helpers.served_hub import served_hub
 from validator.errors import ConfigError, RecoverableException
 from validator.kit import RunContext, current_run
 from validator.kit.hub import fetch_base_model
-from validator.kit.run_context import running
 from validator.options import HF_CACHE_BUDGET_ENV, STATE_DIR_ENV
+from validator.run_context import running
 
 
 def digest(value: str) -> str:

@@ -13,7 +13,6 @@ from pathlib import Path
 import click
 
 from validator.errors import ConfigError, ExitCode
-from validator.kit.run_context import RunContext, install_run
 from validator.observe.doctor import (
     DEFAULT_DEADLINE,
     MAX_DEADLINE,
@@ -32,6 +31,7 @@ from validator.options import (
     secret_names,
 )
 from validator.registry import REPO_ROOT, load_module_class, load_module_spec, module_folder
+from validator.run_context import RunContext, install_run
 
 DEADLINE_OPTION = click.option(
     "--timeout",

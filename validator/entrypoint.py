@@ -21,8 +21,6 @@ from validator.errors import (
     describe,
     outcome_of,
 )
-from validator.kit.deadline import set_stop_event
-from validator.kit.run_context import RunContext, install_run
 from validator.ledger.client import FedLedgerClient
 from validator.observe import telemetry
 from validator.observe.drift import start_drift_watch
@@ -40,7 +38,9 @@ from validator.options import (
     parse_task_ids,
     secret_names,
 )
+from validator.outbound.deadline import set_stop_event
 from validator.registry import REPO_ROOT, load_module_class, load_module_spec
+from validator.run_context import RunContext, install_run
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.secrets import MalformedSecret
@@ -231,7 +231,7 @@ def main(
             raise click.UsageError(missing)
     redactor = setup_logging(debug, [value for value in secrets.values() if value])
     flock_api_key = secrets["FLOCK_API_KEY"]
-    # The module and the kit read these from the run context (validator/kit/run_context.py),
+    # The module and the kit read these from the run context (validator/run_context.py),
     # never from an os.environ this process wrote: the options win over their variables there.
     install_run(RunContext(state_dir, hf_cache_max_gb, {k: v for k, v in secrets.items() if v}))
     for name in given_unstripped(secrets, os.environ):  # modules written for the earlier API
@@ -258,7 +258,7 @@ def main(
                 looked_up, time_sleep, assignment_lookup_interval, max_assignments
             )
             # The signals' stop event, so that the first one also ends an outbound call in
-            # progress: the API's, and a module's (Hub, judge) through the kit's deadline.
+            # progress: the API's, and a module's (Hub, judge) through the outbound deadline.
             stop = threading.Event()
             set_stop_event(stop)
             client = FedLedgerClient(

@@ -100,13 +100,13 @@ class JournalBroken(JournalUnwritable):
 
 class JsonRefused(ValueError):
     """Untrusted JSON text that is too large, too deeply nested or not JSON; the message says
-    which (validator/kit/safe_json.py)."""
+    which (validator/outbound/safe_json.py)."""
 
 
 class AnswerTooLarge(TransientError):
     """An answer from outside (the Fed Ledger, the Hub, a judge, GitHub, a registry) past the
     cap of its kind of call, in bytes or in JSON values: read no further and never parsed
-    (validator/kit/bounded_reader.py). Its sender's fault: transient where the sender is a
+    (validator/outbound/bounded_reader.py). Its sender's fault: transient where the sender is a
     service; the kit's hub makes it the submission's for a submission's own repo."""
 
     def __init__(self, message: str, *, kind: str = "", max_bytes: int = 0) -> None:
@@ -118,7 +118,7 @@ class AnswerTooLarge(TransientError):
 class DeadlinePassed(ConnectionAbortedError):
     """Raised by a connect after an outbound call's overall deadline: an OSError, which clients
     treat as a failed connection (and may retry, each retry failing the same way at once)
-    (validator/kit/deadline.py)."""
+    (validator/outbound/deadline.py)."""
 
 
 class BaseNotRestored(DeviceError):

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from validator.errors import ConfigError, RecoverableException
-from validator.kit.base import BaseValidationModule
+from validator.kit import BaseValidationModule
 from validator.spec import REPO_ROOT, ModuleSpec, find_module_folders, load_spec
 from validator.spec import module_folder as find_module_folder
 

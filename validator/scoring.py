@@ -18,9 +18,9 @@ from validator.errors import (
     classify,
     describe,
 )
-from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
-from validator.kit.scope import current_scope
+from validator.kit import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.observe.lines import config_line
+from validator.scope import current_scope
 from validator.text import quoted
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """The assignment's chat template and tokenizer, run in a child process
-(modules/llm_judge/tokenizer_child.py via validator/kit/child_process.py): the prompts rendered
+(modules/llm_judge/tokenizer_child.py via validator/sandbox/child_process.py): the prompts rendered
 and tokenized (`encode_prompts`), the generated ids decoded (`decode_answers`).
 
 A full model's template and tokenizer are the submission's: three nested `range(100000)` loops

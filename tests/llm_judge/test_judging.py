@@ -17,7 +17,7 @@ from modules.llm_judge.grading import NO_SCORE, Grade
 from modules.llm_judge.judging import Judge
 from modules.llm_judge.schemas import LlmJudgeConfig
 from validator.errors import ConfigError, RecoverableException, TransientError
-from validator.kit.deadline import CallAbandoned, set_stop_event
+from validator.outbound.deadline import CallAbandoned, set_stop_event
 
 KEY = "sk-judge-TEST-1234567890"
 MODELS = ["judge-a", "judge-b", "kimi-k2.5"]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from validator.kit.scope import EVERY_SECONDS, Progress, current_scope
+from validator.scope import EVERY_SECONDS, Progress, current_scope
 
 __all__ = ["Progress", "watch_bytes"]
 

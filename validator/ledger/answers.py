@@ -25,7 +25,8 @@ import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from validator.errors import RecoverableException, TransientError
-from validator.kit.bounded_reader import CAPS, parse
+from validator.outbound.answer_caps import ANSWER_CAPS
+from validator.outbound.bounded_reader import parse
 from validator.text import quoted
 
 # The client's name, which these lines have always had.
@@ -75,7 +76,7 @@ class Policy:
 
     name: str  # the call, as the metrics label it: lookup, submit, tasks_list
     statuses: frozenset[int]
-    # The kit's cap on its answers (validator/kit/answer_caps.py CAPS).
+    # The kit's cap on its answers (validator/outbound/answer_caps.py ANSWER_CAPS).
     cap: str
     # Whether a try the API may have processed (sent, then no answer, 500/502/504, a 2xx
     # without JSON) may be repeated: not for a lookup, which hands out an assignment each time.
@@ -107,8 +108,8 @@ def normalise_id(value: Any) -> str:
 
 
 # What the API sends beyond these fields is dropped here, at the boundary (issue 40: a lookup
-# answer's extra keys were kept, 2.7 GB for 100 MB); the answers' size is capped by the kit's
-# reader (validator/kit/answer_caps.py: CAPS, the Policy's `cap`).
+# answer's extra keys were kept, 2.7 GB for 100 MB); the answers' size is capped by the
+# reader (validator/outbound/answer_caps.py: ANSWER_CAPS, the Policy's `cap`).
 
 
 class Task(BaseModel):
@@ -310,7 +311,7 @@ def _decoded(response: requests.Response, policy: Policy) -> Any:
     """The body decoded within the call's cap (bytes, JSON values, depth): JsonRefused, a
     ValueError, when it is not JSON or over the cap (the transport read no more than the
     cap's bytes)."""
-    return parse(response.content, CAPS[policy.cap], f"the answer to {policy.name}")
+    return parse(response.content, ANSWER_CAPS[policy.cap], f"the answer to {policy.name}")
 
 
 def _has_detail(body: Any) -> bool:

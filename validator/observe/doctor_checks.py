@@ -24,12 +24,12 @@ from validator.config import (
 )
 from validator.disk import DEFAULT_MIN_FREE_MB, MIB, free_bytes
 from validator.errors import AnswerTooLarge, ConfigError, JsonRefused, OperatorError
-from validator.kit.base import BaseConfig, BaseValidationModule
-from validator.kit.bounded_reader import Answer, fetch_answer
+from validator.kit import BaseConfig, BaseValidationModule
 from validator.ledger.answers import Task
 from validator.observe.doctor import Check, Row
 from validator.observe.doctor_hub import PROBE_DEADLINE_S, TIMEOUT, UNANSWERED, hub_names, hub_rows
 from validator.options import DEFAULT_API_URL, missing_settings
+from validator.outbound.bounded_reader import Answer, fetch_answer
 from validator.spec import ModuleSpec
 
 # The Date header has a one-second resolution and the request takes a while.
@@ -211,7 +211,7 @@ def ledger_rows(api_url: str, api_key: str | None, task_ids: tuple[str, ...] = (
 
 
 def _get_task_list(url: str, api_key: str) -> Answer:
-    """The task list read within the kit's ledger.tasks cap (issue 40: a 300 MB answer took the
+    """The task list read within the ledger.tasks cap (issue 40: a 300 MB answer took the
     doctor to 2.5 GB)."""
     return fetch_answer(
         "GET", url, "ledger.tasks", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,

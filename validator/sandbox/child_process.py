@@ -4,7 +4,7 @@ child process that the validator can always bound and stop. For modules.
 `run_child(script, args, cwd=..., limits=...)` runs `script` as `__main__` with `args` in a child
 that is set up as a `python -I` interpreter would be (no user site, no PYTHON* variables, neither
 the current folder nor the script's on sys.path). The child is forked from a server that has
-already imported the `preload` modules (validator/kit/child_server.py, child_entry.py: one per
+already imported the `preload` modules (validator/sandbox/child_server.py, child_entry.py: one per
 preload tuple and environment, started with the clean environment below, so the fixed cost of
 a child is a fork, not seconds of imports); where no server can run, it is a fresh
 `python -I child_entry.py run ...` that imports them itself (one warning line says why). Either
@@ -18,14 +18,14 @@ way:
   the script's), which kills it when the child ends: nothing a child started outlives it (the
   seccomp filter below lets it start none; the subreaper covers a kernel without seccomp);
 - no reach into the validator: the validator, the servers and every child are non-dumpable
-  (validator/kit/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
+  (validator/sandbox/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
   read their /proc/<pid>/environ or memory, nor ptrace them;
-- writes only beneath `cwd` and to /dev/null (Landlock, validator/kit/child_landlock.py, with
+- writes only beneath `cwd` and to /dev/null (Landlock, validator/sandbox/child_landlock.py, with
   the rules below): not to the state dir, the HF cache or another work folder; no TCP (Linux
   6.7 on), no signal to its parent or the validator (6.12 on). Reads are not confined. Without
   Landlock, children run unconfined after one warning line (one more for each feature an
   older Landlock lacks);
-- a seccomp filter (validator/kit/child_seccomp.py, after the Landlock rules): no socket but a
+- a seccomp filter (validator/sandbox/child_seccomp.py, after the Landlock rules): no socket but a
   Unix one (no MPTCP, UDP) and no connection at all (a path-bound Unix socket such as the
   Docker engine's included), no new process (threads only: its memory limit is its whole memory),
   no change of a file's mode, owner, times, flags or extended attributes. Without seccomp, one
@@ -44,12 +44,12 @@ way:
   the record's token (pids are reused; a forked child writes its token over a placeholder in
   its copy of the server's command line);
 - the parent never follows a link nor reads anything but a plain file in the child's folder
-  (validator/kit/child_files.py): the records are new files, and the stderr file is created
+  (validator/sandbox/child_files.py): the records are new files, and the stderr file is created
   before the child exists and read back through the parent's own descriptor.
 
 The parent waits by polling, so a signal handler runs at once: a second stop signal
 (`Interrupted`) or Ctrl-C ends the wait, and the child's group is killed on the way out. While it
-waits it beats the heartbeat (validator/kit/scope.py): a bounded child is work going on, not a
+waits it beats the heartbeat (validator/scope.py): a bounded child is work going on, not a
 stuck validator. The outcome says which limit a child ran into, for the caller to word the
 rejection.
 """
@@ -69,9 +69,9 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from validator.kit import child_landlock, child_seccomp, child_server
-from validator.kit.child_entry import EXIT_MEMORY
-from validator.kit.child_files import (
+from validator.sandbox import child_landlock, child_seccomp, child_server
+from validator.sandbox.child_entry import EXIT_MEMORY
+from validator.sandbox.child_files import (
     RECORD_PREFIX,
     RECORD_SUFFIX,
     discard,
@@ -81,7 +81,6 @@ from validator.kit.child_files import (
     write_new,
     write_record,
 )
-from validator.kit.child_files import kill_strays as kill_strays  # where it was
 
 POLL_SECONDS = 0.05
 HEARTBEAT_SECONDS = 5.0
@@ -101,10 +100,10 @@ STOP_WAIT_SECONDS = 5.0
 CHILD_WRITABLE_FILES = ("/dev/null",)
 CHILD_NO_TCP = True
 CHILD_SCOPED = True
-# What the seccomp filter (validator/kit/child_seccomp.py) leaves a child, on any kernel: sockets
-# of these families only (no UDP, no MPTCP, which Landlock's TCP rule does not see), no new
-# process (threads only: RLIMIT_AS then bounds all its memory, and no fork bomb), and no change
-# of a file's mode, owner, times or extended attributes (Landlock does not cover them).
+# What the seccomp filter (validator/sandbox/child_seccomp.py) leaves a child, on any kernel:
+# sockets of these families only (no UDP, no MPTCP, which Landlock's TCP rule does not see), no new
+# process (threads only: RLIMIT_AS then bounds all its memory, and no fork bomb), and no change of a
+# file's mode, owner, times or extended attributes (Landlock does not cover them).
 CHILD_SOCKET_FAMILIES = (socket.AF_UNIX,)
 # No connection of any family (issue 40): a Unix socket bound to a path, the Docker engine's
 # among them, answers a connect that Landlock lets through. A child talks to its parent through
@@ -167,7 +166,7 @@ def run_child(
     returns how it ended. Raises only what interrupts the wait (a stop signal's exception),
     after killing the child."""
     # Here: the child side imports nothing of ours.
-    from validator.kit.scope import current_scope  # noqa: PLC0415
+    from validator.scope import current_scope  # noqa: PLC0415
 
     heartbeat = current_scope().heartbeat
     cwd.mkdir(parents=True, exist_ok=True)
@@ -185,13 +184,13 @@ def run_child(
 
 
 def confinement(cwd: Path) -> dict | None:
-    """The child's Landlock rules, which validator/kit/child_entry.py applies before it runs the
+    """The child's Landlock rules, which validator/sandbox/child_entry.py applies before it runs the
     script; None where there is no Landlock (one warning line per process)."""
     return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP, CHILD_SCOPED)
 
 
 def syscall_filter() -> dict | None:
-    """The child's seccomp filter, which validator/kit/child_entry.py installs right after the
+    """The child's seccomp filter, which validator/sandbox/child_entry.py installs right after the
     Landlock rules; None where seccomp is not available (one warning line per process)."""
     return child_seccomp.rules(
         CHILD_SOCKET_FAMILIES, CHILD_NO_PROCESSES, CHILD_NO_METADATA, CHILD_NO_CONNECT

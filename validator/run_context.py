@@ -1,6 +1,6 @@
 """The run context: the settings of this validator process, one value that the entrypoint builds
 once from its options and hands to the module and the kit, beside the runtime scope of one
-scoring (validator/kit/scope.py).
+scoring (validator/scope.py).
 
     from validator.kit import current_run
 
@@ -17,7 +17,7 @@ from the environment on every call, so the variables keep working as the public 
 It is a process-wide value, not a context variable like the scope: a thread a module starts (a
 pool of judge calls) must see it, and a new thread does not inherit context variables. A child
 process gets nothing from it implicitly: what a child needs travels in the child's own env or
-request, built from this value by the caller (validator/kit/child_process.py).
+request, built from this value by the caller (validator/sandbox/child_process.py).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class RunContext:
         return os.environ.get(name, "").strip() or None
 
     def hf_cache_budget_bytes(self) -> int | None:
-        """The shared HF cache's budget in bytes (validator/kit/hf_cache.py); None: no limit."""
+        """The shared HF cache's budget in bytes (validator/outbound/hf_cache.py); None: none."""
         if self.hf_cache_max_gb is None:
             return None
         return max(1, int(self.hf_cache_max_gb * BYTES_PER_GB))

@@ -127,7 +127,7 @@ class Progress:
 NO_RUN = Scope()
 _current: ContextVar[Scope] = ContextVar("validator_scope", default=NO_RUN)
 # What stays held until the scoring in progress ends (a base model marked in use in a shared HF
-# cache, validator/kit/hf_cache.py); None outside a run.
+# cache, validator/outbound/hf_cache.py); None outside a run.
 _held: ContextVar[ExitStack | None] = ContextVar("validator_scope_held", default=None)
 
 
