@@ -32,7 +32,7 @@ def main() -> None:
 
         sys.exit(report(sys.argv[2:]))
     if sys.argv[1:2] == ["doctor"]:  # what this container can reach and use (docs/operating.md)
-        from validator.doctor import main as doctor
+        from validator.doctor.command import main as doctor
 
         doctor(sys.argv[2:], prog_name="python -m validator doctor")
     from validator.entrypoint import main as validate

@@ -1,5 +1,5 @@
 """`python -m validator doctor MODULE`: the doctor's checks from inside the module's image
-(validator/observe/doctor_checks.py): the settings, the configs, the module's own start-up
+(validator/doctor/checks.py): the settings, the configs, the module's own start-up
 checks, the Fed Ledger and the key, the clock, the journal's and the HF cache's disks, the Hub.
 `python run.py doctor MODULE` adds the host's rows, and reads this one's module row back
 (`--only "module setup" --json`)."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from validator.errors import ConfigError, ExitCode
-from validator.observe.doctor import (
+from validator.doctor.checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_checks
+from validator.doctor.rows import (
     DEFAULT_DEADLINE,
     MAX_DEADLINE,
     exit_code,
@@ -21,7 +21,7 @@ from validator.observe.doctor import (
     render_json,
     run_checks,
 )
-from validator.observe.doctor_checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_checks
+from validator.errors import ConfigError, ExitCode
 from validator.options import (
     DEFAULT_API_URL,
     MIN_FREE_MB_OPTION,

@@ -13,8 +13,8 @@ from urllib.parse import quote
 
 import requests
 
+from validator.doctor.rows import Row
 from validator.errors import AnswerTooLarge
-from validator.observe.doctor import Row
 from validator.outbound.bounded_reader import Answer, fetch_answer
 from validator.outbound.deadline import CallAbandoned
 from validator.spec import ModuleSpec
