@@ -49,7 +49,7 @@ from validator.state.journal import Journal
 from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env
 
-log = logging.getLogger("validator")
+log = logging.getLogger(__name__)
 POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 
 

@@ -23,7 +23,7 @@ from validator.errors import TransientError
 from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient
 from validator.observe.hooks import Hooks
 
-log = logging.getLogger("validator.runner")
+log = logging.getLogger(__name__)
 
 # How often a task set aside is asked again (a task listed late, an id that comes back).
 SET_ASIDE_RECHECK_S = 3600.0

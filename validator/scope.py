@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from typing import Literal
 
-log = logging.getLogger("validator.progress")
+log = logging.getLogger(__name__)
 
 EVERY_SECONDS = 30.0
 
@@ -62,7 +62,7 @@ class Scope:
         """A fact of the assignment being scored for its record (e.g. "commit", the revision
         it resolved to); in a run, the result's log line shows the commit. Outside a run
         (`--check`), a log line."""
-        logging.getLogger("validator.note").info("%s: %s", key, str(value)[:200])
+        log.info("%s: %s", key, str(value)[:200])
 
     def penalty(self, kind: PenaltyKind, reason: str) -> None:
         """The metrics `validate()` returns are the network's penalty, not a score (a model over
@@ -70,7 +70,7 @@ class Scope:
         The metrics are submitted unchanged; the kind and the reason go to the journal, the
         record, the status page, the report and a metric label. Outside a run, a log line."""
         check_penalty_kind(kind)
-        logging.getLogger("validator.penalty").warning("penalty (%s): %s", kind, reason)
+        log.warning("penalty (%s): %s", kind, reason)
 
     def heartbeat(self) -> None:
         """Long work is still going: /healthz must not call the loop stuck."""

@@ -16,7 +16,7 @@ from validator.scope import EVERY_SECONDS, Progress, current_scope
 
 __all__ = ["Progress", "watch_bytes"]
 
-log = logging.getLogger("validator.progress")
+log = logging.getLogger(__name__)
 
 
 # With a known total, a line also each time another tenth has arrived; the folder is looked at

@@ -30,7 +30,7 @@ from validator.outbound.bounded_reader import parse
 from validator.text import quoted
 
 # The client's name, which these lines have always had.
-log = logging.getLogger("validator.ledger.client")
+log = logging.getLogger(__name__)
 
 NO_SUBMISSIONS = "No task submissions available to validate"
 RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from validator.ledger.client import ApiUnavailable, FedLedgerClient
 from validator.state.journal import Entry, Journal, State
 
-log = logging.getLogger("validator.runner")
+log = logging.getLogger(__name__)
 
 # A submit answered with a 4xx the client does not know is sent again after this long.
 REJECTED_RETRY_SECONDS = 3600.0

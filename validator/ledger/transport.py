@@ -42,7 +42,7 @@ from validator.outbound.deadline import STOP_GRACE_S, CallAbandoned, overall_dea
 # Named here as before: what the answers mean is ledger/answers.py's.
 __all__ = ["MAYBE_PROCESSED_STATUSES", "ApiUnavailable", "Policy", "RequestNotSendable"]
 
-log = logging.getLogger("validator.ledger.client")
+log = logging.getLogger(__name__)
 
 DEFAULT_DEADLINE_S = 300.0
 # STOP_GRACE_S (outbound/deadline.py): a try in progress when a stop signal comes gets this long to
