@@ -21,7 +21,6 @@ from validator.errors import (
     ExitCode,
     JournalAction,
     OperatorError,
-    RecoverableException,
     SubmissionRejected,
     TransientError,
     UnknownModuleError,
@@ -50,7 +49,7 @@ class OutOfMemoryError(RuntimeError):
         (ValueError("adapter has no base model"), Verdict.REJECTED),
         (http_error(404), Verdict.REJECTED),
         (http_error(403), Verdict.REJECTED),
-        (RecoverableException("disk full"), Verdict.OPERATOR),
+        (OperatorError("disk full"), Verdict.OPERATOR),
         (ConfigError("bad key"), Verdict.CONFIG),
         (TransientError("hub 503"), Verdict.TRANSIENT),
         (requests.ConnectionError("refused"), Verdict.TRANSIENT),
@@ -161,7 +160,6 @@ def test_exit_codes_are_the_launchers_contract():
 
 
 def test_one_exception_hierarchy():
-    assert RecoverableException is OperatorError
     for cls in (SubmissionRejected, OperatorError, ConfigError, TransientError, DeviceError):
         assert issubclass(cls, ValidatorError)
     assert issubclass(SubmissionRejected, ValueError)  # modules may go on catching ValueError

@@ -73,7 +73,7 @@ def test_every_name_of_the_kit_resolves_and_all_lists_them():
             # The very object where it is defined, never a copy: the loop catches these classes.
             assert getattr(sys.modules[value.__module__], name) is value, name
     assert kit.SubmissionRejected is errors.SubmissionRejected
-    assert kit.RecoverableException is errors.OperatorError and kit.quoted is text.quoted
+    assert kit.OperatorError is errors.OperatorError and kit.quoted is text.quoted
     assert kit.SubmissionRejected.__module__ == "validator.errors"
     assert kit.current_scope is current_scope
     with pytest.raises(AttributeError, match="No validator.kit attribute journal"):
@@ -196,6 +196,18 @@ def test_earlier_paths_import_the_same_module_with_a_warning(old, new, removed_i
     assert "MovedPathWarning" in done.stderr
 
 
+@pytest.mark.parametrize("module", ["validator.kit", "validator.errors"])
+def test_an_exceptions_earlier_name_is_the_one_class_with_a_warning(module):
+    # One class, one name: `RecoverableException` is no longer listed (nor in dir), and reading
+    # it warns, naming the class's name and the release that removes the old one.
+    imported = importlib.import_module(module)
+    assert "RecoverableException" not in dir(imported)
+    with pytest.warns(_moved.MovedPathWarning, match=r"is now .*OperatorError .*goes in 0\.3"):
+        assert imported.RecoverableException is errors.OperatorError
+    with pytest.raises(AttributeError):
+        _ = imported.NoSuchException
+
+
 def test_the_warning_points_at_the_line_that_imports_the_old_path():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -263,3 +275,6 @@ def test_a_module_written_from_the_earlier_readme_loads_with_a_warning(tmp_path)
         ("validator.phases", "validator.scope"),
     ]:
         assert f"{old} has moved to {new}" in result.stderr
+    assert "validator.errors.RecoverableException is now validator.errors.OperatorError" in (
+        result.stderr
+    )

@@ -32,6 +32,14 @@ MOVED: dict[str, tuple[str, str]] = {
 }
 
 
+# Names that a module author could have imported, renamed: module -> {old name: (the name now,
+# the release that removes the old one)}. One class, one name: the old name is the same object.
+RENAMED: dict[str, dict[str, tuple[str, str]]] = {
+    "validator.errors": {"RecoverableException": ("OperatorError", "0.3")},
+    "validator.kit": {"RecoverableException": ("OperatorError", "0.3")},
+}
+
+
 class MovedPathWarning(FutureWarning):
     """An import of a validator path that has moved; the message names the new one."""
 
@@ -55,6 +63,20 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run: the module was imported under its new name."""
+
+
+def renamed(module: str, name: str) -> str | None:
+    """The name now of `module`'s old `name`, after a MovedPathWarning at the caller's caller
+    (the author's import line); None if `name` was never renamed there."""
+    if name not in RENAMED.get(module, {}):
+        return None
+    new, removed_in = RENAMED[module][name]
+    warnings.warn(
+        f"{module}.{name} is now {module}.{new} (the old name goes in {removed_in})",
+        MovedPathWarning,
+        stacklevel=3,
+    )
+    return new
 
 
 def install() -> None:

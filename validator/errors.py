@@ -20,6 +20,7 @@ from enum import Enum, IntEnum
 
 import requests
 
+from validator._moved import renamed
 from validator.text import MAX_REASON, bounded, one_line
 
 # --- exceptions --------------------------------------------------------------------------------
@@ -39,10 +40,7 @@ class OperatorError(ValidatorError):
     """A problem on the validator's side that the operator can fix (missing token, a base model
     the token cannot read, a missing dependency, disk full). The assignment is not marked failed;
     it stays in the journal for a retry after the fix, and the process exits with code 3.
-    Modules know it as `RecoverableException`."""
-
-
-RecoverableException = OperatorError
+    (Its earlier name, `RecoverableException`, imports with a warning until 0.3.)"""
 
 
 class ConfigError(OperatorError):
@@ -82,7 +80,7 @@ class ModuleCannotStart(OperatorError):
     no assignment is failed for it, the operator must look (exit 3)."""
 
 
-class JournalUnwritable(RecoverableException):
+class JournalUnwritable(OperatorError):
     """The journal cannot take the next write: its disk is full, over quota or below the
     free-space floor, or the journal is locked or broken. Exit code 3."""
 
@@ -155,7 +153,7 @@ class ExitCode(IntEnum):
     OK = 0  # --max-assignments reached, or stopped by a signal
     BUG = 1  # a bug in the validator itself; under --check: the submission would be failed
     USAGE = 2  # bad option, unknown module, invalid config: fix and rerun
-    OPERATOR = 3  # OperatorError (RecoverableException): do not restart; fix and rerun
+    OPERATOR = 3  # OperatorError: do not restart; fix and rerun
     RESTART = 100  # a fault that a fresh process may cure (the device)
     INTERRUPTED = 130  # a second signal cut scoring short
 
@@ -300,3 +298,11 @@ def disk_full(exc: BaseException) -> bool:
             if code is None and str(err) == SQLITE_FULL_MESSAGE:
                 return True
     return False
+
+
+def __getattr__(name: str) -> object:
+    # An earlier name of one of these classes (validator/_moved.py): the class, with a warning.
+    new = renamed(__name__, name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return globals()[new]

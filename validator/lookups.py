@@ -77,7 +77,7 @@ class TaskSchedule:
 
 class Lookups:
     """The lookups of one runner: asks the API for the task due, tells the hooks, keeps the
-    schedule. A refused key (RecoverableException) is raised on, for the runner to stop."""
+    schedule. A refused key (OperatorError) is raised on, for the runner to stop."""
 
     def __init__(
         self,

@@ -13,7 +13,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from validator.errors import ConfigError, RecoverableException
+from validator.errors import ConfigError, OperatorError
 from validator.kit import BaseValidationModule
 from validator.spec import REPO_ROOT, ModuleSpec, find_module_folders, load_spec
 from validator.spec import module_folder as find_module_folder
@@ -64,7 +64,7 @@ def load_module_class(name: str) -> type[BaseValidationModule]:
         package = importlib.import_module(f"modules.{name}")
     except ModuleNotFoundError as exc:
         # A dependency of the module is missing: wrong image or environment, not a bad name.
-        raise RecoverableException(
+        raise OperatorError(
             f"module {name!r} cannot be imported: {exc}; run it in its own image "
             f"(python run.py {name} ...) or install modules/{name}/environment.yml"
         ) from exc

@@ -20,8 +20,8 @@ from validator.errors import (
     OUTCOMES,
     ExitCode,
     JournalAction,
+    OperatorError,
     Outcome,
-    RecoverableException,
     Verdict,
     describe,
     outcome_of,
@@ -173,7 +173,7 @@ class Runner:
         self.journal.ensure_writable()
         try:
             assignment = self.lookups.lookup(task_id)
-        except RecoverableException as exc:
+        except OperatorError as exc:
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
         if assignment is not None:
             self._take(task_id, assignment)
@@ -369,7 +369,7 @@ class Runner:
             )
         except JournalUnwritable:
             raise
-        except RecoverableException as exc:  # the API refused the key
+        except OperatorError as exc:  # the API refused the key
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
         self.hooks.after_submit(entry, self.clock.monotonic() - started)
         if entry.state is State.SUBMITTED:

@@ -24,7 +24,6 @@ from .base import (
 # what validate() raises (validator/errors.py: the failure contract)
 from .errors import (
     SubmissionRejected as SubmissionRejected,
-    RecoverableException as RecoverableException,
     OperatorError as OperatorError,
     ConfigError as ConfigError,
     TransientError as TransientError,

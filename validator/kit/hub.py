@@ -3,7 +3,7 @@ have in its environment; the core itself does not need it): one error translatio
 library's exceptions to the failure contract, and the settings read at call time.
 
 A submitter's repo that is missing, private, gated or lacks a file is SubmissionRejected; the
-same for an operator's repo (a base model) is RecoverableException; network faults, 5xx and
+same for an operator's repo (a base model) is OperatorError; network faults, 5xx and
 rate limits are TransientError; a full disk stops the validator. `HF_ENDPOINT` and
 `HF_HUB_CACHE`/`HF_HOME` work as in the library: it reads them into constants when imported, so
 they are read again on every call and passed explicitly. The token is the run's HF_TOKEN
@@ -31,7 +31,7 @@ from validator.disk import no_room
 from validator.errors import (
     AnswerTooLarge,
     JsonRefused,
-    RecoverableException,
+    OperatorError,
     SubmissionRejected,
     TransientError,
     disk_full,
@@ -100,7 +100,7 @@ def _classify(
     """The project exception for a failed hub call, or None when it is not a hub problem;
     `local_dir`: where the call downloads to, when not the HF cache."""
     # Private/gated/missing is the submitter's doing; for a base model it is the operator's.
-    blame: type[Exception] = SubmissionRejected if submission else RecoverableException
+    blame: type[Exception] = SubmissionRejected if submission else OperatorError
     hint = "" if submission else " Check the repo id, and that HF_TOKEN has been granted access."
     for err in exception_chain(exc):
         if isinstance(err, AnswerTooLarge):  # wrapped by the library on its way out
@@ -147,7 +147,7 @@ def _classify_status(response: Any, what: str, blame: type[Exception], hint: str
         return TransientError(f"{what}: the Hub answered HTTP {status}")
     message = response.headers.get("X-Error-Message", "")
     if status in (401, 403) and "Invalid credentials" in message:
-        return RecoverableException(f"{what}: the Hub refused HF_TOKEN (HTTP {status})")
+        return OperatorError(f"{what}: the Hub refused HF_TOKEN (HTTP {status})")
     return blame(f"{what}: the Hub answered HTTP {status}.{hint}")
 
 
@@ -226,7 +226,7 @@ def download(
     and the written path is checked to lie inside it (`unsafe_name`)."""
     local_dir = Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None
     folder = local_dir or Path(kwargs.get("cache_dir") or cache_dir() or constants.HF_HUB_CACHE)
-    blame = SubmissionRejected if submission else RecoverableException
+    blame = SubmissionRejected if submission else OperatorError
     problem = unsafe_name(name, local_dir)
     if problem is not None:
         raise blame(f"{what}: the Hub lists the file name {name[:200]!r}, which {problem}")
@@ -381,7 +381,7 @@ def _fetch_base_model(repo_id: str, token: str | None, cache: Path, budget: int 
     partial_ref.replace(folder / "refs" / "main")
     path = folder / "snapshots" / commit
     if not (path / "config.json").is_file():
-        raise RecoverableException(f"{what}: the snapshot at {path} has no config.json")
+        raise OperatorError(f"{what}: the snapshot at {path} has no config.json")
     if budget is not None:
         hf_cache.evict(cache, budget)
     return path
@@ -400,13 +400,11 @@ def _base_weight_files(
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if s not in files or not s.endswith(".safetensors")]
         if not shards or missing:
-            raise RecoverableException(
-                f"{what}: {SAFETENSORS_INDEX} names missing shards {missing}"
-            )
+            raise OperatorError(f"{what}: {SAFETENSORS_INDEX} names missing shards {missing}")
         return [SAFETENSORS_INDEX, *shards]
     if "model.safetensors" in files:
         return ["model.safetensors"]
-    raise RecoverableException(
+    raise OperatorError(
         f"{what}: no safetensors weights (model.safetensors or {SAFETENSORS_INDEX}); "
         "pickle weights are never loaded"
     )
@@ -421,10 +419,10 @@ def _weight_map(path: Path, what: str) -> dict:
             data = f.read(cap.max_bytes + 1)
         index = parse(data, cap, f"{what}: {SAFETENSORS_INDEX}")
     except (OSError, JsonRefused) as exc:
-        raise RecoverableException(f"{what}: {SAFETENSORS_INDEX} cannot be read: {exc}") from exc
+        raise OperatorError(f"{what}: {SAFETENSORS_INDEX} cannot be read: {exc}") from exc
     weight_map = index.get("weight_map", {}) if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
-        raise RecoverableException(f"{what}: {SAFETENSORS_INDEX} has no weight_map object")
+        raise OperatorError(f"{what}: {SAFETENSORS_INDEX} has no weight_map object")
     return weight_map
 
 

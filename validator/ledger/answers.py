@@ -24,7 +24,7 @@ from typing import Any, Literal
 import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from validator.errors import RecoverableException, TransientError
+from validator.errors import OperatorError, TransientError
 from validator.outbound.answer_caps import ANSWER_CAPS
 from validator.outbound.bounded_reader import parse
 from validator.text import quoted
@@ -258,7 +258,7 @@ def read_submit(
     docs/fed-ledger-api.md "Submit answers" says. `earlier`: what an earlier try of the call
     that the API may have processed met; `retry_after`: the transport's bounded wait of the
     answer. Raises ApiUnavailable when no answer settles it (5xx, 408, 429, a 2xx without
-    JSON), and RecoverableException on a refused key."""
+    JSON), and OperatorError on a refused key."""
     code = response.status_code
     parsed = _json_or_none(response, SUBMIT)
     _refuse_key(response, parsed)
@@ -283,7 +283,7 @@ def read_submit(
 def _refuse_key(response: requests.Response, body: Any) -> None:
     """401 and 403, to any call: the key is refused, which no retry mends (exit 3)."""
     if response.status_code in (401, 403):
-        raise RecoverableException(
+        raise OperatorError(
             f"the Fed Ledger refused the API key (HTTP {response.status_code}: "
             f"{_detail(response, body)}); check --flock-api-key / FLOCK_API_KEY"
         )

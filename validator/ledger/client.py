@@ -117,7 +117,7 @@ class FedLedgerClient:
     ) -> SubmitResult:
         """The API's answer, classified (docs/fed-ledger-api.md, "Submit answers"; decided by
         answers.read_submit). Raises ApiUnavailable when no try had an answer that settles it
-        (5xx, 408, 429, a 2xx without JSON, no answer at all), and RecoverableException on a
+        (5xx, 408, 429, a 2xx without JSON, no answer at all), and OperatorError on a
         refused key."""
         path = f"/tasks/update-validation-assignment/{quote(normalise_id(assignment_id), safe='')}"
         body: dict[str, Any] = {"status": status}
