@@ -39,12 +39,13 @@ from validator.options import (
     secret_names,
 )
 from validator.outbound.deadline import set_stop_event
-from validator.registry import REPO_ROOT, load_module_class, load_module_spec
+from validator.registry import load_module_class, load_module_spec
 from validator.run_context import RunContext, install_run
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.secrets import MalformedSecret
 from validator.shard import SHARD_ENV, describe_lookups, parse_shard, shard_task_ids
+from validator.spec import REPO_ROOT
 from validator.state.journal import Journal
 from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env

@@ -30,8 +30,9 @@ from validator.options import (
     parse_task_ids,
     secret_names,
 )
-from validator.registry import REPO_ROOT, load_module_class, load_module_spec, module_folder
+from validator.registry import load_module_class, load_module_spec, module_roots
 from validator.run_context import RunContext, install_run
+from validator.spec import REPO_ROOT, module_folder
 
 DEADLINE_OPTION = click.option(
     "--timeout",
@@ -151,7 +152,7 @@ def main(
         tuple(judge_models),
         secrets={name: secrets.get(name) for name in secret_names(spec) if spec.needs(name)},
         module_cls=module_cls,
-        folder=module_folder(module),
+        folder=module_folder(module, *module_roots()),
     )
     checks = [c for c in service_checks(settings) if not only or set(c.names) & set(only)]
     rows = run_checks(checks, deadline)
