@@ -14,13 +14,8 @@ import pytest
 
 from tests.helpers.children import alive, record_in, stop_again_until_it_ends, wait_until
 from validator.kit.workdirs import LOCK_NAME, ROOT_NAME, WorkArea
-from validator.sandbox.child_process import (
-    RECORD_PREFIX,
-    RECORD_SUFFIX,
-    ChildLimits,
-    ChildOutcome,
-    run_child,
-)
+from validator.sandbox.child_files import RECORD_PREFIX, RECORD_SUFFIX
+from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUSY = "while True:\n    pass\n"

@@ -270,7 +270,7 @@ def test_the_launcher_names_its_exit_codes():
 
 def test_the_reason_at_the_attempt_limit_names_the_last_error():
     from validator.runner import _attempts_used_up
-    from validator.state.journal import Entry, State
+    from validator.state.entry import Entry, State
 
     def entry(error: str | None) -> Entry:
         return Entry(
@@ -300,10 +300,14 @@ def test_the_reason_at_the_attempt_limit_names_the_last_error():
 
 def test_the_public_exceptions_live_in_errors_and_the_old_imports_still_work():
     from validator import errors
-    from validator.ledger.transport import RequestNotSendable
-    from validator.scoring import ModuleCannotStart
-    from validator.secrets import MalformedSecret
-    from validator.state.journal import JournalBroken, JournalLocked, JournalUnwritable
+    from validator.errors import (
+        JournalBroken,
+        JournalLocked,
+        JournalUnwritable,
+        MalformedSecret,
+        ModuleCannotStart,
+        RequestNotSendable,
+    )
 
     moved = [
         MalformedSecret,

@@ -11,7 +11,8 @@ import pytest
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
 from validator.errors import OperatorError
-from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient, Refusal
+from validator.ledger.answers import ApiUnavailable, Assignment, Refusal
+from validator.ledger.client import FedLedgerClient
 from validator.ledger.transport import MAX_RETRY_AFTER_S, retry_after_seconds
 
 KEY = "client-test-key-0001"

@@ -17,6 +17,7 @@ from validator.config import check_declared_schema, check_module_setup, resolved
 from validator.errors import (
     ConfigError,
     ExitCode,
+    MalformedSecret,
     OperatorError,
     describe,
     outcome_of,
@@ -43,7 +44,6 @@ from validator.registry import load_module_class, load_module_spec
 from validator.run_context import RunContext, install_run
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
-from validator.secrets import MalformedSecret
 from validator.shard import SHARD_ENV, describe_lookups, parse_shard, shard_task_ids
 from validator.spec import REPO_ROOT
 from validator.state.journal import Journal

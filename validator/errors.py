@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
@@ -63,8 +63,8 @@ class UnknownModuleError(ConfigError):
     `modules/<name>/` with `__init__.py` and `module.yaml`); the message lists those that are."""
 
 
-# What an operator meets at start-up or while the loop runs; defined here with the contract
-# and re-exported where they are raised, so that the old imports keep working.
+# What an operator meets at start-up or while the loop runs; defined here with the contract,
+# imported from here by what raises them.
 
 
 class MalformedSecret(ConfigError):
@@ -232,8 +232,12 @@ DEVICE_FAULT_MARKERS = (
 # Only errno values and SQLite's own code count as a full disk, never an error's text: a
 # submission can put any text into an error message, and must not be able to stop validators.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-SQLITE_FULL = 13
-SQLITE_FULL_MESSAGE = "database or disk is full"  # Python 3.10 has no sqlite_errorcode
+# SQLite's primary result codes, the low byte of an error's extended code (sqlite_errorcode);
+# Python 3.10 has none, so SQLite's own message for each code stands in (`sqlite_result`). Both
+# come from SQLite, never from a submission.
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR = 5, 6, 8, 10
+SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB = 11, 13, 14, 26
+SQLITE_FULL_MESSAGE = "database or disk is full"
 
 
 def classify(exc: BaseException) -> Verdict:
@@ -291,13 +295,20 @@ def disk_full(exc: BaseException) -> bool:
     for err in exception_chain(exc):
         if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
             return True
-        if isinstance(err, sqlite3.Error):
-            code = getattr(err, "sqlite_errorcode", None)
-            if code is not None and code & 0xFF == SQLITE_FULL:
-                return True
-            if code is None and str(err) == SQLITE_FULL_MESSAGE:
-                return True
+        if sqlite_result(err, (SQLITE_FULL,), (SQLITE_FULL_MESSAGE,)):
+            return True
     return False
+
+
+def sqlite_result(exc: BaseException, codes: Collection[int], messages: Collection[str]) -> bool:
+    """Whether `exc` is an sqlite3 error whose primary result code is one of `codes` (on Python
+    3.10, without sqlite_errorcode: whose text is one of `messages`, SQLite's for those codes)."""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in codes
+    return str(exc) in messages
 
 
 def __getattr__(name: str) -> object:

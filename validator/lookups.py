@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from validator.clock import Clock
 from validator.errors import TransientError
-from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient
+from validator.ledger.answers import ApiUnavailable, Assignment
+from validator.ledger.client import FedLedgerClient
 from validator.observe.hooks import Hooks
 
 log = logging.getLogger(__name__)

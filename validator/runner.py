@@ -20,20 +20,22 @@ from validator.errors import (
     OUTCOMES,
     ExitCode,
     JournalAction,
+    JournalUnwritable,
     OperatorError,
     Outcome,
     Verdict,
     describe,
     outcome_of,
 )
-from validator.ledger.client import Assignment, FedLedgerClient
+from validator.ledger.answers import Assignment
+from validator.ledger.client import FedLedgerClient
 from validator.ledger.submitting import submit_result
 from validator.lookups import Lookups
 from validator.observe.hooks import Hooks
 from validator.observe.lines import result_line
 from validator.scoring import InvalidInput, ModulePool, score
-from validator.state.entry import FINAL, FailedKind
-from validator.state.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
+from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, Entry, FailedKind, State
+from validator.state.journal import Journal
 from validator.state.phases import PhaseTimes, ScoringMarks
 from validator.text import MAX_INPUT_STRING, bounded, cut_strings, one_line, oversized_strings
 

@@ -12,13 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from validator.sandbox import child_server
-from validator.sandbox.child_process import (
-    RECORD_PREFIX,
-    RECORD_SUFFIX,
-    ChildLimits,
-    ChildOutcome,
-    run_child,
-)
+from validator.sandbox.child_files import RECORD_PREFIX, RECORD_SUFFIX
+from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 
 
 def alive(pid: int, token: str | None = None) -> bool:

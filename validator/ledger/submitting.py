@@ -8,8 +8,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from validator.ledger.client import ApiUnavailable, FedLedgerClient
-from validator.state.journal import Entry, Journal, State
+from validator.ledger.answers import ApiUnavailable
+from validator.ledger.client import FedLedgerClient
+from validator.state.entry import Entry, State
+from validator.state.journal import Journal
 
 log = logging.getLogger(__name__)
 

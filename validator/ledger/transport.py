@@ -28,7 +28,6 @@ from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
 
 from validator.errors import AnswerTooLarge, RequestNotSendable
 from validator.ledger.answers import (
-    MAYBE_PROCESSED_STATUSES,
     ApiUnavailable,
     Policy,
     TryAgain,
@@ -38,9 +37,6 @@ from validator.observe import telemetry
 from validator.outbound.answer_caps import ANSWER_CAPS, Cap
 from validator.outbound.bounded_reader import capped_session
 from validator.outbound.deadline import STOP_GRACE_S, CallAbandoned, overall_deadline
-
-# Named here as before: what the answers mean is ledger/answers.py's.
-__all__ = ["MAYBE_PROCESSED_STATUSES", "ApiUnavailable", "Policy", "RequestNotSendable"]
 
 log = logging.getLogger(__name__)
 
