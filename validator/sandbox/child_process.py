@@ -65,9 +65,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 from validator.sandbox import child_landlock, child_seccomp, child_server
 from validator.sandbox.child_entry import EXIT_MEMORY
@@ -81,6 +83,9 @@ from validator.sandbox.child_files import (
     write_new,
     write_record,
 )
+
+T = TypeVar("T")
+Heartbeat = Callable[[], None]
 
 POLL_SECONDS = 0.05
 HEARTBEAT_SECONDS = 5.0
@@ -203,6 +208,38 @@ def _paths(cwd: Path) -> tuple[str, Path, Path]:
     return token, record, cwd / f"{RECORD_PREFIX}{token}.stderr"
 
 
+def _request(script: Path, args: list[str], cwd: Path, limits: ChildLimits, /, **more) -> dict:
+    """What the child's side (child_entry.py) is told on either path: the script, the Landlock
+    rules and seccomp filter it applies, and the limits it arms; `more` is the path's own."""
+    return {
+        "script": str(script),
+        "args": [str(a) for a in args],
+        "confine": confinement(cwd),
+        "syscalls": syscall_filter(),
+        "cpu_seconds": limits.cpu_seconds,
+        "memory_bytes": limits.memory_bytes,
+        "file_bytes": limits.file_bytes,
+        **more,
+    }
+
+
+def _wait(deadline: float, heartbeat: Heartbeat, look: Callable[[float], T | None]) -> T | None:
+    """What `look(seconds)` gives, asked again until it gives something (each time it may wait
+    that long, at most POLL_SECONDS); None at `deadline`. The heartbeat is beaten every
+    HEARTBEAT_SECONDS meanwhile. A signal handler's exception ends the wait in `look`."""
+    beat = time.monotonic() + HEARTBEAT_SECONDS
+    while True:
+        found = look(max(0.0, min(POLL_SECONDS, deadline - time.monotonic())))
+        if found is not None:
+            return found
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        if now >= beat:
+            heartbeat()
+            beat = now + HEARTBEAT_SECONDS
+
+
 def _run_served(
     server: child_server.ChildServer,
     script: Path,
@@ -210,23 +247,12 @@ def _run_served(
     cwd: Path,
     limits: ChildLimits,
     child_env: dict[str, str],
-    heartbeat,
+    heartbeat: Heartbeat,
 ) -> ChildResult:
     """The child forked from `server`. ServerGone when the server could not take it or died
     before the child's end was known (the child died with it: nothing ran to its end)."""
     token, record, stderr_path = _paths(cwd)
-    request = {
-        "script": str(script),
-        "args": [str(a) for a in args],
-        "cwd": str(cwd),
-        "env": child_env,
-        "token": token,
-        "confine": confinement(cwd),
-        "syscalls": syscall_filter(),
-        "cpu_seconds": limits.cpu_seconds,
-        "memory_bytes": limits.memory_bytes,
-        "file_bytes": limits.file_bytes,
-    }
+    request = _request(script, args, cwd, limits, cwd=str(cwd), env=child_env, token=token)
     began = time.monotonic()
     stderr = open_stderr(stderr_path)
     try:
@@ -260,26 +286,22 @@ def _run_served(
     return ChildResult(_outcome(code, last, timed_out, cpu, limits), code, last, limits)
 
 
-def _receive(conn: socket.socket, deadline: float, heartbeat) -> dict | None:
+def _receive(conn: socket.socket, deadline: float, heartbeat: Heartbeat) -> dict | None:
     """The server's next message; None at `deadline`. ServerGone when the server is gone."""
-    beat = time.monotonic() + HEARTBEAT_SECONDS
-    while True:
-        now = time.monotonic()
-        if now >= deadline:
+
+    def look(seconds: float) -> dict | None:
+        readable, _, _ = select.select([conn], [], [], seconds)
+        if not readable:
             return None
-        # A signal handler's exception ends the wait here.
-        readable, _, _ = select.select([conn], [], [], min(POLL_SECONDS, deadline - now))
-        if readable:
-            try:
-                message = conn.recv(1 << 16)
-            except OSError:
-                message = b""
-            if not message:
-                raise child_server.ServerGone("it ended while the child ran")
-            return json.loads(message)
-        if now >= beat:
-            heartbeat()
-            beat = now + HEARTBEAT_SECONDS
+        try:
+            message = conn.recv(1 << 16)
+        except OSError:
+            message = b""
+        if not message:
+            raise child_server.ServerGone("it ended while the child ran")
+        return json.loads(message)
+
+    return _wait(deadline, heartbeat, look)
 
 
 def _kill_served(conn: socket.socket, pid: int) -> dict | None:
@@ -300,23 +322,13 @@ def _run_fresh(
     limits: ChildLimits,
     child_env: dict[str, str],
     preload: tuple[str, ...],
-    heartbeat,
+    heartbeat: Heartbeat,
 ) -> ChildResult:
-    """Today's path without a server: a fresh `python -I` that imports the preloads itself."""
+    """The path without a server: a fresh `python -I` that imports the preloads itself."""
     token, record, stderr_path = _paths(cwd)
     spec_path = cwd / f"{RECORD_PREFIX}{token}.json"
-    spec = {
-        "script": str(script),
-        "args": [str(a) for a in args],
-        "parent": os.getpid(),
-        "preload": list(preload),
-        "confine": confinement(cwd),
-        "syscalls": syscall_filter(),
-        "cpu_seconds": limits.cpu_seconds,
-        "memory_bytes": limits.memory_bytes,
-        "file_bytes": limits.file_bytes,
-    }
-    write_new(spec_path, json.dumps(spec).encode())
+    request = _request(script, args, cwd, limits, parent=os.getpid(), preload=list(preload))
+    write_new(spec_path, json.dumps(request).encode())
     command = [sys.executable, "-I", str(child_server.ENTRY), "run", str(spec_path), token]
     stderr = open_stderr(stderr_path)
     try:
@@ -333,46 +345,52 @@ def _run_fresh(
     except BaseException:
         os.close(stderr)
         raise
-    status: int | None = None
-    cpu = 0.0
-    timed_out = False
+    ended: tuple[int, float] | None = None
     try:
         write_record(record, process.pid, token)
-        deadline = time.monotonic() + limits.wall_seconds
-        beat = time.monotonic() + HEARTBEAT_SECONDS
-        while True:
-            pid, wait_status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid:
-                status, cpu = wait_status, usage.ru_utime + usage.ru_stime
-                break
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if now >= beat:
-                heartbeat()
-                beat = now + HEARTBEAT_SECONDS
-            time.sleep(POLL_SECONDS)  # a signal handler's exception ends the wait here
+        ended = _wait(time.monotonic() + limits.wall_seconds, heartbeat, _reaped(process.pid))
     finally:
-        # Whatever happened (done, over time, a stop signal): nothing of the child outlives
-        # this call. Stopped: its first process kills the script's and what that left, then
-        # ends. The leader is reaped; other members of its group, if any, are killed.
-        try:
-            if status is None:
-                status = _stop_fresh(process.pid)
-        finally:
-            kill_group(process.pid)
-            if status is None:
-                _, status, _ = os.wait4(process.pid, 0)
-            process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-            for path in (record, spec_path, stderr_path):
-                discard(path)
-            try:
-                last = tail(stderr, STDERR_TAIL)
-            finally:
-                os.close(stderr)
-    code = process.returncode
+        code, last = _end_fresh(process, ended, stderr, (record, spec_path, stderr_path))
+    timed_out, cpu = ended is None, ended[1] if ended is not None else 0.0
     return ChildResult(_outcome(code, last, timed_out, cpu, limits), code, last, limits)
+
+
+def _reaped(pid: int) -> Callable[[float], tuple[int, float] | None]:
+    """A look (`_wait`) at child `pid`: its wait status and CPU seconds once it ended (reaped)."""
+
+    def look(seconds: float) -> tuple[int, float] | None:
+        ended, status, usage = os.wait4(pid, os.WNOHANG)
+        if ended:
+            return status, usage.ru_utime + usage.ru_stime
+        time.sleep(seconds)
+        return None
+
+    return look
+
+
+def _end_fresh(
+    process: subprocess.Popen, ended: tuple[int, float] | None, stderr: int, files: tuple[Path, ...]
+) -> tuple[int, str]:
+    """Whatever happened (done, over time, a stop signal): nothing of the child outlives the
+    call. Stopped: its first process kills the script's and what that left, then ends. The
+    leader is reaped; other members of its group, if any, are killed. Its exit code and the
+    tail of its stderr."""
+    status = ended[0] if ended is not None else None
+    try:
+        if status is None:
+            status = _stop_fresh(process.pid)
+    finally:
+        kill_group(process.pid)
+        if status is None:
+            _, status, _ = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        for path in files:
+            discard(path)
+        try:
+            last = tail(stderr, STDERR_TAIL)
+        finally:
+            os.close(stderr)
+    return process.returncode, last
 
 
 def _stop_fresh(pid: int) -> int | None:
@@ -382,13 +400,8 @@ def _stop_fresh(pid: int) -> int | None:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass  # ended meanwhile, not yet reaped
-    deadline = time.monotonic() + STOP_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        ended, status, _ = os.wait4(pid, os.WNOHANG)
-        if ended:
-            return status
-        time.sleep(POLL_SECONDS)
-    return None
+    ended = _wait(time.monotonic() + STOP_WAIT_SECONDS, lambda: None, _reaped(pid))
+    return ended[0] if ended is not None else None
 
 
 def _outcome(
