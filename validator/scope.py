@@ -157,7 +157,8 @@ def held_until_scored() -> ExitStack | None:
 
 
 # The functions of the earlier API (`from validator.phases import host_work, note`), kept for
-# modules written against it; they act on the current scope.
+# modules written against it; they act on the current scope, and go with that path in 0.3
+# (validator/_moved.py).
 def host_work(phase: HostPhase):  # noqa: ANN201 - a context manager, as Scope.host_work
     return current_scope().host_work(phase)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from validator.scope import EVERY_SECONDS, Progress, current_scope
 
+# Progress too: what `validator.progress` (an earlier path, validator/_moved.py) gave.
 __all__ = ["Progress", "watch_bytes"]
 
 log = logging.getLogger(__name__)
