@@ -25,6 +25,7 @@ BELOW = {
     "validator.outbound": {"validator.errors", "validator.run_context"},
     "validator.kit": {
         "validator",  # `from validator import sandbox`: the pattern child's folder
+        "validator._moved",  # the earlier names of the kit's, with the release removing each
         "validator.errors",
         "validator.text",
         "validator.disk",
