@@ -1,10 +1,10 @@
-"""What an answer at its cap can cost the validator's process (issue 40): for each JSON kind of
-the kit's bounded reader (validator/kit/answer_caps.py CAPS), the worst answer that passes
-its cap (as many values as it allows, and as many bytes, in one string) is checked and decoded
-as the validator would, and the longest of those holds of the interpreter (a thread that
-decodes holds the GIL: the scoring thread waits that long) and the memory it took are printed,
-beside what the same decode took for the issue's answers, read whole as before. The Hub's
-listing is decoded as huggingface_hub does (its `ModelInfo`).
+"""What an answer at its cap can cost the validator's process (issue 40): for each JSON kind of the
+kit's bounded reader (validator/outbound/answer_caps.py ANSWER_CAPS), the worst answer that passes
+its cap (as many values as it allows, and as many bytes, in one string) is checked and decoded as
+the validator would, and the longest of those holds of the interpreter (a thread that decodes holds
+the GIL: the scoring thread waits that long) and the memory it took are printed, beside what the
+same decode took for the issue's answers, read whole as before. The Hub's listing is decoded as
+huggingface_hub does (its `ModelInfo`).
 
     .venv/bin/python -m bench.answer_caps [--old-mb 24]
 """
@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 
 from tests.helpers.peak_rss import peak_bytes, reset_peak
-from validator.kit.bounded_reader import CAPS, check_values, parse
+from validator.outbound.answer_caps import ANSWER_CAPS, check_values
+from validator.outbound.bounded_reader import parse
 
 MIB = 1 << 20
 STALL_TARGET_S = 0.5
@@ -41,7 +42,7 @@ def measured(work: Callable[[], object]) -> tuple[float, int]:
 
 
 def worst_answers(kind: str) -> dict[str, bytes]:
-    cap = CAPS[kind]
+    cap = ANSWER_CAPS[kind]
     assert cap.max_values is not None
     zeros = b"[" + b",".join([b"0"] * (cap.max_values - 2)) + b"]"
     objects = b"[" + b",".join([b"{}"] * (cap.max_values // 2 - 1)) + b"]"  # 2 values each
@@ -50,7 +51,7 @@ def worst_answers(kind: str) -> dict[str, bytes]:
 
 
 def decode(kind: str, data: bytes) -> Callable[[], object]:
-    cap = CAPS[kind]
+    cap = ANSWER_CAPS[kind]
     if kind != "hub.listing":
         return lambda: parse(data, cap, kind)
 
@@ -65,7 +66,7 @@ def decode(kind: str, data: bytes) -> Callable[[], object]:
 
 def listing_at_cap() -> bytes:
     """A Hub listing with as many files as the values cap lets through."""
-    cap = CAPS["hub.listing"]
+    cap = ANSWER_CAPS["hub.listing"]
     files = cap.max_values // 3 - 10  # `, {"rfilename": ..., "size": 1}`: 3 values each
     siblings = [{"rfilename": f"f{i:07d}.safetensors", "size": 1} for i in range(files)]
     return json.dumps({"id": "o/r", "sha": "0" * 40, "siblings": siblings}).encode()
@@ -76,7 +77,7 @@ def main() -> None:
     parser.add_argument("--old-mb", type=int, default=24, help="the old way's answer, in MB")
     args = parser.parse_args()
     rows = []
-    for kind, cap in CAPS.items():
+    for kind, cap in ANSWER_CAPS.items():
         if cap.max_values is None:
             continue
         answers = worst_answers(kind)

@@ -1,6 +1,7 @@
-"""The fixed cost of a bounded child (validator/kit/child_process.py): forked from a pre-imported
-server against a fresh `python -I` that imports its preloads itself (the path before issue 32,
-still the fallback), measured in the same run: `.venv-llm_judge/bin/python -m bench.child_start`.
+"""The fixed cost of a bounded child (validator/sandbox/child_process.py): forked from a
+pre-imported server against a fresh `python -I` that imports its preloads itself (the path before
+issue 32, still the fallback), measured in the same run: `.venv-llm_judge/bin/python -m
+bench.child_start`.
 
 1. A child that does nothing, with preload ("transformers",) and ("torch", "transformers"):
    the server's start (once), then the median of `--repeats` children on each path.
@@ -26,8 +27,8 @@ from modules.llm_judge.conversation import read_prompts
 from modules.llm_judge.inspection import inspect_model
 from modules.llm_judge.schemas import LlmJudgeConfig
 from modules.llm_judge.templating import TemplateLimits, decode_answers, encode_prompts
-from validator.kit import child_server
-from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+from validator.sandbox import child_server
+from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 
 LIMITS = ChildLimits(wall_seconds=300, cpu_seconds=120, memory_bytes=2 * 1024**3)
 PRELOADS = [("transformers",), ("torch", "transformers")]

@@ -1,7 +1,7 @@
 """`python run.py doctor [MODULE]`: the host's rows (the Docker engine, Compose v2, the NVIDIA
 driver against the module's CUDA, the NVIDIA runtime and a GPU seen from inside the module's
 image, the image, the disk under Docker's volumes), then the rows the validator would check
-itself (validator/observe/doctor_checks.py): the settings, the configs, the Fed Ledger and the
+itself (validator/doctor/checks.py): the settings, the configs, the Fed Ledger and the
 key, the clock, the Hub, and the module's own start-up checks, run in its image. A check that
 cannot run here is a row that says what it needs. One table, within the deadline whatever the
 servers do; exit 0 when nothing failed, 1 otherwise, 2 for usage."""
@@ -30,10 +30,10 @@ from launcher.doctor_rows import (
 )
 from launcher.errors import UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, source_hash
-from validator.doctor import DEADLINE_OPTION, JUDGE_MODEL_OPTION
+from validator.doctor.checks import DEFAULT_HF_MIN_FREE_GB, SETUP, Settings, service_checks
+from validator.doctor.command import DEADLINE_OPTION, JUDGE_MODEL_OPTION
+from validator.doctor.rows import Check, Row, exit_code, render, run_checks
 from validator.errors import ConfigError, ExitCode
-from validator.observe.doctor import Check, Row, exit_code, render, run_checks
-from validator.observe.doctor_checks import DEFAULT_HF_MIN_FREE_GB, SETUP, Settings, service_checks
 from validator.options import DEFAULT_API_URL, gathered_secrets, parse_task_ids, secret_names
 from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder
 

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from launcher.containers import PASSED_ENV, state_volume_name
 from launcher.driver import check_driver
 from launcher.volumes import old_volumes
-from validator.observe.doctor import ROWS, Row
-from validator.observe.doctor_checks import SETUP, Settings, disk_row
+from validator.doctor.checks import SETUP, Settings, disk_row
+from validator.doctor.rows import ROWS, Row
 from validator.spec import CONFIG_PATH, REPO_ROOT, STATE_PATH, ModuleSpec
 
 GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,memory.free", "--format=csv,noheader,nounits"]

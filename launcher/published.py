@@ -28,7 +28,8 @@ from launcher.images import PRODUCTION_BASE, BuildSpec, pull_failure_reason, sou
 from launcher.release import FIX, ReleaseManifest, ReleaseRefused
 from launcher.release_channel import Channel, ReleaseUnavailable, fetch_release
 from validator.errors import AnswerTooLarge, ConfigError, ExitCode, JsonRefused
-from validator.kit.bounded_reader import CAPS, json_lines
+from validator.outbound.answer_caps import ANSWER_CAPS
+from validator.outbound.bounded_reader import json_lines
 from validator.spec import REPO_ROOT, find_modules, load_spec, module_folder
 
 DEFAULT_REGISTRY = "ghcr.io/flock-io"
@@ -132,7 +133,7 @@ def _pull(client: docker.DockerClient, reference: str) -> str | None:
         # Errors found before the download starts are HTTP errors; later ones are stream items,
         # each line read within the kit's registry.pull cap.
         stream = client.api.pull(name, tag=digest, stream=True, decode=False)
-        for chunk in json_lines(stream, CAPS["registry.pull"], f"pulling {reference}"):
+        for chunk in json_lines(stream, ANSWER_CAPS["registry.pull"], f"pulling {reference}"):
             if isinstance(chunk, dict) and "error" in chunk:
                 return str(chunk["error"])
     except APIError as exc:

@@ -1,4 +1,4 @@
-"""The kit's bounded reader (validator/kit/bounded_reader.py, issue 40): every answer from
+"""The kit's bounded reader (validator/outbound/bounded_reader.py, issue 40): every answer from
 outside is read under the cap of its kind of call, in bytes (decoded) and JSON values, and is
 never decoded past it; the caps are one table, the docs' (docs/reliability.md). Served by
 devkit's GitHub stand-in and local Hub on 127.0.0.1."""
@@ -16,15 +16,9 @@ from devkit.validator_cli import wait_for
 from tests.faults.figures import record
 from tests.helpers.hostile_listing import FILES, hostile_listing_is_capped
 from validator.errors import AnswerTooLarge, JsonRefused, TransientError
-from validator.kit.bounded_reader import (
-    CAPS,
-    Cap,
-    capped_session,
-    fetch_answer,
-    json_lines,
-    reading_at_most,
-)
-from validator.kit.safe_json import loads_bounded, value_count
+from validator.outbound.answer_caps import ANSWER_CAPS, Cap, reading_at_most
+from validator.outbound.bounded_reader import capped_session, fetch_answer, json_lines
+from validator.outbound.safe_json import loads_bounded, value_count
 
 MIB = 1 << 20
 IN_FLIGHT = 12 * MIB
@@ -52,9 +46,9 @@ def test_the_docs_table_is_the_code():
     text = (REPO_ROOT / "docs" / "reliability.md").read_text()
     section = text.split("## Byte caps on answers", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([a-z.]+)` \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", section, re.M)
-    assert {kind for kind, *_ in rows} == set(CAPS)
+    assert {kind for kind, *_ in rows} == set(ANSWER_CAPS)
     for kind, size, values, over in rows:
-        cap = CAPS[kind]
+        cap = ANSWER_CAPS[kind]
         size = size.strip().removeprefix("listed size + ")
         assert units(size) == cap.max_bytes, kind
         assert values.strip() == ("-" if cap.max_values is None else f"{cap.max_values:,}")
@@ -92,7 +86,7 @@ def test_a_compressed_answer_counts_at_its_decoded_size(github):
 
 def test_the_cap_of_the_call_in_progress_wins_and_a_streamed_read_is_capped_too(github):
     github.pad_next(2, 4 * MIB)
-    with capped_session(CAPS["github.commits"]) as session:
+    with capped_session(ANSWER_CAPS["github.commits"]) as session:
         with reading_at_most(SMALL), pytest.raises(AnswerTooLarge, match="test.small"):
             session.get(listing(github), timeout=TIMEOUT)
         with session.get(listing(github), timeout=TIMEOUT, stream=True) as response:

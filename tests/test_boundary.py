@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from validator.errors import SubmissionRejected
 from validator.kit.boundary import SUBMISSION_LIMITS, inspect_in_child
-from validator.kit.child_process import ChildLimits
+from validator.sandbox.child_process import ChildLimits
 
 READ_REQUEST = "import json, sys\nrequest = json.load(open(sys.argv[1]))\n"
 

@@ -1,4 +1,4 @@
-"""validator/kit/child_files.py, with real children through the kit (the served and the fresh
+"""validator/sandbox/child_files.py, with real children through the kit (the served and the fresh
 path): what a child plants in its own folder (a link to the validator's /proc/self/environ, a link
 to a file elsewhere, a FIFO, a hard link, a forged pid record) never makes the parent read its own
 secrets, write over a file outside, block, or kill a process that is not the child's."""
@@ -20,16 +20,17 @@ from pydantic import BaseModel
 
 from tests.helpers.children import alive, wait_until
 from validator.errors import SubmissionRejected
-from validator.kit import child_process, child_server
 from validator.kit.boundary import inspect_in_child
-from validator.kit.child_files import ChildFileRefused, read_child_file, write_new
-from validator.kit.child_process import (
+from validator.sandbox import child_process, child_server
+from validator.sandbox.child_files import (
     RECORD_PREFIX,
     RECORD_SUFFIX,
-    ChildLimits,
+    ChildFileRefused,
     kill_strays,
-    run_child,
+    read_child_file,
+    write_new,
 )
+from validator.sandbox.child_process import ChildLimits, run_child
 
 SECRET = "flock-SECRET-child-files-789"
 LIMITS = ChildLimits(wall_seconds=120)

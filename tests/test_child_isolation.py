@@ -1,4 +1,4 @@
-"""A bounded child (validator/kit/child_process.py, boundary.py) against the validator that
+"""A bounded child (validator/sandbox/child_process.py, boundary.py) against the validator that
 started it (issue 32, F4), with real processes on both paths (forked from the pre-imported
 server; the fresh-process fallback):
 
@@ -29,8 +29,8 @@ import pytest
 
 from devkit.validator_cli import API_KEY, validator_env, write_config
 from tests.helpers.children import wait_until
-from validator.kit import child_seccomp, child_server
-from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+from validator.sandbox import child_seccomp, child_server
+from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SECRET = "flock-SECRET-f4-7731"
@@ -53,9 +53,9 @@ import json, sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
 from pydantic import BaseModel
-from validator.kit.child_reaper import make_undumpable
+from validator.sandbox.child_reaper import make_undumpable
 make_undumpable()  # what validator/__main__.py does first
-from validator.kit import child_seccomp, child_server
+from validator.sandbox import child_seccomp, child_server
 from validator.kit.boundary import inspect_in_child
 
 class Seen(BaseModel):

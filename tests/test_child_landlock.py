@@ -1,6 +1,6 @@
-"""A bounded child (validator/kit/child_process.py) writes only beneath its own folder and holds
+"""A bounded child (validator/sandbox/child_process.py) writes only beneath its own folder and holds
 no TCP, on both paths (forked from the pre-imported server; the fresh-process fallback): the
-Landlock rules of validator/kit/child_landlock.py, applied before the script runs. A sibling
+Landlock rules of validator/sandbox/child_landlock.py, applied before the script runs. A sibling
 folder stands in for the HF cache (the base model's files) and the state dir. Where the kernel
 refuses Landlock (a real seccomp filter here), children run unconfined after one warning line."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.children import PROBE_ATTEMPT, run_probe
-from validator.kit import child_landlock
+from validator.sandbox import child_landlock
 
 MODEL = b"the base model's weights"
 # The child: each attempt's outcome, by name, in its own folder.
@@ -65,7 +65,7 @@ seen = {
 json.dump(seen, open("seen.json", "w"))
 """
 # The child: a signal to itself, to its parent and to the validator (the test). It may not start
-# a process (validator/kit/child_seccomp.py), so its own processes are itself.
+# a process (validator/sandbox/child_seccomp.py), so its own processes are itself.
 SIGNAL = """
 import json, os, signal, sys
 def attempt(pid):
@@ -165,8 +165,8 @@ libc = ctypes.CDLL(None, use_errno=True)
 assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
 assert libc.prctl(22, 2, ctypes.byref(Program(4, rules)), 0, 0) == 0  # the filter
 from pathlib import Path
-from validator.kit import child_landlock, child_server
-from validator.kit.child_process import ChildLimits, run_child
+from validator.sandbox import child_landlock, child_server
+from validator.sandbox.child_process import ChildLimits, run_child
 
 warnings = []
 handler = logging.Handler()

@@ -1,5 +1,5 @@
-"""validator/kit/child_process.py with real child processes: each limit ends a child with its own
-outcome, the child gets no secret, a stop signal or the parent's death ends the child, and a
+"""validator/sandbox/child_process.py with real child processes: each limit ends a child with its
+own outcome, the child gets no secret, a stop signal or the parent's death ends the child, and a
 child left by a killed run is killed when its work folder is swept at start-up."""
 
 from __future__ import annotations
@@ -13,14 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.children import alive, record_in, stop_again_until_it_ends, wait_until
-from validator.kit.child_process import (
-    RECORD_PREFIX,
-    RECORD_SUFFIX,
-    ChildLimits,
-    ChildOutcome,
-    run_child,
-)
 from validator.kit.workdirs import LOCK_NAME, ROOT_NAME, WorkArea
+from validator.sandbox.child_files import RECORD_PREFIX, RECORD_SUFFIX
+from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUSY = "while True:\n    pass\n"
@@ -87,7 +82,7 @@ PARENT = """
 import signal, sys, threading
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from validator.kit.child_process import ChildLimits, run_child
+from validator.sandbox.child_process import ChildLimits, run_child
 from validator.entrypoint import _install_signal_handlers
 from validator.runner import Interrupted
 

@@ -1,5 +1,5 @@
-"""A bounded child's seccomp filter (validator/kit/child_seccomp.py, installed by
-validator/kit/child_entry.py after the Landlock rules), on both paths (forked from the
+"""A bounded child's seccomp filter (validator/sandbox/child_seccomp.py, installed by
+validator/sandbox/child_entry.py after the Landlock rules), on both paths (forked from the
 pre-imported server; the fresh-process fallback), with real children: what Landlock leaves open
 is closed. No socket but a Unix one (MPTCP, a TCP that Landlock's TCP rule does not see, and UDP
 reach no listener); no change of a file's mode or times, in its folder or outside; no new
@@ -14,7 +14,7 @@ import socket
 import pytest
 
 from tests.helpers.children import PROBE_ATTEMPT, run_probe
-from validator.kit import child_landlock, child_seccomp
+from validator.sandbox import child_landlock, child_seccomp
 
 SOCKETS = (
     PROBE_ATTEMPT

@@ -1,4 +1,4 @@
-"""validator/kit/child_server.py and child_entry.py with real processes: a child forked from a
+"""validator/sandbox/child_server.py and child_entry.py with real processes: a child forked from a
 pre-imported server finds no secret in its own environment or its parent's, meets each limit,
 is the server's child, is killed with the validator (the server too); threads share a server; a
 server that dies or cannot start gives way to a fresh process with one warning line."""
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.children import alive, is_child_server, parent_of, record_in, wait_until
-from validator.kit import child_server
-from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+from validator.sandbox import child_server
+from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SECRETS = {"FLOCK_API_KEY": "flock-SECRET-123", "HF_TOKEN": "hf_SECRET_456"}
@@ -42,7 +42,7 @@ VALIDATOR = """
 import sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from validator.kit.child_process import ChildLimits, run_child
+from validator.sandbox.child_process import ChildLimits, run_child
 result = run_child(Path({child!r}), [], cwd=Path({work!r}), limits=ChildLimits(60, 30),
                    env={{"OMP_NUM_THREADS": "1"}}, preload=("json",))
 print(result.outcome.name, flush=True)
@@ -185,7 +185,7 @@ def test_a_server_that_dies_under_a_child_gives_way_to_a_fresh_process(tmp_path,
 
     killer = threading.Thread(target=kill_the_server)
     killer.start()
-    with caplog.at_level(logging.WARNING, logger="validator.kit.child_server"):
+    with caplog.at_level(logging.WARNING, logger="validator.sandbox.child_server"):
         result = run_child(
             script(tmp_path, body), [], cwd=run, limits=ChildLimits(60), preload=preload
         )
@@ -206,7 +206,7 @@ def test_a_server_that_dies_under_a_child_gives_way_to_a_fresh_process(tmp_path,
 def test_a_server_that_cannot_start_gives_way_to_a_fresh_process(tmp_path, caplog):
     preload = ("no_such_module_for_the_server",)
     child = script(tmp_path, "pass\n")
-    with caplog.at_level(logging.WARNING, logger="validator.kit.child_server"):
+    with caplog.at_level(logging.WARNING, logger="validator.sandbox.child_server"):
         results = [
             run_child(child, [], cwd=tmp_path / "run", limits=ChildLimits(60), preload=preload)
             for _ in range(child_server.MAX_STARTS + 1)
@@ -224,7 +224,7 @@ KILLED = """
 import sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from validator.kit.child_process import ChildLimits, run_child
+from validator.sandbox.child_process import ChildLimits, run_child
 run_child(Path({child!r}), [], cwd=Path({work!r}), limits=ChildLimits(600), preload=("json",))
 """
 

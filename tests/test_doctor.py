@@ -21,9 +21,9 @@ from devkit.simulator.process import Simulator, task
 from launcher import doctor as host_doctor
 from launcher import doctor_rows
 from tests.helpers.odd_server import TRICKLE, OddServer
-from validator.doctor import main as inner_doctor
-from validator.observe.doctor import CHECK_FAILED
-from validator.observe.doctor_checks import clock_row
+from validator.doctor.checks import clock_row
+from validator.doctor.command import main as inner_doctor
+from validator.doctor.rows import CHECK_FAILED
 from validator.spec import REPO_ROOT, load_spec
 
 KEY = "flock-SECRET-key-0123456789"

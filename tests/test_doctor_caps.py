@@ -12,7 +12,7 @@ from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import validator_env, wait_for
 from tests.faults.figures import record
 from tests.helpers.peak_rss import run_measured
-from validator.kit.bounded_reader import CAPS
+from validator.outbound.answer_caps import ANSWER_CAPS
 
 MIB = 1 << 20
 IN_FLIGHT = 12 * MIB  # the loopback's socket buffers
@@ -39,7 +39,7 @@ def test_a_huge_task_list_fails_the_ledger_row_within_the_cap(tmp_path):
     (row,) = [line for line in hostile.stdout.splitlines() if line.startswith("Fed Ledger")]
     assert "failed" in row and "over the 2097152 bytes a ledger.tasks answer may have" in row
     (served,) = padded
-    assert served["sent"] <= CAPS["ledger.tasks"].max_bytes + IN_FLIGHT < served["length"]
+    assert served["sent"] <= ANSWER_CAPS["ledger.tasks"].max_bytes + IN_FLIGHT < served["length"]
     assert hostile.peak_bytes <= 1.5 * honest.peak_bytes, (hostile.peak_bytes, honest.peak_bytes)
     record(
         "`python -m validator doctor` against a 40 MB /tasks/list",

@@ -32,7 +32,7 @@ from launcher import doctor_rows
 from launcher.cli import FORWARDED
 from launcher.cli import main as run_py_main
 from launcher.forwarded import FORWARDED_SECTION, NOT_FORWARDED, launch_values
-from validator.doctor import main as inner_doctor
+from validator.doctor.command import main as inner_doctor
 from validator.entrypoint import RunOptions
 from validator.entrypoint import main as validator_main
 from validator.spec import REPO_ROOT, find_module_folders, load_spec

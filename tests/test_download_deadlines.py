@@ -18,9 +18,10 @@ from tests.helpers.trickle_server import (
     trickle_server,
 )
 from validator.errors import TransientError
-from validator.kit import deadline, downloads
-from validator.kit.deadline import CallAbandoned, overall_deadline, set_stop_event
+from validator.kit import downloads
 from validator.kit.downloads import fetch_validation_set
+from validator.outbound import deadline
+from validator.outbound.deadline import CallAbandoned, overall_deadline, set_stop_event
 
 
 def test_a_trickled_validation_set_ends_at_the_overall_deadline(

@@ -17,11 +17,11 @@ import pytest
 from devkit.github_api import LocalGitHub
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import loop_args, run_validator, validator_env, wait_for
-from validator.kit.bounded_reader import CAPS
 from validator.observe import drift
 from validator.observe.observer import StatusBoard
 from validator.observe.status_server import StatusServer
 from validator.observe.telemetry import REGISTRY
+from validator.outbound.answer_caps import ANSWER_CAPS
 from validator.spec import REPO_ROOT, ModuleSpec, ProtocolPin, load_spec
 
 REPO = "FLock-io/FLock-validator"
@@ -180,7 +180,7 @@ PEAK_CHILD = """
 import json, sys
 from pathlib import Path
 from tests.helpers.peak_rss import peak_bytes, reset_peak
-from validator.kit.bounded_reader import CAPS
+from validator.outbound.answer_caps import ANSWER_CAPS
 from validator.observe import drift
 from validator.spec import ProtocolPin
 api, repo, folder, pin = sys.argv[1:5]
@@ -210,9 +210,10 @@ def test_a_huge_listing_is_read_to_its_cap_and_never_parsed(github, gzip):
     # and ran past the 30 s deadline. Gzip-encoded it is 140 kB on the wire and 40 MB decoded.
     measured = peak_of_a_padded_answer(github, 40 * MIB, gzip=gzip)
     assert measured["state"] == "unknown"
-    assert measured["why"] == f"an answer over its cap of {CAPS['github.commits'].max_bytes} bytes"
+    cap = ANSWER_CAPS["github.commits"].max_bytes
+    assert measured["why"] == f"an answer over its cap of {cap} bytes"
     ((length, sent),) = wait_for(lambda: github.padded, 30, "the server's record")
-    assert sent <= CAPS["github.commits"].max_bytes + IN_FLIGHT < length or gzip
+    assert sent <= ANSWER_CAPS["github.commits"].max_bytes + IN_FLIGHT < length or gzip
     assert measured["hostile"] <= 1.5 * measured["honest"], measured
 
 

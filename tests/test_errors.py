@@ -21,7 +21,6 @@ from validator.errors import (
     ExitCode,
     JournalAction,
     OperatorError,
-    RecoverableException,
     SubmissionRejected,
     TransientError,
     UnknownModuleError,
@@ -50,7 +49,7 @@ class OutOfMemoryError(RuntimeError):
         (ValueError("adapter has no base model"), Verdict.REJECTED),
         (http_error(404), Verdict.REJECTED),
         (http_error(403), Verdict.REJECTED),
-        (RecoverableException("disk full"), Verdict.OPERATOR),
+        (OperatorError("disk full"), Verdict.OPERATOR),
         (ConfigError("bad key"), Verdict.CONFIG),
         (TransientError("hub 503"), Verdict.TRANSIENT),
         (requests.ConnectionError("refused"), Verdict.TRANSIENT),
@@ -161,7 +160,6 @@ def test_exit_codes_are_the_launchers_contract():
 
 
 def test_one_exception_hierarchy():
-    assert RecoverableException is OperatorError
     for cls in (SubmissionRejected, OperatorError, ConfigError, TransientError, DeviceError):
         assert issubclass(cls, ValidatorError)
     assert issubclass(SubmissionRejected, ValueError)  # modules may go on catching ValueError
@@ -272,7 +270,7 @@ def test_the_launcher_names_its_exit_codes():
 
 def test_the_reason_at_the_attempt_limit_names_the_last_error():
     from validator.runner import _attempts_used_up
-    from validator.state.journal import Entry, State
+    from validator.state.entry import Entry, State
 
     def entry(error: str | None) -> Entry:
         return Entry(
@@ -302,10 +300,14 @@ def test_the_reason_at_the_attempt_limit_names_the_last_error():
 
 def test_the_public_exceptions_live_in_errors_and_the_old_imports_still_work():
     from validator import errors
-    from validator.ledger.transport import RequestNotSendable
-    from validator.scoring import ModuleCannotStart
-    from validator.secrets import MalformedSecret
-    from validator.state.journal import JournalBroken, JournalLocked, JournalUnwritable
+    from validator.errors import (
+        JournalBroken,
+        JournalLocked,
+        JournalUnwritable,
+        MalformedSecret,
+        ModuleCannotStart,
+        RequestNotSendable,
+    )
 
     moved = [
         MalformedSecret,

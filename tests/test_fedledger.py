@@ -10,8 +10,9 @@ import pytest
 
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
-from validator.errors import RecoverableException
-from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient, Refusal
+from validator.errors import OperatorError
+from validator.ledger.answers import ApiUnavailable, Assignment, Refusal
+from validator.ledger.client import FedLedgerClient
 from validator.ledger.transport import MAX_RETRY_AFTER_S, retry_after_seconds
 
 KEY = "client-test-key-0001"
@@ -215,7 +216,7 @@ def test_submit_on_5xx_raises_so_the_journal_keeps_the_result(sim):
 
 def test_rejected_key_is_an_operator_problem(sim):
     api = FedLedgerClient("wrong-key-000", sim.api_url)
-    with pytest.raises(RecoverableException, match="refused the API key"):
+    with pytest.raises(OperatorError, match="refused the API key"):
         api.request_assignment("12")
 
 

@@ -26,8 +26,8 @@ from devkit.tiny_repos import build_base, files_of
 from devkit.validator_cli import run_validator, validator_env
 from validator.entrypoint import main as validator_main
 from validator.errors import ConfigError
-from validator.kit import hf_cache
 from validator.options import HF_CACHE_BUDGET_ENV
+from validator.outbound import hf_cache
 from validator.spec import REPO_ROOT
 
 WORKER = [sys.executable, "-m", "tests.helpers.hf_cache_worker"]

@@ -15,7 +15,7 @@ import pytest
 
 from devkit.hf_hub import LocalHub
 from modules.rl.hub import fetch_policy
-from validator.errors import RecoverableException, SubmissionRejected
+from validator.errors import OperatorError, SubmissionRejected
 from validator.kit import hub as kit_hub
 from validator.kit.hub import fetch_base_model
 
@@ -100,6 +100,6 @@ def test_a_base_models_index_naming_a_shard_out_of_the_cache_is_the_operators(
         "org/base", {"config.json": b"{}", kit_hub.SAFETENSORS_INDEX: json.dumps(index).encode()}
     )
     hub.list_name("org/base", "../../../../escaped.safetensors", PAYLOAD)
-    with pytest.raises(RecoverableException, match="'..' component"):
+    with pytest.raises(OperatorError, match="'..' component"):
         fetch_base_model("org/base")
     assert escaped(tmp_path) == [] and asked_for(hub) == []

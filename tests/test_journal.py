@@ -7,18 +7,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.tmpfs import fill, small_tmpfs
-from validator.errors import ConfigError
+from validator.errors import ConfigError, JournalBroken, JournalLocked, JournalUnwritable
 from validator.observe.logs import RedactSecrets
-from validator.state.journal import (
-    RESERVE_NAME,
-    UNDECIDED,
-    UNSUBMITTED,
-    Journal,
-    JournalBroken,
-    JournalLocked,
-    JournalUnwritable,
-    State,
-)
+from validator.state.entry import UNDECIDED, UNSUBMITTED, State
+from validator.state.journal import RESERVE_NAME, Journal
 from validator.state.store import SCHEMA_V1, SCHEMA_V2, SCHEMA_VERSION
 
 JOURNAL = "journal.sqlite3"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from validator.state.journal import UNDECIDED, UNSUBMITTED, Journal, State
+from validator.state.entry import UNDECIDED, UNSUBMITTED, State
+from validator.state.journal import Journal
 
 # column, value written over a scored row's, what the reason says
 DAMAGE = [

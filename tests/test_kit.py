@@ -20,7 +20,7 @@ import pytest
 
 from devkit.validator_cli import REPO_ROOT, run_validator, validator_env
 from validator import _moved, errors, kit, text
-from validator.kit.scope import NO_RUN, Progress, Scope, current_scope
+from validator.scope import NO_RUN, Progress, Scope, current_scope
 from validator.state.phases import ScoringMarks
 
 IMPORT = re.compile(r"^\s*(?:from|import) (validator(?:\.\w+)*)\b", re.M)
@@ -73,7 +73,7 @@ def test_every_name_of_the_kit_resolves_and_all_lists_them():
             # The very object where it is defined, never a copy: the loop catches these classes.
             assert getattr(sys.modules[value.__module__], name) is value, name
     assert kit.SubmissionRejected is errors.SubmissionRejected
-    assert kit.RecoverableException is errors.OperatorError and kit.quoted is text.quoted
+    assert kit.OperatorError is errors.OperatorError and kit.quoted is text.quoted
     assert kit.SubmissionRejected.__module__ == "validator.errors"
     assert kit.current_scope is current_scope
     with pytest.raises(AttributeError, match="No validator.kit attribute journal"):
@@ -165,8 +165,20 @@ def test_a_progress_made_in_a_scoring_beats_from_another_thread(tmp_path):
     assert beats == [1]
 
 
-@pytest.mark.parametrize("old, new", sorted(_moved.MOVED.items()))
-def test_earlier_paths_import_the_same_module_with_a_warning(old, new):
+def test_only_paths_a_module_author_could_have_imported_are_kept_and_each_says_when_it_goes():
+    # The loop's own earlier paths (the journal, the Fed Ledger client, ...) are gone.
+    loop = ("validator.ledger", "validator.state", "validator.observe", "validator.report")
+    assert not [new for new, _ in _moved.MOVED.values() if new.startswith(loop)]
+    assert {removed_in for _, removed_in in _moved.MOVED.values()} == {"0.3"}
+    for gone in ("validator.journal", "validator.fedledger", "validator.observer"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(gone)
+
+
+@pytest.mark.parametrize(
+    "old, new, removed_in", sorted((old, *where) for old, where in _moved.MOVED.items())
+)
+def test_earlier_paths_import_the_same_module_with_a_warning(old, new, removed_in):
     done = subprocess.run(
         [
             sys.executable,
@@ -180,7 +192,20 @@ def test_earlier_paths_import_the_same_module_with_a_warning(old, new):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True"
-    assert f"{old} has moved to {new}" in done.stderr and "MovedPathWarning" in done.stderr
+    assert f"{old} has moved to {new} (the old path goes in {removed_in})" in done.stderr
+    assert "MovedPathWarning" in done.stderr
+
+
+@pytest.mark.parametrize("module", ["validator.kit", "validator.errors"])
+def test_an_exceptions_earlier_name_is_the_one_class_with_a_warning(module):
+    # One class, one name: `RecoverableException` is no longer listed (nor in dir), and reading
+    # it warns, naming the class's name and the release that removes the old one.
+    imported = importlib.import_module(module)
+    assert "RecoverableException" not in dir(imported)
+    with pytest.warns(_moved.MovedPathWarning, match=r"is now .*OperatorError .*goes in 0\.3"):
+        assert imported.RecoverableException is errors.OperatorError
+    with pytest.raises(AttributeError):
+        _ = imported.NoSuchException
 
 
 def test_the_warning_points_at_the_line_that_imports_the_old_path():
@@ -247,6 +272,9 @@ def test_a_module_written_from_the_earlier_readme_loads_with_a_warning(tmp_path)
     for old, new in [
         ("validator.base", "validator.kit.base"),
         ("validator.exceptions", "validator.errors"),
-        ("validator.phases", "validator.kit.scope"),
+        ("validator.phases", "validator.scope"),
     ]:
         assert f"{old} has moved to {new}" in result.stderr
+    assert "validator.errors.RecoverableException is now validator.errors.OperatorError" in (
+        result.stderr
+    )

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import requests
 
-from validator.errors import RecoverableException
+from validator.errors import OperatorError
 from validator.ledger.answers import (
     LIST,
     LOOKUP,
@@ -69,8 +69,8 @@ def verdict(policy: Policy, response: requests.Response, earlier: str | None = N
         outcome: Any = read()
     except ApiUnavailable as exc:
         outcome = ("ApiUnavailable", str(exc), exc.maybe_processed, exc.retry_after)
-    except RecoverableException as exc:
-        outcome = ("RecoverableException", str(exc))
+    except OperatorError as exc:
+        outcome = ("OperatorError", str(exc))
     return again, outcome
 
 
@@ -93,8 +93,8 @@ SUBMIT_ROWS = [
     ((200, b""), NOT_JSON, unavailable("HTTP 200 without a JSON body: (empty body)", True)),
     ((200, HTML), NOT_JSON, unavailable(f"HTTP 200 without a JSON body: {HTML.decode()}", True)),
     # 401, 403: the key is refused, no retry.
-    ((401, detail("no")), None, ("RecoverableException", KEY.format(401, "no"))),
-    ((403, b""), None, ("RecoverableException", KEY.format(403, "(empty body)"))),
+    ((401, detail("no")), None, ("OperatorError", KEY.format(401, "no"))),
+    ((403, b""), None, ("OperatorError", KEY.format(403, "(empty body)"))),
     # 408, 429 (a 429's rate limiter may count after the commit), 5xx: tried again.
     ((408, detail("slow")), retried(408, False), unavailable("HTTP 408: slow")),
     ((429, detail("s"), "5"), retried(429, True, "5"), unavailable("HTTP 429: s", True, 5.0)),
@@ -161,8 +161,8 @@ LOOKUP_ROWS = [
     ((404, detail(NO_SUBMISSIONS)), None, Refusal("no_submissions", 404, NO_SUBMISSIONS)),
     # 429 is the API's rate limit, handled by the runner: not tried again within the call.
     ((429, detail(RATE_LIMITED), "5"), None, Refusal("rate_limited", 429, RATE_LIMITED)),
-    ((401, b""), None, ("RecoverableException", KEY.format(401, "(empty body)"))),
-    ((403, detail("no")), None, ("RecoverableException", KEY.format(403, "no"))),
+    ((401, b""), None, ("OperatorError", KEY.format(401, "(empty body)"))),
+    ((403, detail("no")), None, ("OperatorError", KEY.format(403, "no"))),
     # Only a 503 surely was not processed: tried again; 500, 502, 504 end the call.
     ((503, b"", "3"), retried(503, False, "3"), Refusal("unexpected", 503, "(empty body)")),
     ((500, detail("oops")), None, Refusal("unexpected", 500, "oops")),
@@ -191,7 +191,7 @@ LIST_ROWS = [
     # A 2xx that is not a list is no listing, and not tried again (listing is not submitting).
     ((200, b""), None, ("ApiUnavailable", LIST_FAILED.format(200, "(empty body)"), False, None)),
     ((200, {"a": 1}), None, ("ApiUnavailable", LIST_FAILED.format(200, '{"a": 1}'), False, None)),
-    ((401, b""), None, ("RecoverableException", KEY.format(401, "(empty body)"))),
+    ((401, b""), None, ("OperatorError", KEY.format(401, "(empty body)"))),
     (
         (429, b"", "4"),
         retried(429, False, "4"),

@@ -95,7 +95,8 @@ def test_the_registry_finds_the_dev_tools_fixture_module_beside_the_repos(monkey
     names = registry.available_modules()
     assert set(find_module_folders(REPO_ROOT)) < set(names)
     assert "fixture" in names
-    assert registry.module_folder("fixture") == FIXTURE_MODULES / "modules" / "fixture"
+    fixture = module_folder("fixture", *registry.module_roots())
+    assert fixture == FIXTURE_MODULES / "modules" / "fixture"
     assert registry.load_module_spec("fixture").name == "fixture"
 
 

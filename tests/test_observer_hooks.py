@@ -150,7 +150,7 @@ def test_each_step_of_an_assignment_reaches_every_middleware_in_order(tmp_path, 
 
 
 def test_an_attempt_that_ends_the_loop_is_told_so_and_leaves_no_record(tmp_path):
-    # operator/z: a RecoverableException, exit 3, the assignment kept for after the fix.
+    # operator/z: a OperatorError, exit 3, the assignment kept for after the fix.
     code, observer, trace = run_loop(tmp_path, ["operator/z"], limit=1)
 
     assert code == ExitCode.OPERATOR

@@ -11,7 +11,7 @@ from validator.state.phases import ScoringMarks
 
 def test_progress_lines_are_rate_limited_and_beat_the_heart(tmp_path, caplog):
     beats = []
-    caplog.set_level(logging.INFO, "validator.progress")
+    caplog.set_level(logging.INFO, "validator.scope")
     with ScoringMarks(tmp_path).scoring("7", on_beat=lambda: beats.append(1)):
         quiet = Progress("scoring", total=10, unit="conversations", every=3600)
         for _ in range(10):
@@ -25,7 +25,7 @@ def test_progress_lines_are_rate_limited_and_beat_the_heart(tmp_path, caplog):
 
 
 def test_a_download_reports_the_bytes_that_arrived(tmp_path, caplog):
-    caplog.set_level(logging.INFO, "validator.progress")
+    caplog.set_level(logging.INFO, "validator.kit.progress")
     folder = tmp_path / "models--org--base" / "blobs"
     with watch_bytes(tmp_path / "models--org--base", "downloading base model org/base", 0.2):
         folder.mkdir(parents=True)
@@ -36,7 +36,7 @@ def test_a_download_reports_the_bytes_that_arrived(tmp_path, caplog):
 
 
 def test_a_download_of_known_size_reports_each_tenth_with_the_time_left(tmp_path, caplog):
-    caplog.set_level(logging.INFO, "validator.progress")
+    caplog.set_level(logging.INFO, "validator.kit.progress")
     folder = tmp_path / "models--org--base"
     (folder / "blobs").mkdir(parents=True)
     # In the cache before the download: not counted.

@@ -1,4 +1,4 @@
-"""Settings reach the module and the kit as a run context (validator/kit/run_context.py), never
+"""Settings reach the module and the kit as a run context (validator/run_context.py), never
 through an os.environ the validator writes itself (issue 33): the options win over their
 variables in the context, the process's environment stays as the operator gave it, and the
 kit's Hub calls send the run's token."""
@@ -13,11 +13,11 @@ import pytest
 
 from devkit.validator_cli import run_validator, validator_env, write_config
 from tests.helpers.served_hub import served_hub
-from validator.errors import ConfigError, RecoverableException
+from validator.errors import ConfigError, OperatorError
 from validator.kit import RunContext, current_run
 from validator.kit.hub import fetch_base_model
-from validator.kit.run_context import running
 from validator.options import HF_CACHE_BUDGET_ENV, STATE_DIR_ENV
+from validator.run_context import running
 
 
 def digest(value: str) -> str:
@@ -74,7 +74,7 @@ def test_the_kits_hub_calls_send_the_runs_token(tmp_path: Path) -> None:
     with served_hub(tmp_path) as hub:  # HF_TOKEN is not in this process's environment
         hub.add_repo("org/gated", {"config.json": b"{}", "model.safetensors": b"x"})
         hub.require_token("org/gated", "hf_RUNtoken")
-        with pytest.raises(RecoverableException, match="gated"):
+        with pytest.raises(OperatorError, match="gated"):
             fetch_base_model("org/gated")
         with running(RunContext(secrets={"HF_TOKEN": "hf_RUNtoken"})):
             snapshot = fetch_base_model("org/gated")

@@ -12,10 +12,10 @@ import pytest
 from tests.helpers.fake_ledger import Reply, Unreachable, detail
 from tests.helpers.loop import Loop
 from validator.errors import ExitCode, TransientError
-from validator.kit.scope import current_scope
 from validator.observe.hooks import HOOKS, Hooks, Middleware
 from validator.observe.observer import Observer
 from validator.runner import Interrupted
+from validator.scope import current_scope
 from validator.state.records import RecordStore
 
 

@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from tests.helpers.fake_ledger import LIMITED, Reply, Unreachable, detail
-from validator.errors import ExitCode, RecoverableException
+from validator.errors import ExitCode, OperatorError
 from validator.state.entry import State
 
 
@@ -115,7 +115,7 @@ def test_the_assignments_data_wins_over_the_submissions_on_a_clash(loop):
 def test_a_restart_finishes_the_journals_work_before_asking_for_more(loop):
     # The first process: a's result kept (the API was down), b kept for the operator's fix.
     loop.submission("1", "a", 0.5)
-    loop.submission("2", "b", RecoverableException("token missing"), 0.75)
+    loop.submission("2", "b", OperatorError("token missing"), 0.75)
     loop.ledger.submit_answers.append(detail(503, "down"))
     loop.submission("1", "c", 0.25)  # new work, which the second process needs not ask for
 

@@ -12,7 +12,7 @@ from validator.errors import (
     MAX_SCORING_ATTEMPTS,
     DeviceError,
     ExitCode,
-    RecoverableException,
+    OperatorError,
     SubmissionRejected,
     TransientError,
 )
@@ -135,7 +135,7 @@ def test_an_assignment_with_transient_faults_for_a_day_is_dropped_not_failed(loo
 
 
 def test_an_operator_error_exits_3_and_the_assignment_waits_for_the_fix(loop):
-    loop.submission("1", "a", RecoverableException("disk full"), 0.5)
+    loop.submission("1", "a", OperatorError("disk full"), 0.5)
 
     assert loop.run(max_assignments=1) == ExitCode.OPERATOR
     assert loop.ledger.submits == []

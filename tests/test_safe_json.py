@@ -1,6 +1,6 @@
 import pytest
 
-from validator.kit.safe_json import JsonRefused, loads_bounded, nesting_depth
+from validator.outbound.safe_json import JsonRefused, loads_bounded, nesting_depth
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ import sys
 def main() -> None:
     # First: the environment holds the secrets (FLOCK_API_KEY, HF_TOKEN, judge keys). Non-
     # dumpable, a bounded child of the same user can no longer read /proc/<our pid>/environ or
-    # our memory (validator/kit/child_reaper.py); no core dump of ours is written either.
-    from validator.kit.child_reaper import make_undumpable
+    # our memory (validator/sandbox/child_reaper.py); no core dump of ours is written either.
+    from validator.sandbox.child_reaper import make_undumpable
 
     make_undumpable()
     if sys.argv[1:2] == ["new-module"]:  # not a module name: module names are identifiers
@@ -32,7 +32,7 @@ def main() -> None:
 
         sys.exit(report(sys.argv[2:]))
     if sys.argv[1:2] == ["doctor"]:  # what this container can reach and use (docs/operating.md)
-        from validator.doctor import main as doctor
+        from validator.doctor.command import main as doctor
 
         doctor(sys.argv[2:], prog_name="python -m validator doctor")
     from validator.entrypoint import main as validate

@@ -13,32 +13,30 @@ import sys
 import warnings
 from types import ModuleType
 
-# old path -> new path. Module authors: validator.kit has all of these under one import.
-MOVED = {
-    "validator.exceptions": "validator.errors",
-    "validator.base": "validator.kit.base",
-    "validator.phases": "validator.kit.scope",
-    "validator.progress": "validator.kit.progress",
-    "validator.downloads": "validator.kit.downloads",
-    "validator.workdirs": "validator.kit.workdirs",
-    "validator.safe_json": "validator.kit.safe_json",
-    "validator.hub": "validator.kit.hub",
-    "validator.adapter_bounds": "validator.kit.adapter_bounds",
-    "validator.child_process": "validator.kit.child_process",
-    "validator.deadline": "validator.kit.deadline",
-    "validator.fedledger": "validator.ledger.client",
-    "validator.fedledger_http": "validator.ledger.transport",
-    "validator.submitting": "validator.ledger.submitting",
-    "validator.journal": "validator.state.journal",
-    "validator.journal_store": "validator.state.store",
-    "validator.journal_entry": "validator.state.entry",
-    "validator.records": "validator.state.records",
-    "validator.observer": "validator.observe.observer",
-    "validator.telemetry": "validator.observe.telemetry",
-    "validator.status_server": "validator.observe.status_server",
-    "validator.bounded_http": "validator.observe.bounded_http",
-    "validator.logs": "validator.observe.logs",
-    "validator.report_html": "validator.report.html",
+# Paths a module author could have imported before the kit: old path -> (where the module is
+# now, the release that removes the alias). Module authors: validator.kit has all of these under
+# one import. The loop's own earlier paths (the journal, the Fed Ledger client, the observer...)
+# were never an author's, and are gone.
+MOVED: dict[str, tuple[str, str]] = {
+    "validator.exceptions": ("validator.errors", "0.3"),
+    "validator.base": ("validator.kit.base", "0.3"),
+    "validator.phases": ("validator.scope", "0.3"),
+    "validator.progress": ("validator.kit.progress", "0.3"),
+    "validator.downloads": ("validator.kit.downloads", "0.3"),
+    "validator.workdirs": ("validator.kit.workdirs", "0.3"),
+    "validator.safe_json": ("validator.outbound.safe_json", "0.3"),
+    "validator.hub": ("validator.kit.hub", "0.3"),
+    "validator.adapter_bounds": ("validator.kit.adapter_bounds", "0.3"),
+    "validator.child_process": ("validator.sandbox.child_process", "0.3"),
+    "validator.deadline": ("validator.outbound.deadline", "0.3"),
+}
+
+
+# Names that a module author could have imported, renamed: module -> {old name: (the name now,
+# the release that removes the old one)}. One class, one name: the old name is the same object.
+RENAMED: dict[str, dict[str, tuple[str, str]]] = {
+    "validator.errors": {"RecoverableException": ("OperatorError", "0.3")},
+    "validator.kit": {"RecoverableException": ("OperatorError", "0.3")},
 }
 
 
@@ -53,10 +51,10 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        new = MOVED[spec.name]
+        new, removed_in = MOVED[spec.name]
         warnings.warn(
-            f"{spec.name} has moved to {new}; module authors import from validator.kit "
-            "(docs/module-api.md)",
+            f"{spec.name} has moved to {new} (the old path goes in {removed_in}); module "
+            "authors import from validator.kit (docs/module-api.md)",
             MovedPathWarning,
             stacklevel=2,
         )
@@ -65,6 +63,20 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run: the module was imported under its new name."""
+
+
+def renamed(module: str, name: str) -> str | None:
+    """The name now of `module`'s old `name`, after a MovedPathWarning at the caller's caller
+    (the author's import line); None if `name` was never renamed there."""
+    if name not in RENAMED.get(module, {}):
+        return None
+    new, removed_in = RENAMED[module][name]
+    warnings.warn(
+        f"{module}.{name} is now {module}.{new} (the old name goes in {removed_in})",
+        MovedPathWarning,
+        stacklevel=3,
+    )
+    return new
 
 
 def install() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from validator.errors import ConfigError, ModuleCannotStart, OperatorError, describe
-from validator.kit.base import BaseConfig, BaseValidationModule
+from validator.kit import BaseConfig, BaseValidationModule
 from validator.spec import ModuleSpec
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ record when the disk fills, and the one line that names the directory when there
 
 Every free-space check and every "no room" error of the validator is made here: the journal's,
 before each lookup, scoring and submit (validator/state/journal.py, docs/journal.md); the
-doctor's disk rows (validator/observe/doctor_checks.py); a validation set or a Hub file that
+doctor's disk rows (validator/doctor/checks.py); a validation set or a Hub file that
 found its disk full (validator/kit/downloads.py, validator/kit/hub.py). Whether an error is a
 full disk is decided by its errno or SQLite's code alone (validator.errors.disk_full), never by
 its text.

@@ -20,12 +20,11 @@ from validator.config import check_declared_schema, check_module_setup, resolved
 from validator.errors import (
     ConfigError,
     ExitCode,
+    MalformedSecret,
     OperatorError,
     describe,
     outcome_of,
 )
-from validator.kit.deadline import set_stop_event
-from validator.kit.run_context import RunContext, install_run
 from validator.ledger.client import FedLedgerClient
 from validator.observe import telemetry
 from validator.observe.drift import start_drift_watch
@@ -43,17 +42,18 @@ from validator.options import (
     parse_task_ids,
     secret_names,
 )
-from validator.registry import REPO_ROOT, load_module_class, load_module_spec
+from validator.outbound.deadline import set_stop_event
+from validator.registry import load_module_class, load_module_spec
+from validator.run_context import RunContext, install_run
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
-from validator.secrets import MalformedSecret
 from validator.shard import SHARD_ENV, describe_lookups, parse_shard, shard_task_ids
-from validator.spec import ModuleSpec
+from validator.spec import REPO_ROOT, ModuleSpec
 from validator.state.journal import Journal
 from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env
 
-log = logging.getLogger("validator")
+log = logging.getLogger(__name__)
 POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 
 
@@ -245,7 +245,7 @@ def run(options: RunOptions) -> ExitCode:
         if missing:
             raise click.UsageError(missing)
     redactor = setup_logging(options.debug, [value for value in secrets.values() if value])
-    # The module and the kit read these from the run context (validator/kit/run_context.py),
+    # The module and the kit read these from the run context (validator/run_context.py),
     # never from an os.environ this process wrote: the options win over their variables there.
     given = {k: v for k, v in secrets.items() if v}
     install_run(RunContext(options.state_dir, options.hf_cache_max_gb, given))
@@ -317,7 +317,7 @@ def build_loop(
         looked_up, options.time_sleep, options.assignment_lookup_interval, options.max_assignments
     )
     # The signals' stop event, so that the first one also ends an outbound call in progress:
-    # the API's, and a module's (Hub, judge) through the kit's deadline.
+    # the API's, and a module's (Hub, judge) through the outbound deadline.
     stop = threading.Event()
     set_stop_event(stop)
     client = FedLedgerClient(

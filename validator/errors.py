@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import errno
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
 import requests
 
+from validator._moved import renamed
 from validator.text import MAX_REASON, bounded, one_line
 
 # --- exceptions --------------------------------------------------------------------------------
@@ -39,10 +40,7 @@ class OperatorError(ValidatorError):
     """A problem on the validator's side that the operator can fix (missing token, a base model
     the token cannot read, a missing dependency, disk full). The assignment is not marked failed;
     it stays in the journal for a retry after the fix, and the process exits with code 3.
-    Modules know it as `RecoverableException`."""
-
-
-RecoverableException = OperatorError
+    (Its earlier name, `RecoverableException`, imports with a warning until 0.3.)"""
 
 
 class ConfigError(OperatorError):
@@ -65,8 +63,8 @@ class UnknownModuleError(ConfigError):
     `modules/<name>/` with `__init__.py` and `module.yaml`); the message lists those that are."""
 
 
-# What an operator meets at start-up or while the loop runs; defined here with the contract
-# and re-exported where they are raised, so that the old imports keep working.
+# What an operator meets at start-up or while the loop runs; defined here with the contract,
+# imported from here by what raises them.
 
 
 class MalformedSecret(ConfigError):
@@ -82,7 +80,7 @@ class ModuleCannotStart(OperatorError):
     no assignment is failed for it, the operator must look (exit 3)."""
 
 
-class JournalUnwritable(RecoverableException):
+class JournalUnwritable(OperatorError):
     """The journal cannot take the next write: its disk is full, over quota or below the
     free-space floor, or the journal is locked or broken. Exit code 3."""
 
@@ -100,13 +98,13 @@ class JournalBroken(JournalUnwritable):
 
 class JsonRefused(ValueError):
     """Untrusted JSON text that is too large, too deeply nested or not JSON; the message says
-    which (validator/kit/safe_json.py)."""
+    which (validator/outbound/safe_json.py)."""
 
 
 class AnswerTooLarge(TransientError):
     """An answer from outside (the Fed Ledger, the Hub, a judge, GitHub, a registry) past the
     cap of its kind of call, in bytes or in JSON values: read no further and never parsed
-    (validator/kit/bounded_reader.py). Its sender's fault: transient where the sender is a
+    (validator/outbound/bounded_reader.py). Its sender's fault: transient where the sender is a
     service; the kit's hub makes it the submission's for a submission's own repo."""
 
     def __init__(self, message: str, *, kind: str = "", max_bytes: int = 0) -> None:
@@ -118,7 +116,7 @@ class AnswerTooLarge(TransientError):
 class DeadlinePassed(ConnectionAbortedError):
     """Raised by a connect after an outbound call's overall deadline: an OSError, which clients
     treat as a failed connection (and may retry, each retry failing the same way at once)
-    (validator/kit/deadline.py)."""
+    (validator/outbound/deadline.py)."""
 
 
 class BaseNotRestored(DeviceError):
@@ -155,7 +153,7 @@ class ExitCode(IntEnum):
     OK = 0  # --max-assignments reached, or stopped by a signal
     BUG = 1  # a bug in the validator itself; under --check: the submission would be failed
     USAGE = 2  # bad option, unknown module, invalid config: fix and rerun
-    OPERATOR = 3  # OperatorError (RecoverableException): do not restart; fix and rerun
+    OPERATOR = 3  # OperatorError: do not restart; fix and rerun
     RESTART = 100  # a fault that a fresh process may cure (the device)
     INTERRUPTED = 130  # a second signal cut scoring short
 
@@ -234,8 +232,12 @@ DEVICE_FAULT_MARKERS = (
 # Only errno values and SQLite's own code count as a full disk, never an error's text: a
 # submission can put any text into an error message, and must not be able to stop validators.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-SQLITE_FULL = 13
-SQLITE_FULL_MESSAGE = "database or disk is full"  # Python 3.10 has no sqlite_errorcode
+# SQLite's primary result codes, the low byte of an error's extended code (sqlite_errorcode);
+# Python 3.10 has none, so SQLite's own message for each code stands in (`sqlite_result`). Both
+# come from SQLite, never from a submission.
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR = 5, 6, 8, 10
+SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB = 11, 13, 14, 26
+SQLITE_FULL_MESSAGE = "database or disk is full"
 
 
 def classify(exc: BaseException) -> Verdict:
@@ -293,10 +295,25 @@ def disk_full(exc: BaseException) -> bool:
     for err in exception_chain(exc):
         if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
             return True
-        if isinstance(err, sqlite3.Error):
-            code = getattr(err, "sqlite_errorcode", None)
-            if code is not None and code & 0xFF == SQLITE_FULL:
-                return True
-            if code is None and str(err) == SQLITE_FULL_MESSAGE:
-                return True
+        if sqlite_result(err, (SQLITE_FULL,), (SQLITE_FULL_MESSAGE,)):
+            return True
     return False
+
+
+def sqlite_result(exc: BaseException, codes: Collection[int], messages: Collection[str]) -> bool:
+    """Whether `exc` is an sqlite3 error whose primary result code is one of `codes` (on Python
+    3.10, without sqlite_errorcode: whose text is one of `messages`, SQLite's for those codes)."""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in codes
+    return str(exc) in messages
+
+
+def __getattr__(name: str) -> object:
+    # An earlier name of one of these classes (validator/_moved.py): the class, with a warning.
+    new = renamed(__name__, name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return globals()[new]

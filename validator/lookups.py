@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 from validator.clock import Clock
 from validator.errors import TransientError
-from validator.ledger.client import ApiUnavailable, Assignment, FedLedgerClient
+from validator.ledger.answers import ApiUnavailable, Assignment
+from validator.ledger.client import FedLedgerClient
 from validator.observe.hooks import Hooks
 
-log = logging.getLogger("validator.runner")
+log = logging.getLogger(__name__)
 
 # How often a task set aside is asked again (a task listed late, an id that comes back).
 SET_ASIDE_RECHECK_S = 3600.0
@@ -77,7 +78,7 @@ class TaskSchedule:
 
 class Lookups:
     """The lookups of one runner: asks the API for the task due, tells the hooks, keeps the
-    schedule. A refused key (RecoverableException) is raised on, for the runner to stop."""
+    schedule. A refused key (OperatorError) is raised on, for the runner to stop."""
 
     def __init__(
         self,

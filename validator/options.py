@@ -18,7 +18,7 @@ TASK_IDS_OPTION = "--task_ids / TASK_IDS"
 FLOCK_API_KEY_OPTION = "--flock-api-key / FLOCK_API_KEY"
 HF_TOKEN_OPTION = "--hf-token / HF_TOKEN"
 # The variables of --hf-cache-max-gb and --state-dir: the entrypoint puts the options' values in
-# the run context (validator/kit/run_context.py), which reads the variables outside a run.
+# the run context (validator/run_context.py), which reads the variables outside a run.
 HF_CACHE_BUDGET_ENV = "VALIDATOR_HF_CACHE_MAX_GB"
 # The disk guard's floor for the state dir (validator/disk.py): one declaration for the loop and
 # its doctor, which checks the same floor.

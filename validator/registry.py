@@ -13,10 +13,9 @@ import importlib
 import sys
 from pathlib import Path
 
-from validator.errors import ConfigError, RecoverableException
-from validator.kit.base import BaseValidationModule
-from validator.spec import REPO_ROOT, ModuleSpec, find_module_folders, load_spec
-from validator.spec import module_folder as find_module_folder
+from validator.errors import ConfigError, OperatorError
+from validator.kit import BaseValidationModule
+from validator.spec import REPO_ROOT, ModuleSpec, find_module_folders, load_spec, module_folder
 
 
 def _ensure_repo_on_path() -> None:
@@ -42,15 +41,9 @@ def available_modules() -> list[str]:
     return list(find_module_folders(*module_roots()))
 
 
-def module_folder(name: str) -> Path:
-    """The folder of module `name`, found without importing it (its dependencies may be
-    missing here); raises UnknownModuleError listing what exists."""
-    return find_module_folder(name, *module_roots())
-
-
 def load_module_spec(name: str) -> ModuleSpec:
     """The spec of module `name` (its `module.yaml`)."""
-    return load_spec(module_folder(name))
+    return load_spec(module_folder(name, *module_roots()))
 
 
 def load_module_class(name: str) -> type[BaseValidationModule]:
@@ -59,12 +52,12 @@ def load_module_class(name: str) -> type[BaseValidationModule]:
     Raises `UnknownModuleError` (listing what exists) when there is no such module, and
     `ConfigError` when the package exists but does not expose a proper `MODULE`.
     """
-    module_folder(name)
+    module_folder(name, *module_roots())  # UnknownModuleError, listing what exists
     try:
         package = importlib.import_module(f"modules.{name}")
     except ModuleNotFoundError as exc:
         # A dependency of the module is missing: wrong image or environment, not a bad name.
-        raise RecoverableException(
+        raise OperatorError(
             f"module {name!r} cannot be imported: {exc}; run it in its own image "
             f"(python run.py {name} ...) or install modules/{name}/environment.yml"
         ) from exc

@@ -20,20 +20,22 @@ from validator.errors import (
     OUTCOMES,
     ExitCode,
     JournalAction,
+    JournalUnwritable,
+    OperatorError,
     Outcome,
-    RecoverableException,
     Verdict,
     describe,
     outcome_of,
 )
-from validator.ledger.client import Assignment, FedLedgerClient
+from validator.ledger.answers import Assignment
+from validator.ledger.client import FedLedgerClient
 from validator.ledger.submitting import submit_result
 from validator.lookups import Lookups
 from validator.observe.hooks import Hooks
 from validator.observe.lines import result_line
 from validator.scoring import InvalidInput, ModulePool, score
-from validator.state.entry import FINAL, FailedKind
-from validator.state.journal import UNDECIDED, UNSUBMITTED, Entry, Journal, JournalUnwritable, State
+from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, Entry, FailedKind, State
+from validator.state.journal import Journal
 from validator.state.phases import PhaseTimes, ScoringMarks
 from validator.text import MAX_INPUT_STRING, bounded, cut_strings, one_line, oversized_strings
 
@@ -173,7 +175,7 @@ class Runner:
         self.journal.ensure_writable()
         try:
             assignment = self.lookups.lookup(task_id)
-        except RecoverableException as exc:
+        except OperatorError as exc:
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
         if assignment is not None:
             self._take(task_id, assignment)
@@ -369,7 +371,7 @@ class Runner:
         self.journal.ensure_writable(floor=False)
         try:
             verdict = submit_result(self.client, entry, self.settings.time_sleep, self.clock.time)
-        except RecoverableException as exc:  # the API refused the key
+        except OperatorError as exc:  # the API refused the key
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
         # The verdict recorded, then told: a line never says what the journal does not hold.
         if verdict.action == "submitted":

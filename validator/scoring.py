@@ -12,15 +12,15 @@ from pydantic import ValidationError
 from validator.config import resolve_config
 from validator.errors import (
     ModuleCannotStart,
-    RecoverableException,
+    OperatorError,
     SubmissionRejected,
     Verdict,
     classify,
     describe,
 )
-from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
-from validator.kit.scope import current_scope
+from validator.kit import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.observe.lines import config_line
+from validator.scope import current_scope
 from validator.text import quoted
 
 log = logging.getLogger(__name__)
@@ -109,12 +109,12 @@ def _metrics_dict(module: BaseValidationModule, metrics: Any) -> dict[str, Any]:
         try:
             metrics = schema.model_validate(metrics)
         except ValidationError as exc:
-            raise RecoverableException(
+            raise OperatorError(
                 f"{type(module).__name__}.validate() returned metrics that do not fit "
                 f"{schema.__name__}: {exc}"
             ) from exc
     if not isinstance(metrics, BaseMetrics):
-        raise RecoverableException(
+        raise OperatorError(
             f"{type(module).__name__}.validate() returned {type(metrics).__name__}, "
             f"expected {schema.__name__}"
         )

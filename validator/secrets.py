@@ -15,8 +15,6 @@ import unicodedata
 
 from validator.errors import MalformedSecret
 
-__all__ = ["MalformedSecret", "normalise_secret"]
-
 VISIBLE_ASCII = range(0x21, 0x7F)
 
 

@@ -34,7 +34,7 @@ CORE_ENV = (
     "TIME_SLEEP",
     "ASSIGNMENT_LOOKUP_INTERVAL",
     "VALIDATOR_MIN_FREE_MB",
-    "VALIDATOR_HF_CACHE_MAX_GB",  # the shared HF cache's budget (validator/kit/hf_cache.py)
+    "VALIDATOR_HF_CACHE_MAX_GB",  # the shared HF cache's budget (validator/outbound/hf_cache.py)
 )
 # The checkout (or the image's /app) that holds validator/, modules/ and configs/: computed here,
 # once, for the launcher, the registry and the dev tools.

@@ -8,7 +8,7 @@ kit's overall deadline per attempt (which also ends it shortly after a stop sign
 assignment then kept as a transient fault), so that this module's policy applies; a judge that
 gives no
 completion (HTTP errors, transport errors, a body that is not a completion, no text) after the
-retries is the operator's problem, never the submission's: RecoverableException, naming the
+retries is the operator's problem, never the submission's: OperatorError, naming the
 endpoint (never the key), keeps the assignment for later. Only a completion whose text holds no
 score counts as the network's 5 x 0.
 """
@@ -45,8 +45,8 @@ from validator.kit import (
     AnswerTooLarge,
     CallAbandoned,
     ConfigError,
+    OperatorError,
     Progress,
-    RecoverableException,
     capped_event_hooks,
     current_run,
     overall_deadline,
@@ -140,8 +140,8 @@ class Judge:
             config.judge_concurrency,
         )
 
-    def _unusable(self, why: str) -> RecoverableException:
-        return RecoverableException(f"judge endpoint {self.base_url}: {why}")
+    def _unusable(self, why: str) -> OperatorError:
+        return OperatorError(f"judge endpoint {self.base_url}: {why}")
 
     def _list_models(self) -> list[str]:
         def listing() -> list[str]:
@@ -175,7 +175,7 @@ class Judge:
         cannot read, which costs the whole conversation), or None when the server refused the
         request itself (a 4xx other than 401/403/408/409/429, not retried), or NOT_FINITE for
         a score that stayed NaN or infinite (ask_all decides what it counts). A judge that
-        gives no completion after every retry: RecoverableException."""
+        gives no completion after every retry: OperatorError."""
         parameters = call_parameters(name, temperature)
 
         def call() -> Grade | _Failed:
@@ -214,7 +214,7 @@ class Judge:
         """Every (messages, judge name) request, `concurrency` at once, in order. The first
         request that fails for good cancels those not started yet. A judge name whose every
         request was refused is misconfigured (a parameter it does not take, say), and one that
-        gave no finite score in any reply is broken: RecoverableException. Otherwise a reply
+        gave no finite score in any reply is broken: OperatorError. Otherwise a reply
         that stayed NaN or infinite counts as one without a usable score (NO_SCORE)."""
         if not jobs:
             return []

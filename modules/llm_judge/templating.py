@@ -1,5 +1,5 @@
 """The assignment's chat template and tokenizer, run in a child process
-(modules/llm_judge/tokenizer_child.py via validator/kit/child_process.py): the prompts rendered
+(modules/llm_judge/tokenizer_child.py via validator/sandbox/child_process.py): the prompts rendered
 and tokenized (`encode_prompts`), the generated ids decoded (`decode_answers`).
 
 A full model's template and tokenizer are the submission's: three nested `range(100000)` loops
@@ -213,7 +213,8 @@ def _child_request(
         for name in ("request.json", "input", "ids", "phase", "result.json")
     }
     # The folder is the child's: what an earlier child planted there is removed, never
-    # followed, and what it left is read as a plain file or refused (validator/kit/child_files.py).
+    # followed, and what it left is read as a plain file or refused
+    # (validator/sandbox/child_files.py).
     for path in paths.values():
         discard(path)
     write_new(paths["ids" if op == "decode" else "input"], input_data)

@@ -1,6 +1,6 @@
 """The child process that runs the assignment's tokenizer and chat template
 (modules/llm_judge/templating.py): a standalone script (transformers only, nothing of the
-validator), started by validator/kit/child_process.py under CPU, memory, file-size and
+validator), started by validator/sandbox/child_process.py under CPU, memory, file-size and
 wall-clock limits. A full model's tokenizer is the submission's: its template is Jinja, and its
 tokenizer.json can hold regexes (normalizers, pre-tokenizers, decoders) that backtrack for hours
 or make the regex engine panic, on the prompts or on the ids the model generates.

@@ -26,7 +26,7 @@ SANDBOX = Path(__file__).with_name("sandbox.py")
 MAX_RESULT_BYTES = 64 * 1024
 # An .npy header is at most this long (numpy pads it to a multiple of 64; version 1 up to 64 KiB).
 ACTIONS_HEADER_BYTES = 64 * 1024
-# Imported by the child's server before its limits are armed (validator/kit/child_process.py).
+# Imported by the child's server before its limits are armed (validator/sandbox/child_process.py).
 # Not onnxruntime: its import starts a thread, and a server with threads cannot fork; it is
 # imported in the child, under the memory limit, as when the sandbox armed the limit itself.
 PRELOAD = ("numpy",)
@@ -52,7 +52,7 @@ def run_policy(
         "request": work / "request.json",
     }
     # The work folder is the child's: never written or read through what it may plant there
-    # (validator/kit/child_files.py).
+    # (validator/sandbox/child_files.py).
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(features, dtype=np.float32))
     write_new(paths["features"], buffer.getvalue())
@@ -80,9 +80,9 @@ def run_policy(
 
 
 def _run_sandbox(request: Path, limits: ChildLimits, threads: int, work: Path) -> None:
-    # validator/kit/child_process.py: `python -I`, no secret in the environment (no FLOCK_API_KEY,
-    # no HF_TOKEN), its own process group, killed with the validator, swept after a kill, and
-    # every limit armed there (the sandbox arms none of its own).
+    # validator/sandbox/child_process.py: `python -I`, no secret in the environment (no
+    # FLOCK_API_KEY, no HF_TOKEN), its own process group, killed with the validator, swept after a
+    # kill, and every limit armed there (the sandbox arms none of its own).
     result = run_child(
         SANDBOX,
         [str(request)],

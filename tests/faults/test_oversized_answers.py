@@ -16,7 +16,7 @@ from devkit.validator_cli import loop_args, validator_env, wait_for
 from tests.faults.figures import record
 from tests.faults.ledger import journal_rows
 from tests.helpers.peak_rss import run_measured
-from validator.kit.bounded_reader import CAPS
+from validator.outbound.answer_caps import ANSWER_CAPS
 
 MIB = 1 << 20
 # Big enough that reading and parsing it whole costs hundreds of MB (old code: +600 MB for
@@ -63,7 +63,7 @@ def padded(endpoint: str) -> list[dict]:
 def check_bounded(measured, state, honest_peak: int, kind: str) -> int:
     (served,) = state["padded"]
     assert served["length"] > PADDING
-    assert served["sent"] <= CAPS[kind].max_bytes + IN_FLIGHT, served
+    assert served["sent"] <= ANSWER_CAPS[kind].max_bytes + IN_FLIGHT, served
     assert measured.peak_bytes <= 1.5 * honest_peak, (measured.peak_bytes, honest_peak)
     over = [line for line in measured.stderr.splitlines() if "bytes a " + kind in line]
     assert len(over) == 1, measured.stderr
@@ -79,9 +79,10 @@ def test_a_lookup_answer_past_its_cap_is_not_read_and_the_task_asked_again(tmp_p
     # The assignment in the unread answer is left to the API (it expires there); the next one
     # is scored and submitted.
     assert [(s["assignment_id"], s["status"]) for s in state["submissions"]] == [(2, "completed")]
+    cap = ANSWER_CAPS["ledger.lookup"].max_bytes
     record(
         f"a lookup answer padded with {PADDING // MIB} MB of JSON values",
-        f"{sent // MIB} MB read of it at most (cap {CAPS['ledger.lookup'].max_bytes // MIB} MiB), "
+        f"{sent // MIB} MB read of it at most (cap {cap // MIB} MiB), "
         f"never parsed: transient, the next assignment completed; peak "
         f"{measured.peak_bytes // MIB} MiB against {honest_peak // MIB} MiB honest",
     )

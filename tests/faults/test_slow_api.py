@@ -19,8 +19,10 @@ from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import loop_args, run_validator, start_validator, validator_env, wait_for
 from tests.faults.figures import record
 from tests.faults.ledger import LOOKUP, UPDATE, journal_notes, journal_rows, target
-from validator.kit.deadline import STOP_GRACE_S, WATCHER_NAME
-from validator.ledger.client import ApiUnavailable, CallInterrupted, FedLedgerClient
+from validator.ledger.answers import ApiUnavailable
+from validator.ledger.client import FedLedgerClient
+from validator.ledger.transport import CallInterrupted
+from validator.outbound.deadline import STOP_GRACE_S, WATCHER_NAME
 
 TRICKLE_S = 2.0  # between two bytes: far below the 60 s read timeout
 

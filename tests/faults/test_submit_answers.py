@@ -20,7 +20,8 @@ from devkit.simulator.process import Simulator, task
 from tests.faults.figures import record
 from tests.faults.ledger import UPDATE, journal_notes, journal_rows, target
 from tests.helpers.cli import LoopCli
-from validator.ledger.client import ApiUnavailable, FedLedgerClient
+from validator.ledger.answers import ApiUnavailable
+from validator.ledger.client import FedLedgerClient
 from validator.ledger.transport import MAX_RETRY_AFTER_S
 
 LOST_ANSWER = "the API's answer to an earlier try was lost"

@@ -11,7 +11,7 @@ from devkit.tiny_policies import linear_policy, npz_bytes, to_bytes, validation_
 from devkit.validator_cli import loop_args, run_validator, validator_env, write_config
 from tests.faults.ledger import journal_rows
 from tests.helpers.served_hub import served_hub
-from validator.ledger.client import Assignment
+from validator.ledger.answers import Assignment
 
 FEATURES, VENUES = 5, 4
 

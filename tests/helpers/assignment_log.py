@@ -1,7 +1,7 @@
 """What a person reads per assignment at INFO (issue 39): a module's assignments run through the
 real loop (`python -m validator MODULE` against the Fed Ledger simulator), then each one's lines
 counted and measured. An assignment's lines run from its scoring line to its result's line; a
-progress line of slow work (validator.progress, at most one per 30 s) is not counted."""
+progress line of slow work (a `Progress`'s, at most one per 30 s) is not counted."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ MAX_LINES = 6
 MAX_CHARACTERS = 300
 SCORING = re.compile(r" validator\.runner: assignment (\S+) \(task .*\): scoring \(attempt 1\)$")
 RESULT = re.compile(r" validator\.runner: assignment (\S+): submitted as ")
+# A `Progress` (validator/scope.py) or a download's (validator/kit/progress.py).
+PROGRESS = re.compile(r" validator\.(scope|kit\.progress): ")
 
 
 def run_assignments(
@@ -39,7 +41,7 @@ def assignment_lines(log: str) -> list[list[str]]:
         if SCORING.search(line):
             current = []
             found.append(current)
-        if current is not None and " validator.progress: " not in line:
+        if current is not None and not PROGRESS.search(line):
             current.append(line)
         if RESULT.search(line):
             current = None

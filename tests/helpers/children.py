@@ -1,4 +1,4 @@
-"""Watching the child processes that validator/kit/child_process.py starts, from tests: its pid
+"""Watching the child processes that validator/sandbox/child_process.py starts, from tests: its pid
 record, whether a pid still runs that child, and stopping a parent with repeated SIGTERMs.
 Every wait is for a state, bounded by a generous timeout."""
 
@@ -11,14 +11,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from validator.kit import child_server
-from validator.kit.child_process import (
-    RECORD_PREFIX,
-    RECORD_SUFFIX,
-    ChildLimits,
-    ChildOutcome,
-    run_child,
-)
+from validator.sandbox import child_server
+from validator.sandbox.child_files import RECORD_PREFIX, RECORD_SUFFIX
+from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 
 
 def alive(pid: int, token: str | None = None) -> bool:
@@ -71,7 +66,7 @@ def parent_of(pid: int) -> int:
 
 
 def is_child_server(pid: int) -> bool:
-    """Whether `pid` is one of validator/kit/child_server.py's servers."""
+    """Whether `pid` is one of validator/sandbox/child_server.py's servers."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:

@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from safetensors.numpy import load_file
 
 from validator.kit import fetch_base_model
-from validator.kit.scope import Scope, entered
+from validator.scope import Scope, entered
 
 
 def fetched(repo_id: str) -> dict[str, object]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from devkit import REPO_ROOT
 from devkit.hf_hub import LocalHub
 from devkit.validator_cli import wait_for
-from validator.kit.bounded_reader import CAPS
+from validator.outbound.answer_caps import ANSWER_CAPS
 
 MIB = 1 << 20
 FILES = 400_000  # an 18 MB listing: read whole and decoded, 250 MB of Python objects
@@ -65,7 +65,7 @@ def hostile_listing_is_capped(tmp: Path) -> dict:
         assert done.returncode == 0, done.stderr
         measured = json.loads(done.stdout)
         sent = wait_for(lambda: len(hub.listings_sent) == 2 and list(hub.listings_sent), 30, "")
-    cap = CAPS["hub.listing"]
+    cap = ANSWER_CAPS["hub.listing"]
     said = measured["said"]
     over = f"over the {cap.max_bytes} bytes a hub.listing answer may have"
     assert said["org/flood"].startswith("SubmissionRejected: org/flood: GET "), said

@@ -59,9 +59,9 @@ REAL_PARTS = (
     "transformers",
     "safetensors",
     "bench",
-    "validator.kit.child_process",
+    "validator.sandbox.child_process",
     "validator.kit.boundary",
-    "validator.kit.child_server",
+    "validator.sandbox.child_server",
     "validator.kit.adapter_patterns",
     # Modules that read a submission in a bounded child through the kit's facade:
     "modules.rl.policy",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
+from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 
 # The child: where a temporary file goes, or why it cannot make one.
 TEMPORARY = """

@@ -13,14 +13,14 @@ from devkit.validator_cli import wait_for
 from modules.llm_judge.judging import Judge
 from tests.helpers.hostile_listing import hostile_listing_is_capped
 from tests.helpers.peak_rss import peak_bytes, reset_peak
-from validator.errors import RecoverableException
-from validator.kit.bounded_reader import CAPS
+from validator.errors import OperatorError
+from validator.outbound.answer_caps import ANSWER_CAPS
 
 KEY = "sk-judge-TEST-1234567890"
 MIB = 1 << 20
 IN_FLIGHT = 12 * MIB
 ABC = (4.0, 1.0)  # the local judge's grade of "abc"
-COMPLETION = CAPS["judge.completion"].max_bytes
+COMPLETION = ANSWER_CAPS["judge.completion"].max_bytes
 
 
 def request(answer: str) -> list[dict[str, str]]:
@@ -54,7 +54,7 @@ def test_an_oversized_completion_is_a_failed_attempt_read_to_its_cap(server, gzi
 def test_a_judge_that_only_sends_oversized_answers_is_the_operators(server):
     judge = judge_of(server)
     server.oversize_next(4, 4 * MIB)
-    with pytest.raises(RecoverableException) as caught:
+    with pytest.raises(OperatorError) as caught:
         judge.ask(request("abc"), "judge-a", 0.1)
     message = str(caught.value)
     assert "failed 4 times" in message and KEY not in message
@@ -63,9 +63,9 @@ def test_a_judge_that_only_sends_oversized_answers_is_the_operators(server):
 
 def test_an_oversized_model_listing_stops_the_start(server):
     server.oversize_next(4, 8 * MIB, models=True)
-    with pytest.raises(RecoverableException, match="cannot list its models .*judge.models"):
+    with pytest.raises(OperatorError, match="cannot list its models .*judge.models"):
         judge_of(server)
-    assert [sent <= CAPS["judge.models"].max_bytes + IN_FLIGHT for _, sent in server.padded]
+    assert [sent <= ANSWER_CAPS["judge.models"].max_bytes + IN_FLIGHT for _, sent in server.padded]
 
 
 def test_the_validators_memory_stays_bounded_under_oversized_judge_answers(server):
@@ -77,7 +77,7 @@ def test_the_validators_memory_stays_bounded_under_oversized_judge_answers(serve
     judge.ask(request("abc"), "judge-a", 0.1)
     honest = peak_bytes()
     reset_peak()
-    with pytest.raises(RecoverableException, match="judge.completion"):
+    with pytest.raises(OperatorError, match="judge.completion"):
         judge.ask(request("abc"), "judge-a", 0.1)
     assert peak_bytes() <= 1.5 * honest, (peak_bytes(), honest)
 

@@ -17,7 +17,7 @@ from devkit.judge_server import LocalJudge
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import loop_args, run_validator, start_validator, validator_env, wait_for
 from tests.helpers.odd_server import TRICKLE, OddServer
-from validator.doctor import main as doctor
+from validator.doctor.command import main as doctor
 
 KEY = "sk-judge-TEST-1234567890"
 LOOKUP = "/api/v1/tasks/request-validation-assignment/12"

@@ -27,7 +27,7 @@ from modules.llm_judge.judge_texts import (
 from modules.llm_judge.schemas import LlmJudgeConfig
 from tests.helpers.trickle_server import SEEN_CLOSED_S, trickle_server
 from validator.errors import ConfigError, ExitCode, OperatorError, outcome_of
-from validator.kit.deadline import CallAbandoned, set_stop_event
+from validator.outbound.deadline import CallAbandoned, set_stop_event
 
 RUBRICS = {
     1: "Grade it.\nContext: {conversation_context}\nAnswer: {assistant_response}\n"

@@ -16,8 +16,8 @@ from modules.llm_judge import judging
 from modules.llm_judge.grading import NO_SCORE, Grade
 from modules.llm_judge.judging import Judge
 from modules.llm_judge.schemas import LlmJudgeConfig
-from validator.errors import ConfigError, RecoverableException, TransientError
-from validator.kit.deadline import CallAbandoned, set_stop_event
+from validator.errors import ConfigError, OperatorError, TransientError
+from validator.outbound.deadline import CallAbandoned, set_stop_event
 
 KEY = "sk-judge-TEST-1234567890"
 MODELS = ["judge-a", "judge-b", "kimi-k2.5"]
@@ -137,7 +137,7 @@ def test_a_judge_that_never_gives_one_keeps_the_assignment(server, judge, fault)
     # Never 5 x 0 for the submission, never a module bug: the operator's problem, recoverable.
     fault(server)
     try:
-        with pytest.raises(RecoverableException, match=f"judge endpoint {server.endpoint}") as e:
+        with pytest.raises(OperatorError, match=f"judge endpoint {server.endpoint}") as e:
             judge.ask(request("abc"), "judge-a", 0.1)
     finally:
         server.fail_next(0)
@@ -158,7 +158,7 @@ def test_a_score_that_stays_not_finite_counts_as_no_score_unless_the_judge_gives
     assert len(since(server, start)) == 5  # the first retried three times, then counted
     server.reply_next(8, '{"score": NaN, "confidence": 1}')
     try:
-        with pytest.raises(RecoverableException, match="judge-a gave no finite score in any"):
+        with pytest.raises(OperatorError, match="judge-a gave no finite score in any"):
             serial.ask_all(jobs, 0.1)
     finally:
         server.fail_next(0)
@@ -169,7 +169,7 @@ def test_a_trickling_judge_ends_at_the_deadline(server):
     server.trickle_next(2, 0.2)  # a byte every 0.2 s: no read ever times out
     left = server.trickles_left
     began = time.monotonic()
-    with pytest.raises(RecoverableException, match="no complete answer within 1 s"):
+    with pytest.raises(OperatorError, match="no complete answer within 1 s"):
         judge.ask(request("abc"), "judge-a", 0.1)
     assert time.monotonic() - began < 30  # two attempts of 1 s, not the trickle's minute
     # Both attempts' connections were closed, not left reading in an abandoned thread.
@@ -192,7 +192,7 @@ def test_a_stop_signal_ends_a_trickling_judge_call_and_keeps_the_assignment(serv
     threading.Timer(0.5, stop.set).start()
     with pytest.raises(CallAbandoned, match="abandoned: stopping") as raised:
         judge.ask_all([(request("abc"), "judge-a")], 0.1)
-    # A TransientError, not the operator's RecoverableException: the runner keeps the assignment.
+    # A TransientError, not the operator's OperatorError: the runner keeps the assignment.
     assert raised.value.stopped and isinstance(raised.value, TransientError)
     assert len(since(server, start)) == 1  # not tried again once stopping
     wait_for(lambda: server.trickles_left == left + 1, 30, "the judge to see the call leave")
@@ -233,17 +233,17 @@ def test_a_refused_request_costs_its_conversation_unless_every_one_is_refused(se
     ]
     assert len(since(server, start)) == 2  # the refusal is not retried
     server.fail_next(2, 400)
-    with pytest.raises(RecoverableException, match="model judge-a refused every request"):
+    with pytest.raises(OperatorError, match="model judge-a refused every request"):
         serial.ask_all([(request("abc"), "judge-a"), (request("ab"), "judge-a")], 0.1)
     # A model the endpoint does not serve: 404 on every request.
-    with pytest.raises(RecoverableException, match="model gone refused every request"):
+    with pytest.raises(OperatorError, match="model gone refused every request"):
         serial.ask_all([(request("abc"), "gone")], 0.1)
 
 
 def test_a_key_refused_while_grading_stops_at_once(server, judge):
     server.fail_next(1, 403)
     start = len(server.requests)
-    with pytest.raises(RecoverableException, match=r"refused the key \(HTTP 403\)") as error:
+    with pytest.raises(OperatorError, match=r"refused the key \(HTTP 403\)") as error:
         judge.ask_all([(request("abc"), "judge-a")], 0.1)
     assert server.endpoint in str(error.value) and KEY not in str(error.value)
     assert len(since(server, start)) == 1
@@ -254,7 +254,7 @@ def test_a_failing_judge_stops_the_other_calls(server):
     server.fail_next(1000, 503)
     start = len(server.requests)
     try:
-        with pytest.raises(RecoverableException, match="last: HTTP 503"):
+        with pytest.raises(OperatorError, match="last: HTTP 503"):
             judge.ask_all([(request(str(i)), "judge-a") for i in range(150)], 0.1)
     finally:
         server.fail_next(0)
@@ -278,14 +278,14 @@ def test_a_wrong_key_or_no_endpoint_stops_at_start_up(server, monkeypatch, fast_
     wrong = "sk-wrong-key-000000"
     monkeypatch.setenv("OPENAI_BASE_URL", server.endpoint)
     monkeypatch.setenv("OPENAI_API_KEY", wrong)
-    with pytest.raises(RecoverableException, match="refused the key") as refused:
+    with pytest.raises(OperatorError, match="refused the key") as refused:
         Judge.from_environment(config)
     assert server.endpoint in str(refused.value) and wrong not in str(refused.value)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     monkeypatch.setenv("OPENAI_BASE_URL", closed)
-    with pytest.raises(RecoverableException, match=f"judge endpoint {closed}: cannot list") as gone:
+    with pytest.raises(OperatorError, match=f"judge endpoint {closed}: cannot list") as gone:
         Judge.from_environment(config)
     assert "APIConnectionError" in str(gone.value) and wrong not in str(gone.value)
     monkeypatch.setenv("OPENAI_API_KEY", " ")
@@ -304,14 +304,14 @@ def test_listing_the_models_at_start_up(server, monkeypatch, fast_backoff):
     judge = Judge.from_environment(config)
     assert judge.models == MODELS and judge.base_url == server.endpoint
     server.fail_next(3, 502, models=True)
-    with pytest.raises(RecoverableException, match=r"cannot list its models \(HTTP 502\)"):
+    with pytest.raises(OperatorError, match=r"cannot list its models \(HTTP 502\)"):
         Judge.from_environment(config)
     # An endpoint that does not implement the listing: the network's one fallback model.
     server.fail_next(1, 404, models=True)
     assert Judge.from_environment(config).models == ["gpt-4o"]
     with LocalJudge([], KEY) as empty:
         monkeypatch.setenv("OPENAI_BASE_URL", empty.endpoint)
-        with pytest.raises(RecoverableException, match="lists no models"):
+        with pytest.raises(OperatorError, match="lists no models"):
             Judge.from_environment(config)
 
 

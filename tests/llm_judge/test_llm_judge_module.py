@@ -27,7 +27,7 @@ from modules.llm_judge.schemas import EvalArgs, LlmJudgeInput
 from tests.helpers.assignment_log import check_assignment_lines, run_assignments
 from tests.helpers.served_hub import served_hub
 from tests.llm_judge.test_submission import sharded
-from validator.errors import RecoverableException, SubmissionRejected, Verdict, classify
+from validator.errors import OperatorError, SubmissionRejected, Verdict, classify
 from validator.kit import fetch_base_model
 from validator.scoring import score
 
@@ -196,7 +196,7 @@ def test_a_judge_that_goes_away_keeps_the_assignment(world):
            "validation_set_url": f"{world[0].endpoint}/flock/sets/resolve/main/chat.jsonl",
            "max_params": 10**9}  # fmt: skip
     try:
-        with pytest.raises(RecoverableException, match=judge.endpoint):
+        with pytest.raises(OperatorError, match=judge.endpoint):
             score(judged, raw)
     finally:
         judge.fail_next(0)
@@ -223,7 +223,7 @@ def test_a_base_that_cannot_be_read_keeps_the_assignment_never_minus_999(world, 
     else:
         blob.write_bytes(b"\0 not a tokenizer")
     try:
-        with pytest.raises(RecoverableException, match=message) as err:
+        with pytest.raises(OperatorError, match=message) as err:
             scored(world)
         assert classify(err.value) is Verdict.OPERATOR
     finally:

@@ -103,7 +103,7 @@ def test_a_config_far_beyond_its_weights_scores_minus_999_without_being_built(ba
 def test_a_config_of_a_million_layers_meets_the_childs_limits(base, tmp_path, monkeypatch):
     from modules.llm_judge import inspection
     from validator.kit import boundary
-    from validator.kit.child_process import ChildLimits
+    from validator.sandbox.child_process import ChildLimits
 
     # Shrunk limits: the module objects of 10**6 layers alone would take tens of GB. (Its
     # list of layer types alone is over the re-read bound, which the build is checked past.)

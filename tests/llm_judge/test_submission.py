@@ -292,7 +292,7 @@ def test_a_backtracking_module_pattern_is_refused_before_peft_runs_it(world, mon
     # Issue 32 attack: peft matches target_modules (a string: one regex) against every module
     # name in this process; the kit runs the same matches in a bounded child first.
     from validator.kit import adapter_patterns
-    from validator.kit.child_process import ChildLimits
+    from validator.sandbox.child_process import ChildLimits
 
     monkeypatch.setattr(
         adapter_patterns,

@@ -25,7 +25,7 @@ from modules.llm_judge.inspection import inspect_model
 from modules.llm_judge.templating import TemplateLimits, encode_prompts
 from tests.helpers.children import gone, record_in, stop_again_until_it_ends, wait_until
 from validator.errors import JournalAction, SubmissionRejected, Verdict, outcome_of
-from validator.kit import child_server
+from validator.sandbox import child_server
 
 # Issue 23's three nested loops; the body writes nothing, so that CPU time is what runs out
 # (with an "x" there, the output list reaches the memory limit first: also a rejection).
@@ -168,7 +168,7 @@ from pathlib import Path
 from modules.llm_judge.templating import TemplateLimits, encode_prompts
 from validator.entrypoint import _install_signal_handlers
 from validator.errors import JournalAction, SubmissionRejected, Verdict, outcome_of
-from validator.kit import child_server
+from validator.sandbox import child_server
 from validator.runner import Interrupted
 
 _install_signal_handlers(threading.Event())  # the validator's own: a second signal interrupts

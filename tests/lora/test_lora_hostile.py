@@ -25,7 +25,7 @@ from modules.lora.metrics import eval_loss
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected, Verdict, classify
 from validator.kit import adapter_patterns
-from validator.kit.child_process import ChildLimits
+from validator.sandbox.child_process import ChildLimits
 
 CHAT = DATA_DIR / "chat_sample.jsonl"
 PREFIX = "base_model.model."

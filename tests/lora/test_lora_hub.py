@@ -15,7 +15,7 @@ from devkit.hf_hub import LocalHub
 from modules.lora.hub import DownloadLimits, SubmissionRejected, fetch_adapter
 from modules.lora.reading import read_adapter
 from tests.helpers.hostile_listings import HOSTILE_LISTINGS
-from validator.errors import RecoverableException, TransientError
+from validator.errors import OperatorError, TransientError
 from validator.kit import hub as kit_hub
 from validator.kit.downloads import fetch_validation_set
 from validator.kit.hub import fetch_base_model
@@ -288,16 +288,16 @@ def test_base_model_without_safetensors_is_an_operator_problem(hub: LocalHub) ->
     files = base_files()
     del files["model.safetensors"]
     hub.add_repo("base/pickled", files)
-    with pytest.raises(RecoverableException, match="no safetensors weights"):
+    with pytest.raises(OperatorError, match="no safetensors weights"):
         fetch_base_model("base/pickled")
 
 
 def test_gated_base_model_needs_hf_token(hub: LocalHub, monkeypatch: pytest.MonkeyPatch) -> None:
     hub.add_repo("base/gated", base_files(), require_token="hf_secret")
-    with pytest.raises(RecoverableException, match="HF_TOKEN"):
+    with pytest.raises(OperatorError, match="HF_TOKEN"):
         fetch_base_model("base/gated")
     monkeypatch.setenv("HF_TOKEN", "hf_wrong")
-    with pytest.raises(RecoverableException, match="refused HF_TOKEN"):
+    with pytest.raises(OperatorError, match="refused HF_TOKEN"):
         fetch_base_model("base/gated")
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     assert (fetch_base_model("base/gated") / "config.json").is_file()
@@ -320,7 +320,7 @@ def test_a_base_that_cannot_be_read_is_the_hosts_fault(hub: LocalHub, tmp_path: 
     blob.unlink()
     blob.mkdir()
     with pytest.raises(
-        RecoverableException, match="base model Qwen/Qwen2.5-0.5B cannot be read"
+        OperatorError, match="base model Qwen/Qwen2.5-0.5B cannot be read"
     ) as caught:
         read_base("Qwen/Qwen2.5-0.5B", fetch=fetch_base_model, device="cpu", dtype=torch.float32)
     assert classify(caught.value) is Verdict.OPERATOR

@@ -314,7 +314,7 @@ def test_check_command_scores_like_the_module(world, tmp_path):
     expected = module().validate(inputs("alice/qwen-adapter-3"))
     assert printed["loss"] == pytest.approx(expected.loss, rel=1e-6)  # another process
     assert printed["gpu_type"] == "cpu"
-    assert re.search(r"INFO validator.note: commit: [0-9a-f]{40}\n", result.stderr)  # the revision
+    assert re.search(r"INFO validator.scope: commit: [0-9a-f]{40}\n", result.stderr)  # the revision
 
 
 def test_unmerged_scoring_agrees_and_leaves_the_base_clean(world):

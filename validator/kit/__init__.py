@@ -12,7 +12,14 @@ warm-base helpers. What is not listed in `__all__` is the validator's own and ma
 
 import lazy_loader
 
+from validator._moved import renamed
+
 # Raises at import when the stub is missing: it ships with the package (pyproject.toml's
 # package data; docker/Dockerfile copies validator/ whole). lazy_loader's debugging switch,
 # EAGER_IMPORT=1 in the environment, imports every name here at once, torch included.
-__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
+_stub_getattr, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
+
+
+def __getattr__(name: str) -> object:
+    # An earlier name (validator/_moved.py) gives the name now's object, with a warning.
+    return _stub_getattr(renamed(__name__, name) or name)

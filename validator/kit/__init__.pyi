@@ -7,8 +7,10 @@ once it is imported here; each is imported on first use.
 
 Only `from .x import Y as Y` and `from . import x as x` lines, relative and within the kit, as
 attach_stub requires (`as Y`: what a stub re-exports, PEP 484). A name defined outside the kit
-comes through a kit module that re-exports it: `errors` (validator/errors.py), `text`
-(validator/text.py).
+comes through a kit module that re-exports it, named after what it faces: `errors`
+(validator/errors.py), `text` (validator/text.py), `scope` (validator/scope.py), `run_context`
+(validator/run_context.py), `outbound` (validator/outbound/), `sandbox` (validator/sandbox/).
+Every file of the kit is named here (tests/test_rooms.py).
 """
 
 # the plugin contract
@@ -22,7 +24,6 @@ from .base import (
 # what validate() raises (validator/errors.py: the failure contract)
 from .errors import (
     SubmissionRejected as SubmissionRejected,
-    RecoverableException as RecoverableException,
     OperatorError as OperatorError,
     ConfigError as ConfigError,
     TransientError as TransientError,
@@ -38,6 +39,7 @@ from .scope import (
     current_scope as current_scope,
     Progress as Progress,
 )
+from .progress import watch_bytes as watch_bytes
 
 # the run context: this process's settings (state dir, HF cache budget, secrets)
 from .run_context import RunContext as RunContext, current_run as current_run
@@ -45,16 +47,16 @@ from .run_context import RunContext as RunContext, current_run as current_run
 # files and processes
 from .workdirs import WorkArea as WorkArea
 from .downloads import fetch_validation_set as fetch_validation_set
-from .deadline import (
+from .outbound import (
     overall_deadline as overall_deadline,
     CallAbandoned as CallAbandoned,
     wait_or_stop as wait_or_stop,
 )
-from .safe_json import loads_bounded as loads_bounded
+from .outbound import loads_bounded as loads_bounded
 from .errors import JsonRefused as JsonRefused
 
 # answers from outside: one bounded reader (a cap per kind of call, docs/reliability.md)
-from .bounded_reader import (
+from .outbound import (
     fetch_answer as fetch_answer,
     Answer as Answer,
     Cap as Cap,
@@ -64,7 +66,7 @@ from .bounded_reader import (
     reading_at_most as reading_at_most,
 )
 from .errors import AnswerTooLarge as AnswerTooLarge
-from .child_process import (
+from .sandbox import (
     run_child as run_child,
     ChildLimits as ChildLimits,
     ChildOutcome as ChildOutcome,
@@ -74,7 +76,7 @@ from .boundary import (
     SUBMISSION_LIMITS as SUBMISSION_LIMITS,
     CHILD_ENV as CHILD_ENV,
 )
-from .child_files import (
+from .sandbox import (
     read_child_file as read_child_file,
     write_new as write_new,
     discard as discard,

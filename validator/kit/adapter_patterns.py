@@ -4,9 +4,9 @@ keys of `rank_pattern` and `alpha_pattern`, `exclude_modules`, `layers_pattern` 
 `modules_to_save` as regular expressions against every module name of the base; a pattern that
 backtracks (`(?:.|.|.|.)*Z|.*_proj`) took minutes per name, in the validator's own process.
 
-The child (pattern_child.py) runs the same matches against the same names under a small CPU
-limit: when it finishes, peft's matches cost the validator no more than that; when it does not,
-the adapter is the submission's fault. For modules that apply adapters with peft (lora,
+The child (validator/sandbox/pattern_child.py) runs the same matches against the same names under a
+small CPU limit: when it finishes, peft's matches cost the validator no more than that; when it does
+not, the adapter is the submission's fault. For modules that apply adapters with peft (lora,
 llm_judge).
 """
 
@@ -17,10 +17,11 @@ from pathlib import Path
 from pydantic import BaseModel
 from torch import nn
 
+from validator import sandbox
 from validator.kit.boundary import SUBMISSION_LIMITS, inspect_in_child
-from validator.kit.child_process import ChildLimits
+from validator.sandbox.child_process import ChildLimits
 
-CHILD = Path(__file__).with_name("pattern_child.py")
+CHILD = Path(sandbox.__file__).with_name("pattern_child.py")
 # A real adapter's patterns match a 7B base's thousand module names in milliseconds; peft
 # repeats the work in the validator's process, so this is also what it may cost there.
 PATTERN_LIMITS = ChildLimits(

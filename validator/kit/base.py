@@ -63,7 +63,7 @@ class BaseValidationModule(ABC):
 
     @abstractmethod
     def validate(self, data: BaseInputData) -> BaseMetrics:
-        """Score one submission. Raise `RecoverableException` for operator-side problems,
+        """Score one submission. Raise `OperatorError` for operator-side problems,
         `TransientError` for network faults; any other exception fails the assignment."""
 
     def cleanup(self) -> None:  # noqa: B027 - optional hook, empty by default

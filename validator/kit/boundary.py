@@ -30,9 +30,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from validator.errors import JsonRefused, SubmissionRejected
-from validator.kit.child_files import ChildFileRefused, discard, read_child_file, write_new
-from validator.kit.child_process import ChildLimits, ChildOutcome, run_child
-from validator.kit.safe_json import loads_bounded
+from validator.outbound.safe_json import loads_bounded
+from validator.sandbox.child_files import ChildFileRefused, discard, read_child_file, write_new
+from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 from validator.text import one_line
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def inspect_in_child(
     work.mkdir(parents=True, exist_ok=True)
     stem = Path(script).stem
     request_path, result_path = work / f"{stem}-request.json", work / f"{stem}-result.json"
-    # The folder may hold what an earlier child planted there (validator/kit/child_files.py).
+    # The folder may hold what an earlier child planted there (validator/sandbox/child_files.py).
     discard(result_path)
     write_new(request_path, json.dumps({**request, "result": str(result_path)}).encode())
     try:

@@ -11,7 +11,7 @@ import requests
 
 from validator.disk import raise_if_full
 from validator.errors import TransientError
-from validator.kit.deadline import overall_deadline
+from validator.outbound.deadline import overall_deadline
 
 TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
 # The whole download, however slowly the server sends (the timeouts above bound each read only):

@@ -12,6 +12,5 @@ from validator.errors import ConfigError as ConfigError
 from validator.errors import DeviceError as DeviceError
 from validator.errors import JsonRefused as JsonRefused
 from validator.errors import OperatorError as OperatorError
-from validator.errors import RecoverableException as RecoverableException
 from validator.errors import SubmissionRejected as SubmissionRejected
 from validator.errors import TransientError as TransientError

@@ -3,11 +3,11 @@ have in its environment; the core itself does not need it): one error translatio
 library's exceptions to the failure contract, and the settings read at call time.
 
 A submitter's repo that is missing, private, gated or lacks a file is SubmissionRejected; the
-same for an operator's repo (a base model) is RecoverableException; network faults, 5xx and
+same for an operator's repo (a base model) is OperatorError; network faults, 5xx and
 rate limits are TransientError; a full disk stops the validator. `HF_ENDPOINT` and
 `HF_HUB_CACHE`/`HF_HOME` work as in the library: it reads them into constants when imported, so
 they are read again on every call and passed explicitly. The token is the run's HF_TOKEN
-(validator/kit/run_context.py: `--hf-token` or the variable), passed explicitly to every call
+(validator/run_context.py: `--hf-token` or the variable), passed explicitly to every call
 that is given none; without one, the library's own (its login file).
 """
 
@@ -31,20 +31,21 @@ from validator.disk import no_room
 from validator.errors import (
     AnswerTooLarge,
     JsonRefused,
-    RecoverableException,
+    OperatorError,
     SubmissionRejected,
     TransientError,
     disk_full,
     exception_chain,
 )
-from validator.kit import hf_cache
-from validator.kit.bounded_reader import CAPS, Cap, file_cap, parse, reading_at_most
-from validator.kit.deadline import CallOverLimit, overall_deadline
 from validator.kit.downloads import TRANSIENT_STATUSES
-from validator.kit.hub_http import cap_the_library, fresh_connections
 from validator.kit.progress import watch_bytes
-from validator.kit.run_context import current_run
-from validator.kit.scope import held_until_scored
+from validator.outbound import hf_cache
+from validator.outbound.answer_caps import ANSWER_CAPS, Cap, file_cap, reading_at_most
+from validator.outbound.bounded_reader import parse
+from validator.outbound.deadline import CallOverLimit, overall_deadline
+from validator.outbound.hub_http import cap_the_library, fresh_connections
+from validator.run_context import current_run
+from validator.scope import held_until_scored
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,10 @@ except ImportError:  # huggingface_hub 0.x does not need it
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
-# Overall deadlines (validator/kit/deadline.py): the library's timeouts bound each read only, and a
-# Hub that sends a byte every few seconds would hold the validator for ever. A call without a
-# known size (a listing, a header, a config) gets HUB_CALL_DEADLINE_S; a download of a known
-# size gets that plus its size at HUB_MIN_BYTES_PER_S (a 16 GB model: about 4.6 hours).
+# Overall deadlines (validator/outbound/deadline.py): the library's timeouts bound each read only,
+# and a Hub that sends a byte every few seconds would hold the validator for ever. A call without a
+# known size (a listing, a header, a config) gets HUB_CALL_DEADLINE_S; a download of a known size
+# gets that plus its size at HUB_MIN_BYTES_PER_S (a 16 GB model: about 4.6 hours).
 HUB_CALL_DEADLINE_S = 10 * 60.0
 HUB_MIN_BYTES_PER_S = 1024 * 1024
 # A download into a work folder whose partial file grows past its listed size by more than this
@@ -99,7 +100,7 @@ def _classify(
     """The project exception for a failed hub call, or None when it is not a hub problem;
     `local_dir`: where the call downloads to, when not the HF cache."""
     # Private/gated/missing is the submitter's doing; for a base model it is the operator's.
-    blame: type[Exception] = SubmissionRejected if submission else RecoverableException
+    blame: type[Exception] = SubmissionRejected if submission else OperatorError
     hint = "" if submission else " Check the repo id, and that HF_TOKEN has been granted access."
     for err in exception_chain(exc):
         if isinstance(err, AnswerTooLarge):  # wrapped by the library on its way out
@@ -146,12 +147,12 @@ def _classify_status(response: Any, what: str, blame: type[Exception], hint: str
         return TransientError(f"{what}: the Hub answered HTTP {status}")
     message = response.headers.get("X-Error-Message", "")
     if status in (401, 403) and "Invalid credentials" in message:
-        return RecoverableException(f"{what}: the Hub refused HF_TOKEN (HTTP {status})")
+        return OperatorError(f"{what}: the Hub refused HF_TOKEN (HTTP {status})")
     return blame(f"{what}: the Hub answered HTTP {status}.{hint}")
 
 
 def _over_cap(exc: AnswerTooLarge, what: str, submission: bool) -> Exception:
-    """An answer past its cap (validator/kit/bounded_reader.py): the sender's fault, so a
+    """An answer past its cap (validator/outbound/bounded_reader.py): the sender's fault, so a
     submission's for its own repo and files, transient for the operator's base model."""
     blame = SubmissionRejected if submission else TransientError
     return blame(f"{what}: {exc}")
@@ -171,7 +172,7 @@ def hub_call(
     deadline_what: str | None = None,
     local_dir: Path | None = None,
     guard: Callable[[], str | None] | None = None,
-    cap: Cap | None = CAPS["hub.metadata"],
+    cap: Cap | None = ANSWER_CAPS["hub.metadata"],
 ) -> T:
     """`call()` within an overall deadline (HUB_CALL_DEADLINE_S unless given; past it,
     TransientError naming `deadline_what`, or `what`), its hub errors translated; `what` names
@@ -207,7 +208,7 @@ def _with_token(kwargs: dict[str, Any]) -> dict[str, Any]:
 def model_info(repo_id: str, what: str, *, submission: bool, **kwargs: Any) -> ModelInfo:
     """The repo's listing, read under the hub.listing cap."""
     call = partial(api().model_info, repo_id, **_with_token(kwargs))
-    return hub_call(call, what, submission=submission, cap=CAPS["hub.listing"])
+    return hub_call(call, what, submission=submission, cap=ANSWER_CAPS["hub.listing"])
 
 
 def download(
@@ -225,7 +226,7 @@ def download(
     and the written path is checked to lie inside it (`unsafe_name`)."""
     local_dir = Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None
     folder = local_dir or Path(kwargs.get("cache_dir") or cache_dir() or constants.HF_HUB_CACHE)
-    blame = SubmissionRejected if submission else RecoverableException
+    blame = SubmissionRejected if submission else OperatorError
     problem = unsafe_name(name, local_dir)
     if problem is not None:
         raise blame(f"{what}: the Hub lists the file name {name[:200]!r}, which {problem}")
@@ -332,7 +333,7 @@ def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
     Only config, tokenizer and safetensors weights are fetched; when the repo has a shard index,
     only the shards it names (some repos also carry a consolidated copy of the weights).
 
-    The base is marked in use in the cache (validator/kit/hf_cache.py) from before it is read
+    The base is marked in use in the cache (validator/outbound/hf_cache.py) from before it is read
     until the scoring in progress ends (outside a run: until this returns), so that no worker
     sharing the cache evicts it meanwhile. With a cache budget (VALIDATOR_HF_CACHE_MAX_GB), the
     least recently used bases not in use are evicted to make room for it, and again after.
@@ -380,7 +381,7 @@ def _fetch_base_model(repo_id: str, token: str | None, cache: Path, budget: int 
     partial_ref.replace(folder / "refs" / "main")
     path = folder / "snapshots" / commit
     if not (path / "config.json").is_file():
-        raise RecoverableException(f"{what}: the snapshot at {path} has no config.json")
+        raise OperatorError(f"{what}: the snapshot at {path} has no config.json")
     if budget is not None:
         hf_cache.evict(cache, budget)
     return path
@@ -399,13 +400,11 @@ def _base_weight_files(
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if s not in files or not s.endswith(".safetensors")]
         if not shards or missing:
-            raise RecoverableException(
-                f"{what}: {SAFETENSORS_INDEX} names missing shards {missing}"
-            )
+            raise OperatorError(f"{what}: {SAFETENSORS_INDEX} names missing shards {missing}")
         return [SAFETENSORS_INDEX, *shards]
     if "model.safetensors" in files:
         return ["model.safetensors"]
-    raise RecoverableException(
+    raise OperatorError(
         f"{what}: no safetensors weights (model.safetensors or {SAFETENSORS_INDEX}); "
         "pickle weights are never loaded"
     )
@@ -414,16 +413,16 @@ def _base_weight_files(
 def _weight_map(path: Path, what: str) -> dict:
     """The index's tensor -> shard map, decoded within the listing's cap (the index lists the
     shards); an index past it, or not JSON, is the operator's to look at."""
-    cap = CAPS["hub.listing"]
+    cap = ANSWER_CAPS["hub.listing"]
     try:
         with path.open("rb") as f:
             data = f.read(cap.max_bytes + 1)
         index = parse(data, cap, f"{what}: {SAFETENSORS_INDEX}")
     except (OSError, JsonRefused) as exc:
-        raise RecoverableException(f"{what}: {SAFETENSORS_INDEX} cannot be read: {exc}") from exc
+        raise OperatorError(f"{what}: {SAFETENSORS_INDEX} cannot be read: {exc}") from exc
     weight_map = index.get("weight_map", {}) if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
-        raise RecoverableException(f"{what}: {SAFETENSORS_INDEX} has no weight_map object")
+        raise OperatorError(f"{what}: {SAFETENSORS_INDEX} has no weight_map object")
     return weight_map
 
 

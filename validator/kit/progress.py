@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from validator.kit.scope import EVERY_SECONDS, Progress, current_scope
+from validator.scope import EVERY_SECONDS, Progress, current_scope
 
+# Progress too: what `validator.progress` (an earlier path, validator/_moved.py) gave.
 __all__ = ["Progress", "watch_bytes"]
 
-log = logging.getLogger("validator.progress")
+log = logging.getLogger(__name__)
 
 
 # With a known total, a line also each time another tenth has arrived; the folder is looked at

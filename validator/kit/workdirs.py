@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from validator.kit.child_files import kill_strays
+from validator.sandbox.child_files import kill_strays
 
 log = logging.getLogger(__name__)
 

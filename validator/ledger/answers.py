@@ -25,12 +25,13 @@ from typing import Any, Literal
 import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from validator.errors import RecoverableException, TransientError
-from validator.kit.bounded_reader import CAPS, parse
+from validator.errors import OperatorError, TransientError
+from validator.outbound.answer_caps import ANSWER_CAPS
+from validator.outbound.bounded_reader import parse
 from validator.text import quoted
 
 # The client's name, which these lines have always had.
-log = logging.getLogger("validator.ledger.client")
+log = logging.getLogger(__name__)
 
 NO_SUBMISSIONS = "No task submissions available to validate"
 RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"
@@ -76,7 +77,7 @@ class Policy:
 
     name: str  # the call, as the metrics label it: lookup, submit, tasks_list
     statuses: frozenset[int]
-    # The kit's cap on its answers (validator/kit/answer_caps.py CAPS).
+    # The kit's cap on its answers (validator/outbound/answer_caps.py ANSWER_CAPS).
     cap: str
     # Whether a try the API may have processed (sent, then no answer, 500/502/504, a 2xx
     # without JSON) may be repeated: not for a lookup, which hands out an assignment each time.
@@ -108,8 +109,8 @@ def normalise_id(value: Any) -> str:
 
 
 # What the API sends beyond these fields is dropped here, at the boundary (issue 40: a lookup
-# answer's extra keys were kept, 2.7 GB for 100 MB); the answers' size is capped by the kit's
-# reader (validator/kit/answer_caps.py: CAPS, the Policy's `cap`).
+# answer's extra keys were kept, 2.7 GB for 100 MB); the answers' size is capped by the
+# reader (validator/outbound/answer_caps.py: ANSWER_CAPS, the Policy's `cap`).
 
 
 class Task(BaseModel):
@@ -258,7 +259,7 @@ def read_submit(
     docs/fed-ledger-api.md "Submit answers" says. `earlier`: what an earlier try of the call
     that the API may have processed met; `retry_after`: the transport's bounded wait of the
     answer. Raises ApiUnavailable when no answer settles it (5xx, 408, 429, a 2xx without
-    JSON), and RecoverableException on a refused key."""
+    JSON), and OperatorError on a refused key."""
     code = response.status_code
     parsed = _json_or_none(response, SUBMIT)
     _refuse_key(response, parsed)
@@ -283,7 +284,7 @@ def read_submit(
 def _refuse_key(response: requests.Response, body: Any) -> None:
     """401 and 403, to any call: the key is refused, which no retry mends (exit 3)."""
     if response.status_code in (401, 403):
-        raise RecoverableException(
+        raise OperatorError(
             f"the Fed Ledger refused the API key (HTTP {response.status_code}: "
             f"{_detail(response, body)}); check --flock-api-key / FLOCK_API_KEY"
         )
@@ -311,7 +312,7 @@ def _decoded(response: requests.Response, policy: Policy) -> Any:
     """The body decoded within the call's cap (bytes, JSON values, depth): JsonRefused, a
     ValueError, when it is not JSON or over the cap (the transport read no more than the
     cap's bytes)."""
-    return parse(response.content, CAPS[policy.cap], f"the answer to {policy.name}")
+    return parse(response.content, ANSWER_CAPS[policy.cap], f"the answer to {policy.name}")
 
 
 def _has_detail(body: Any) -> bool:

@@ -20,18 +20,11 @@ from urllib.parse import quote
 from validator.ledger.answers import (
     LIST,
     LOOKUP,
-    LOOKUP_RETRY_STATUSES,
-    NO_SUBMISSIONS,
-    NOT_VALIDATING,
-    RATE_LIMITED,
-    RETRIED_STATUSES,
     SUBMIT,
-    ApiUnavailable,
     Assignment,
     Refusal,
     SubmitResult,
     Task,
-    TaskSubmission,
     normalise_id,
     read_lookup,
     read_submit,
@@ -39,36 +32,9 @@ from validator.ledger.answers import (
 )
 from validator.ledger.transport import (
     DEFAULT_DEADLINE_S,
-    CallInterrupted,
-    RequestNotSendable,
     Transport,
 )
 from validator.options import DEFAULT_API_URL
-
-# Named here as before, where the rest of the validator and the tests import them from: the
-# models and texts live with what the answers mean (ledger/answers.py), DEFAULT_API_URL with the
-# options (validator/options.py).
-__all__ = [
-    "DEFAULT_API_URL",
-    "LIST",
-    "LOOKUP",
-    "LOOKUP_RETRY_STATUSES",
-    "NOT_VALIDATING",
-    "NO_SUBMISSIONS",
-    "RATE_LIMITED",
-    "RETRIED_STATUSES",
-    "SUBMIT",
-    "ApiUnavailable",
-    "Assignment",
-    "CallInterrupted",
-    "FedLedgerClient",
-    "Refusal",
-    "RequestNotSendable",
-    "SubmitResult",
-    "Task",
-    "TaskSubmission",
-    "normalise_id",
-]
 
 LOOKUP_PATH = "/tasks/request-validation-assignment/"
 
@@ -117,7 +83,7 @@ class FedLedgerClient:
     ) -> SubmitResult:
         """The API's answer, classified (docs/fed-ledger-api.md, "Submit answers"; decided by
         answers.read_submit). Raises ApiUnavailable when no try had an answer that settles it
-        (5xx, 408, 429, a 2xx without JSON, no answer at all), and RecoverableException on a
+        (5xx, 408, 429, a 2xx without JSON, no answer at all), and OperatorError on a
         refused key."""
         path = f"/tasks/update-validation-assignment/{quote(normalise_id(assignment_id), safe='')}"
         body: dict[str, Any] = {"status": status}

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from validator.ledger.client import ApiUnavailable, FedLedgerClient
+from validator.ledger.answers import ApiUnavailable
+from validator.ledger.client import FedLedgerClient
 from validator.state.entry import Entry, State
 
 # A submit answered with a 4xx the client does not know is sent again after this long.
@@ -44,7 +45,7 @@ def submit_result(
     now: Callable[[], float] = time.time,
 ) -> SubmitVerdict:
     """Submits `entry`'s result; returns what the API's answer makes of it. A
-    RecoverableException from the client (the key refused) is raised on. `now`: the runner's
+    OperatorError from the client (the key refused) is raised on. `now`: the runner's
     clock, for the next try."""
     status = "completed" if entry.state is State.SCORED else "failed"
     # An earlier pass or process kept it after a try the API may have taken: what it met.

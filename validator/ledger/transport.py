@@ -2,13 +2,13 @@
 
 requests' timeouts bound each read, not a call: a server that trickles a byte every few seconds
 holds a call forever. So each try runs within what is left of the call's overall deadline, the
-kit's one outbound deadline (validator/kit/deadline.py), which also ends it STOP_GRACE_S after a
-stop signal: its socket is shut, so no try outlives the call and none goes on to send a request
-later. Retries are made here, not by urllib3, so that they share that deadline, wait out a
-bounded Retry-After, and report whether a try the API may have processed came before the final
-answer (a submit refused as "not validating" after such a try was most likely taken by it).
-Which answers are failures to try again is not decided here: ledger/answers.py says
-(`try_again`), with the call's Policy; this module keeps the mechanics of trying.
+one outbound deadline (validator/outbound/deadline.py), which also ends it STOP_GRACE_S after a stop
+signal: its socket is shut, so no try outlives the call and none goes on to send a request later.
+Retries are made here, not by urllib3, so that they share that deadline, wait out a bounded
+Retry-After, and report whether a try the API may have processed came before the final answer (a
+submit refused as "not validating" after such a try was most likely taken by it). Which answers are
+failures to try again is not decided here: ledger/answers.py says (`try_again`), with the call's
+Policy; this module keeps the mechanics of trying.
 """
 
 from __future__ import annotations
@@ -27,28 +27,24 @@ import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
 
 from validator.errors import AnswerTooLarge, RequestNotSendable
-from validator.kit.bounded_reader import CAPS, Cap, capped_session
-from validator.kit.deadline import STOP_GRACE_S, CallAbandoned, overall_deadline
 from validator.ledger.answers import (
-    MAYBE_PROCESSED_STATUSES,
     ApiUnavailable,
     Policy,
     TryAgain,
     try_again,
 )
 from validator.observe import telemetry
+from validator.outbound.answer_caps import ANSWER_CAPS, Cap
+from validator.outbound.bounded_reader import capped_session
+from validator.outbound.deadline import STOP_GRACE_S, CallAbandoned, overall_deadline
 
-# Named here as before: what the answers mean is ledger/answers.py's.
-__all__ = ["MAYBE_PROCESSED_STATUSES", "ApiUnavailable", "Policy", "RequestNotSendable"]
-
-log = logging.getLogger("validator.ledger.client")
+log = logging.getLogger(__name__)
 
 DEFAULT_DEADLINE_S = 300.0
-# STOP_GRACE_S (the kit's): a try in progress when a stop signal comes gets this long to end by
-# itself: a submit that is merely finishing still goes out, a stuck one no longer holds the
-# shutdown.
-# A longer Retry-After is not waited out inside a call: the call ends, and the runner retries
-# it no sooner than that (bounded again to this) later.
+# STOP_GRACE_S (outbound/deadline.py): a try in progress when a stop signal comes gets this long to
+# end by itself: a submit that is merely finishing still goes out, a stuck one no longer holds the
+# shutdown. A longer Retry-After is not waited out inside a call: the call ends, and the runner
+# retries it no sooner than that (bounded again to this) later.
 MAX_RETRY_AFTER_S = 180.0
 BACKOFF_MAX_S = 60.0
 # Faults of the network or the server, which a later try may not meet. Any other error raised
@@ -187,7 +183,7 @@ class Transport:
         if remaining <= 0:
             raise _Abandoned(f"no time left of the {self.deadline:g} s deadline", sent=False)
         timeout = (min(self.timeout[0], remaining), min(self.timeout[1], remaining))
-        with _session(self.api_key, CAPS[policy.cap]) as session:
+        with _session(self.api_key, ANSWER_CAPS[policy.cap]) as session:
             try:
                 with overall_deadline(
                     remaining, f"{method} {url}", stop=self.stop, stop_grace=STOP_GRACE_S
@@ -269,7 +265,7 @@ def _session(api_key: str, cap: Cap) -> requests.Session:
     """A session for one try: nothing is reused, so every connection of a try is connected
     within its deadline (which covers only those) and nothing of an abandoned try lingers. No
     retries by urllib3 (Transport.call makes them) and, as requests' default, none after a
-    read error. Its answers are read under `cap` (the kit's bounded reader)."""
+    read error. Its answers are read under `cap` (the bounded reader)."""
     session = capped_session(cap)
     session.headers.update(
         {"flock-api-key": api_key, "Content-Type": "application/json", "User-Agent": user_agent()}

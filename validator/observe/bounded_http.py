@@ -47,7 +47,7 @@ from http.server import BaseHTTPRequestHandler
 
 from validator.errors import ConfigError, describe
 
-log = logging.getLogger("validator.observe.status_server")
+log = logging.getLogger(__name__)
 
 WORKERS = 2
 MAX_CONNECTIONS = 64

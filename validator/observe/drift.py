@@ -28,9 +28,9 @@ from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from validator.errors import AnswerTooLarge, describe
-from validator.kit.bounded_reader import fetch_answer
-from validator.kit.deadline import overall_deadline
 from validator.observe.telemetry import PREFIX, REGISTRY
+from validator.outbound.bounded_reader import fetch_answer
+from validator.outbound.deadline import overall_deadline
 from validator.spec import ModuleSpec, ProtocolPin
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ UNKNOWN_RETRY_S = 1800.0
 TIMEOUT = (5.0, 10.0)  # connect, read
 DEADLINE_S = 30.0  # both calls together, their reading and parsing included
 NAMED = 5  # commits named in the warning, and all the cache keeps of them
-PAGE = 100  # commits asked for: one page, read under the kit's github.commits cap
+PAGE = 100  # commits asked for: one page, read under the github.commits cap
 MESSAGE_CHARS = 120  # of a commit's first line
 CACHE_PREFIX = "protocol-drift-"
 CACHE_MAX_BYTES = 8 * 1024  # a cache file is a few hundred bytes; past this it is damaged
@@ -127,7 +127,7 @@ def ask(pin: ProtocolPin, api: str) -> Drift:
     """The commits that touched the pin's folder after it: the pin's own date (the first of a
     listing that starts at it: a commit's own answer carries its whole diff), then a page of
     the folder's commits since that date (GitHub lists newest first). Both answers are read
-    and parsed within the kit's github.commits cap and one overall deadline."""
+    and parsed within the github.commits cap and one overall deadline."""
     try:
         with overall_deadline(DEADLINE_S, "protocol drift check"):
             pinned = _commits(api, pin, {"sha": pin.commit, "per_page": "1"})

@@ -31,7 +31,7 @@ from validator.state.records import (
     outcome_label,
 )
 
-log = logging.getLogger("validator")
+log = logging.getLogger(__name__)
 RECENT = 10
 
 

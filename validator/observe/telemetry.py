@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from validator.kit.scope import HOST_PHASES
-from validator.kit.scope import PENALTY_KINDS as KIT_PENALTY_KINDS
+from validator.scope import HOST_PHASES
+from validator.scope import PENALTY_KINDS as KIT_PENALTY_KINDS
 from validator.state.entry import FAILED_KINDS
 
 REGISTRY = CollectorRegistry(auto_describe=True)

@@ -34,7 +34,7 @@ class State(str, Enum):
 
 # Why the runner failed a result (its penalty_kind; a metric label): the submission cannot be
 # validated, the input does not fit the module, unexpected errors used its attempts up, or its
-# scoring ended the process each time. A module's own penalties are the kit's PENALTY_KINDS.
+# scoring ended the process each time. A module's own penalties are the scope's PENALTY_KINDS.
 FailedKind = Literal["rejected", "invalid_input", "unexpected", "crashed"]
 FAILED_KINDS: tuple[FailedKind, ...] = ("rejected", "invalid_input", "unexpected", "crashed")
 
@@ -99,7 +99,7 @@ class Entry(BaseModel):
     # repeat refused as "not validating" is known to be that try's (ledger/submitting.py).
     maybe_taken: str | None = None
     # Why the result is a penalty rather than a score, kept whatever later submit tries write
-    # into `error`: a module's penalty (the kit's PENALTY_KINDS: a -999 or lora's loss 999, its
+    # into `error`: a module's penalty (the scope's PENALTY_KINDS: a -999 or lora's loss 999, its
     # metrics submitted unchanged) or why it was failed (the runner's FAILED_KINDS). A kind is
     # a short word, for a metric label; None with a penalty: a failure recorded before version 3.
     penalty_kind: str | None = Field(default=None, pattern=r"^[a-z_]{1,40}$")

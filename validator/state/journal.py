@@ -34,17 +34,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from validator.disk import DEFAULT_MIN_FREE_MB, DiskGuard
-from validator.errors import disk_full
+from validator.errors import SQLITE_IOERR, JournalUnwritable, disk_full, sqlite_result
 from validator.state import store
-from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, DamagedRow, Entry, State
+from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, Entry, State
 from validator.state.owner import StateDirLock
 from validator.state.quarantine import ROW_KEY, SetAside, sift
-from validator.state.store import (
-    DEFAULT_LOCK_TIMEOUT_S,
-    JournalBroken,
-    JournalLocked,
-    JournalUnwritable,
-)
+from validator.state.store import DEFAULT_LOCK_TIMEOUT_S
 from validator.text import bounded, one_line
 
 log = logging.getLogger(__name__)
@@ -52,19 +47,6 @@ T = TypeVar("T")
 
 RESERVE_NAME = "journal.reserve"
 PROBE_NAME = "journal.probe"
-SQLITE_IOERR = 10
-
-__all__ = [
-    "DEFAULT_MIN_FREE_MB",
-    "UNDECIDED",
-    "UNSUBMITTED",
-    "DamagedRow",
-    "Entry",
-    "JournalBroken",
-    "JournalLocked",
-    "JournalUnwritable",
-    "State",
-]
 
 
 class Journal:
@@ -130,9 +112,8 @@ class Journal:
     def _is_full(self, exc: BaseException) -> bool:
         if disk_full(exc):
             return True
-        code = getattr(exc, "sqlite_errorcode", None)
-        io_error = code is not None and code & 0xFF == SQLITE_IOERR
-        return (io_error or str(exc) == "disk I/O error") and self.disk.short_of_space()
+        io_error = sqlite_result(exc, (SQLITE_IOERR,), ("disk I/O error",))
+        return io_error and self.disk.short_of_space()
 
     @contextmanager
     def _full_disk_stops(self, what: str) -> Iterator[None]:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from validator.kit.scope import (
+from validator.scope import (
     MAX_PENALTY_REASON,
     HostPhase,
     PenaltyKind,
@@ -135,7 +135,7 @@ class ScoringMarks:
         on_beat: Callable[[], None] | None = None,
     ) -> Iterator[PhaseTimes]:
         """While `assignment_id` is scored: its phase is kept on disk, and timed; the module
-        reaches both through the scope entered here (validator/kit/scope.py)."""
+        reaches both through the scope entered here (validator/scope.py)."""
         times = PhaseTimes()
 
         def record(phase: str) -> None:

@@ -20,9 +20,21 @@ from contextlib import closing
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from validator.errors import ConfigError, JournalBroken, JournalLocked, JournalUnwritable
+from validator.errors import (
+    SQLITE_BUSY,
+    SQLITE_CANTOPEN,
+    SQLITE_CORRUPT,
+    SQLITE_LOCKED,
+    SQLITE_NOTADB,
+    SQLITE_READONLY,
+    ConfigError,
+    JournalBroken,
+    JournalLocked,
+    JournalUnwritable,
+    sqlite_result,
+)
 from validator.state import migrate
-from validator.state.migrate import SetAside
+from validator.state.quarantine import SetAside
 
 T = TypeVar("T")
 
@@ -133,10 +145,7 @@ DEFAULT_LOCK_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_ENV = "VALIDATOR_JOURNAL_LOCK_TIMEOUT"
 RETRY_PAUSE_S = 0.1
 
-# SQLite's primary result codes; the messages stand in on Python 3.10, which has no
-# sqlite_errorcode. Both come from SQLite, never from a submission.
-SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_NOTADB = 5, 6, 8, 11, 26
-SQLITE_CANTOPEN = 14
+# SQLite's messages for the result codes below, which stand in on Python 3.10 (sqlite_result).
 BUSY_MESSAGES = ("database is locked", "database table is locked", "database is busy")
 BROKEN_MESSAGES = ("file is not a database", "database disk image is malformed")
 
@@ -328,28 +337,19 @@ def locked(path: Path, lock_timeout: float) -> JournalLocked:
 
 
 def busy(exc: BaseException) -> bool:
-    return _is(exc, (SQLITE_BUSY, SQLITE_LOCKED), BUSY_MESSAGES)
+    return sqlite_result(exc, (SQLITE_BUSY, SQLITE_LOCKED), BUSY_MESSAGES)
 
 
 def broken(exc: BaseException) -> bool:
-    return _is(exc, (SQLITE_CORRUPT, SQLITE_NOTADB), BROKEN_MESSAGES)
+    return sqlite_result(exc, (SQLITE_CORRUPT, SQLITE_NOTADB), BROKEN_MESSAGES)
 
 
 def unopenable(exc: BaseException) -> bool:
-    return _is(exc, (SQLITE_CANTOPEN,), ("unable to open database file",))
+    return sqlite_result(exc, (SQLITE_CANTOPEN,), ("unable to open database file",))
 
 
 def read_only(exc: BaseException) -> bool:
-    return _is(exc, (SQLITE_READONLY,), ("attempt to write a readonly database",))
-
-
-def _is(exc: BaseException, codes: tuple[int, ...], messages: tuple[str, ...]) -> bool:
-    if not isinstance(exc, sqlite3.Error):
-        return False
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in codes
-    return str(exc) in messages
+    return sqlite_result(exc, (SQLITE_READONLY,), ("attempt to write a readonly database",))
 
 
 def _until_unlocked(path: Path, lock_timeout: float, work: Callable[[], T]) -> T:

@@ -21,9 +21,9 @@ submission's first byte: it closes what Landlock leaves open (issue 32, the seco
   answer ENOSYS.
 
 The filter reaches the process's threads (TSYNC: the fresh path's preloads may have started
-some) and everything it would start. Standard library only: validator/kit/child_entry.py, run
+some) and everything it would start. Standard library only: validator/sandbox/child_entry.py, run
 as `python -I`, loads this file by its path. What is denied is decided in one place,
-validator/kit/child_process.py (CHILD_SOCKET_FAMILIES, CHILD_NO_CONNECT, CHILD_NO_PROCESSES,
+validator/sandbox/child_process.py (CHILD_SOCKET_FAMILIES, CHILD_NO_CONNECT, CHILD_NO_PROCESSES,
 CHILD_NO_METADATA).
 """
 
@@ -32,11 +32,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import logging
-import os
 import platform
 import struct
 import sys
 import threading
+
+from .kernel import no_new_privs, syscall
 
 NOT_AVAILABLE = (
     "seccomp filters are not available (an old kernel or a container profile refusing them): "
@@ -44,7 +45,6 @@ NOT_AVAILABLE = (
     "see), connect to any Unix socket bound to a path, change file modes, owners and times, "
     "and start processes (each with its own memory limit)"
 )
-PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_SET_MODE_FILTER, SECCOMP_GET_ACTION_AVAIL = 1, 2
 SECCOMP_FILTER_FLAG_TSYNC = 1
 RET_KILL_PROCESS, RET_ERRNO, RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
@@ -130,16 +130,6 @@ class _Program(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _syscall(number: int, *args) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    result = libc.syscall(ctypes.c_long(number), *args)
-    if result < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    return result
-
-
 def available() -> bool:
     """Whether this kernel takes a filter that can kill a process and answer an errno (Linux
     4.14 on); False on a foreign architecture or where seccomp(2) is refused."""
@@ -149,7 +139,7 @@ def available() -> bool:
     for action in (RET_KILL_PROCESS, RET_ERRNO, RET_ALLOW):
         value = ctypes.c_uint32(action)
         try:
-            _syscall(
+            syscall(
                 table["seccomp"], ctypes.c_uint(SECCOMP_GET_ACTION_AVAIL), ctypes.c_uint(0),
                 ctypes.byref(value),
             )  # fmt: skip
@@ -243,11 +233,8 @@ def apply(given: dict | None) -> None:
     raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
     buffer = ctypes.create_string_buffer(raw, len(raw))
     prog = _Program(len(code), ctypes.cast(buffer, ctypes.c_void_p))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        code_ = ctypes.get_errno()
-        raise OSError(code_, os.strerror(code_))
-    _syscall(
+    no_new_privs()
+    syscall(
         TABLES[arch]["seccomp"], ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
         ctypes.c_uint(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog),
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """The one reader of answers from outside (issue 40): the Fed Ledger's, the Hub's, a judge's,
 GitHub's, a registry's. Whatever library makes the call, what the validator's process reads of
-an answer is capped by the kind of call (`CAPS`, in answer_caps.py; docs/reliability.md "Byte
+an answer is capped by the kind of call (`ANSWER_CAPS`, in answer_caps.py; docs/reliability.md "Byte
 caps on answers"):
 
 - in bytes, counted as they arrive (decoded, so that a compressed answer counts at its real
@@ -8,7 +8,7 @@ caps on answers"):
 - in JSON values, for answers that are JSON, counted before anything decodes them
   (safe_json.value_count): a megabyte of `[{},{},...]` is 24 MB of Python objects, so bytes
   alone do not bound what a parse costs in memory and in time holding the GIL;
-- within an overall deadline (validator/kit/deadline.py) that covers the reading, and the
+- within an overall deadline (validator/outbound/deadline.py) that covers the reading, and the
   parsing when it runs inside it too (`fetch_answer` then `Answer.json`, or a library's own parse).
 
 Past its cap an answer raises AnswerTooLarge, a TransientError: the sender's fault, transient
@@ -41,39 +41,18 @@ from pydantic import BaseModel
 from requests.adapters import BaseAdapter, HTTPAdapter
 
 from validator.errors import AnswerTooLarge
-from validator.kit.answer_caps import (
+from validator.outbound.answer_caps import (
     ANSWER_CAPS,
-    CAPS,
     CHUNK,
     ByteCounter,
     Cap,
     check_values,
     current_cap,
-    file_cap,
-    reading_at_most,
     too_large,
     where,
 )
-from validator.kit.deadline import overall_deadline
-from validator.kit.safe_json import loads_bounded
-
-# The table and the counting live in answer_caps.py; named here too, the reader's names.
-__all__ = [
-    "ANSWER_CAPS",
-    "CAPS",
-    "Answer",
-    "Cap",
-    "CappedAdapter",
-    "cap_session",
-    "capped_event_hooks",
-    "capped_session",
-    "check_values",
-    "fetch_answer",
-    "file_cap",
-    "json_lines",
-    "parse",
-    "reading_at_most",
-]
+from validator.outbound.deadline import overall_deadline
+from validator.outbound.safe_json import loads_bounded
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -316,12 +295,12 @@ def fetch_answer(
     data: bytes | str | None = None,
     what: str | None = None,
 ) -> Answer:
-    """One request and its answer, read under the cap of `kind` (a name of CAPS, or a Cap)
+    """One request and its answer, read under the cap of `kind` (a name of ANSWER_CAPS, or a Cap)
     within an overall deadline of `deadline_s`; no redirect is followed (a key never travels
     to another host). Raises AnswerTooLarge past the cap, CallAbandoned past the deadline,
     requests' errors as they come. Parse the answer inside the caller's own overall deadline
     to have it cover the parse too."""
-    cap = CAPS[kind] if isinstance(kind, str) else kind
+    cap = ANSWER_CAPS[kind] if isinstance(kind, str) else kind
     what = what or f"{method} {where(url)}"
     with capped_session(cap) as session, overall_deadline(deadline_s, what):
         response = session.request(

@@ -35,7 +35,7 @@ from pathlib import Path
 from huggingface_hub import CachedRepoInfo, scan_cache_dir
 from huggingface_hub.errors import CacheNotFound
 
-from validator.kit.run_context import BYTES_PER_GB, current_run
+from validator.run_context import BYTES_PER_GB, current_run
 
 log = logging.getLogger(__name__)
 

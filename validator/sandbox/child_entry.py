@@ -1,4 +1,4 @@
-"""The child's side of validator/kit/child_process.py, and the pre-imported server its children
+"""The child's side of validator/sandbox/child_process.py, and the pre-imported server its children
 are forked from. Standalone: it runs as `python -I child_entry.py ...` and imports only the
 standard library (and the trusted preloads), never the validator's code.
 
@@ -22,7 +22,7 @@ What a child starts does not outlive it: the server, and the fresh path's first 
 subreapers, so a process whose parent ended, even one in a session of its own (setsid, a double
 fork), becomes theirs, and every such process is killed when a child ends. Both are
 non-dumpable, as the validator is, and their children inherit it: a child can neither ptrace
-them nor read another child's memory (validator/kit/child_reaper.py).
+them nor read another child's memory (validator/sandbox/child_reaper.py).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import atexit
 import ctypes
 import gc
 import importlib
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -45,21 +46,20 @@ import threading
 import traceback
 import weakref
 
-if __package__:  # imported by the validator
-    from validator.kit import child_landlock as landlock
-    from validator.kit import child_reaper as reaper
-    from validator.kit import child_seccomp as seccomp
-else:  # run as `python -I child_entry.py`: no folder on sys.path; the files beside it, unlisted
-    for _as, _name in (
-        ("reaper", "child_reaper"),
-        ("landlock", "child_landlock"),
-        ("seccomp", "child_seccomp"),
-    ):
-        _spec = importlib.util.spec_from_file_location(
-            _name, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{_name}.py")
-        )
-        globals()[_as] = importlib.util.module_from_spec(_spec)
-        _spec.loader.exec_module(globals()[_as])
+if not __package__:
+    # Run as `python -I child_entry.py`: no folder on sys.path. Its own folder becomes a package
+    # of its own name (its __init__ and the validator's are not run), so that the files beside
+    # it import one another as they do in the validator, relatively and standard library only.
+    __package__ = "_sandbox"
+    _package = importlib.util.module_from_spec(
+        importlib.machinery.ModuleSpec(__package__, None, is_package=True)
+    )
+    _package.__path__ = [os.path.dirname(os.path.abspath(__file__))]
+    sys.modules[__package__] = _package
+
+from . import child_landlock as landlock  # noqa: E402 - after the package exists
+from . import child_reaper as reaper  # noqa: E402
+from . import child_seccomp as seccomp  # noqa: E402
 
 # The exit code of a script that ran out of memory (child_reaper.EXIT_ORPHAN: of a set-up whose
 # parent was already gone).

@@ -4,7 +4,7 @@ child process that the validator can always bound and stop. For modules.
 `run_child(script, args, cwd=..., limits=...)` runs `script` as `__main__` with `args` in a child
 that is set up as a `python -I` interpreter would be (no user site, no PYTHON* variables, neither
 the current folder nor the script's on sys.path). The child is forked from a server that has
-already imported the `preload` modules (validator/kit/child_server.py, child_entry.py: one per
+already imported the `preload` modules (validator/sandbox/child_server.py, child_entry.py: one per
 preload tuple and environment, started with the clean environment below, so the fixed cost of
 a child is a fork, not seconds of imports); where no server can run, it is a fresh
 `python -I child_entry.py run ...` that imports them itself (one warning line says why). Either
@@ -18,14 +18,14 @@ way:
   the script's), which kills it when the child ends: nothing a child started outlives it (the
   seccomp filter below lets it start none; the subreaper covers a kernel without seccomp);
 - no reach into the validator: the validator, the servers and every child are non-dumpable
-  (validator/kit/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
+  (validator/sandbox/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
   read their /proc/<pid>/environ or memory, nor ptrace them;
-- writes only beneath `cwd` and to /dev/null (Landlock, validator/kit/child_landlock.py, with
+- writes only beneath `cwd` and to /dev/null (Landlock, validator/sandbox/child_landlock.py, with
   the rules below): not to the state dir, the HF cache or another work folder; no TCP (Linux
   6.7 on), no signal to its parent or the validator (6.12 on). Reads are not confined. Without
   Landlock, children run unconfined after one warning line (one more for each feature an
   older Landlock lacks);
-- a seccomp filter (validator/kit/child_seccomp.py, after the Landlock rules): no socket but a
+- a seccomp filter (validator/sandbox/child_seccomp.py, after the Landlock rules): no socket but a
   Unix one (no MPTCP, UDP) and no connection at all (a path-bound Unix socket such as the
   Docker engine's included), no new process (threads only: its memory limit is its whole memory),
   no change of a file's mode, owner, times, flags or extended attributes. Without seccomp, one
@@ -44,12 +44,12 @@ way:
   the record's token (pids are reused; a forked child writes its token over a placeholder in
   its copy of the server's command line);
 - the parent never follows a link nor reads anything but a plain file in the child's folder
-  (validator/kit/child_files.py): the records are new files, and the stderr file is created
+  (validator/sandbox/child_files.py): the records are new files, and the stderr file is created
   before the child exists and read back through the parent's own descriptor.
 
 The parent waits by polling, so a signal handler runs at once: a second stop signal
 (`Interrupted`) or Ctrl-C ends the wait, and the child's group is killed on the way out. While it
-waits it beats the heartbeat (validator/kit/scope.py): a bounded child is work going on, not a
+waits it beats the heartbeat (validator/scope.py): a bounded child is work going on, not a
 stuck validator. The outcome says which limit a child ran into, for the caller to word the
 rejection.
 """
@@ -65,13 +65,15 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
-from validator.kit import child_landlock, child_seccomp, child_server
-from validator.kit.child_entry import EXIT_MEMORY
-from validator.kit.child_files import (
+from validator.sandbox import child_landlock, child_seccomp, child_server
+from validator.sandbox.child_entry import EXIT_MEMORY
+from validator.sandbox.child_files import (
     RECORD_PREFIX,
     RECORD_SUFFIX,
     discard,
@@ -81,7 +83,9 @@ from validator.kit.child_files import (
     write_new,
     write_record,
 )
-from validator.kit.child_files import kill_strays as kill_strays  # where it was
+
+T = TypeVar("T")
+Heartbeat = Callable[[], None]
 
 POLL_SECONDS = 0.05
 HEARTBEAT_SECONDS = 5.0
@@ -101,10 +105,10 @@ STOP_WAIT_SECONDS = 5.0
 CHILD_WRITABLE_FILES = ("/dev/null",)
 CHILD_NO_TCP = True
 CHILD_SCOPED = True
-# What the seccomp filter (validator/kit/child_seccomp.py) leaves a child, on any kernel: sockets
-# of these families only (no UDP, no MPTCP, which Landlock's TCP rule does not see), no new
-# process (threads only: RLIMIT_AS then bounds all its memory, and no fork bomb), and no change
-# of a file's mode, owner, times or extended attributes (Landlock does not cover them).
+# What the seccomp filter (validator/sandbox/child_seccomp.py) leaves a child, on any kernel:
+# sockets of these families only (no UDP, no MPTCP, which Landlock's TCP rule does not see), no new
+# process (threads only: RLIMIT_AS then bounds all its memory, and no fork bomb), and no change of a
+# file's mode, owner, times or extended attributes (Landlock does not cover them).
 CHILD_SOCKET_FAMILIES = (socket.AF_UNIX,)
 # No connection of any family (issue 40): a Unix socket bound to a path, the Docker engine's
 # among them, answers a connect that Landlock lets through. A child talks to its parent through
@@ -167,7 +171,7 @@ def run_child(
     returns how it ended. Raises only what interrupts the wait (a stop signal's exception),
     after killing the child."""
     # Here: the child side imports nothing of ours.
-    from validator.kit.scope import current_scope  # noqa: PLC0415
+    from validator.scope import current_scope  # noqa: PLC0415
 
     heartbeat = current_scope().heartbeat
     cwd.mkdir(parents=True, exist_ok=True)
@@ -185,13 +189,13 @@ def run_child(
 
 
 def confinement(cwd: Path) -> dict | None:
-    """The child's Landlock rules, which validator/kit/child_entry.py applies before it runs the
+    """The child's Landlock rules, which validator/sandbox/child_entry.py applies before it runs the
     script; None where there is no Landlock (one warning line per process)."""
     return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP, CHILD_SCOPED)
 
 
 def syscall_filter() -> dict | None:
-    """The child's seccomp filter, which validator/kit/child_entry.py installs right after the
+    """The child's seccomp filter, which validator/sandbox/child_entry.py installs right after the
     Landlock rules; None where seccomp is not available (one warning line per process)."""
     return child_seccomp.rules(
         CHILD_SOCKET_FAMILIES, CHILD_NO_PROCESSES, CHILD_NO_METADATA, CHILD_NO_CONNECT
@@ -204,6 +208,38 @@ def _paths(cwd: Path) -> tuple[str, Path, Path]:
     return token, record, cwd / f"{RECORD_PREFIX}{token}.stderr"
 
 
+def _request(script: Path, args: list[str], cwd: Path, limits: ChildLimits, /, **more) -> dict:
+    """What the child's side (child_entry.py) is told on either path: the script, the Landlock
+    rules and seccomp filter it applies, and the limits it arms; `more` is the path's own."""
+    return {
+        "script": str(script),
+        "args": [str(a) for a in args],
+        "confine": confinement(cwd),
+        "syscalls": syscall_filter(),
+        "cpu_seconds": limits.cpu_seconds,
+        "memory_bytes": limits.memory_bytes,
+        "file_bytes": limits.file_bytes,
+        **more,
+    }
+
+
+def _wait(deadline: float, heartbeat: Heartbeat, look: Callable[[float], T | None]) -> T | None:
+    """What `look(seconds)` gives, asked again until it gives something (each time it may wait
+    that long, at most POLL_SECONDS); None at `deadline`. The heartbeat is beaten every
+    HEARTBEAT_SECONDS meanwhile. A signal handler's exception ends the wait in `look`."""
+    beat = time.monotonic() + HEARTBEAT_SECONDS
+    while True:
+        found = look(max(0.0, min(POLL_SECONDS, deadline - time.monotonic())))
+        if found is not None:
+            return found
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        if now >= beat:
+            heartbeat()
+            beat = now + HEARTBEAT_SECONDS
+
+
 def _run_served(
     server: child_server.ChildServer,
     script: Path,
@@ -211,23 +247,12 @@ def _run_served(
     cwd: Path,
     limits: ChildLimits,
     child_env: dict[str, str],
-    heartbeat,
+    heartbeat: Heartbeat,
 ) -> ChildResult:
     """The child forked from `server`. ServerGone when the server could not take it or died
     before the child's end was known (the child died with it: nothing ran to its end)."""
     token, record, stderr_path = _paths(cwd)
-    request = {
-        "script": str(script),
-        "args": [str(a) for a in args],
-        "cwd": str(cwd),
-        "env": child_env,
-        "token": token,
-        "confine": confinement(cwd),
-        "syscalls": syscall_filter(),
-        "cpu_seconds": limits.cpu_seconds,
-        "memory_bytes": limits.memory_bytes,
-        "file_bytes": limits.file_bytes,
-    }
+    request = _request(script, args, cwd, limits, cwd=str(cwd), env=child_env, token=token)
     began = time.monotonic()
     stderr = open_stderr(stderr_path)
     try:
@@ -261,26 +286,22 @@ def _run_served(
     return ChildResult(_outcome(code, last, timed_out, cpu, limits), code, last, limits)
 
 
-def _receive(conn: socket.socket, deadline: float, heartbeat) -> dict | None:
+def _receive(conn: socket.socket, deadline: float, heartbeat: Heartbeat) -> dict | None:
     """The server's next message; None at `deadline`. ServerGone when the server is gone."""
-    beat = time.monotonic() + HEARTBEAT_SECONDS
-    while True:
-        now = time.monotonic()
-        if now >= deadline:
+
+    def look(seconds: float) -> dict | None:
+        readable, _, _ = select.select([conn], [], [], seconds)
+        if not readable:
             return None
-        # A signal handler's exception ends the wait here.
-        readable, _, _ = select.select([conn], [], [], min(POLL_SECONDS, deadline - now))
-        if readable:
-            try:
-                message = conn.recv(1 << 16)
-            except OSError:
-                message = b""
-            if not message:
-                raise child_server.ServerGone("it ended while the child ran")
-            return json.loads(message)
-        if now >= beat:
-            heartbeat()
-            beat = now + HEARTBEAT_SECONDS
+        try:
+            message = conn.recv(1 << 16)
+        except OSError:
+            message = b""
+        if not message:
+            raise child_server.ServerGone("it ended while the child ran")
+        return json.loads(message)
+
+    return _wait(deadline, heartbeat, look)
 
 
 def _kill_served(conn: socket.socket, pid: int) -> dict | None:
@@ -301,23 +322,13 @@ def _run_fresh(
     limits: ChildLimits,
     child_env: dict[str, str],
     preload: tuple[str, ...],
-    heartbeat,
+    heartbeat: Heartbeat,
 ) -> ChildResult:
-    """Today's path without a server: a fresh `python -I` that imports the preloads itself."""
+    """The path without a server: a fresh `python -I` that imports the preloads itself."""
     token, record, stderr_path = _paths(cwd)
     spec_path = cwd / f"{RECORD_PREFIX}{token}.json"
-    spec = {
-        "script": str(script),
-        "args": [str(a) for a in args],
-        "parent": os.getpid(),
-        "preload": list(preload),
-        "confine": confinement(cwd),
-        "syscalls": syscall_filter(),
-        "cpu_seconds": limits.cpu_seconds,
-        "memory_bytes": limits.memory_bytes,
-        "file_bytes": limits.file_bytes,
-    }
-    write_new(spec_path, json.dumps(spec).encode())
+    request = _request(script, args, cwd, limits, parent=os.getpid(), preload=list(preload))
+    write_new(spec_path, json.dumps(request).encode())
     command = [sys.executable, "-I", str(child_server.ENTRY), "run", str(spec_path), token]
     stderr = open_stderr(stderr_path)
     try:
@@ -334,46 +345,52 @@ def _run_fresh(
     except BaseException:
         os.close(stderr)
         raise
-    status: int | None = None
-    cpu = 0.0
-    timed_out = False
+    ended: tuple[int, float] | None = None
     try:
         write_record(record, process.pid, token)
-        deadline = time.monotonic() + limits.wall_seconds
-        beat = time.monotonic() + HEARTBEAT_SECONDS
-        while True:
-            pid, wait_status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid:
-                status, cpu = wait_status, usage.ru_utime + usage.ru_stime
-                break
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if now >= beat:
-                heartbeat()
-                beat = now + HEARTBEAT_SECONDS
-            time.sleep(POLL_SECONDS)  # a signal handler's exception ends the wait here
+        ended = _wait(time.monotonic() + limits.wall_seconds, heartbeat, _reaped(process.pid))
     finally:
-        # Whatever happened (done, over time, a stop signal): nothing of the child outlives
-        # this call. Stopped: its first process kills the script's and what that left, then
-        # ends. The leader is reaped; other members of its group, if any, are killed.
-        try:
-            if status is None:
-                status = _stop_fresh(process.pid)
-        finally:
-            kill_group(process.pid)
-            if status is None:
-                _, status, _ = os.wait4(process.pid, 0)
-            process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-            for path in (record, spec_path, stderr_path):
-                discard(path)
-            try:
-                last = tail(stderr, STDERR_TAIL)
-            finally:
-                os.close(stderr)
-    code = process.returncode
+        code, last = _end_fresh(process, ended, stderr, (record, spec_path, stderr_path))
+    timed_out, cpu = ended is None, ended[1] if ended is not None else 0.0
     return ChildResult(_outcome(code, last, timed_out, cpu, limits), code, last, limits)
+
+
+def _reaped(pid: int) -> Callable[[float], tuple[int, float] | None]:
+    """A look (`_wait`) at child `pid`: its wait status and CPU seconds once it ended (reaped)."""
+
+    def look(seconds: float) -> tuple[int, float] | None:
+        ended, status, usage = os.wait4(pid, os.WNOHANG)
+        if ended:
+            return status, usage.ru_utime + usage.ru_stime
+        time.sleep(seconds)
+        return None
+
+    return look
+
+
+def _end_fresh(
+    process: subprocess.Popen, ended: tuple[int, float] | None, stderr: int, files: tuple[Path, ...]
+) -> tuple[int, str]:
+    """Whatever happened (done, over time, a stop signal): nothing of the child outlives the
+    call. Stopped: its first process kills the script's and what that left, then ends. The
+    leader is reaped; other members of its group, if any, are killed. Its exit code and the
+    tail of its stderr."""
+    status = ended[0] if ended is not None else None
+    try:
+        if status is None:
+            status = _stop_fresh(process.pid)
+    finally:
+        kill_group(process.pid)
+        if status is None:
+            _, status, _ = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        for path in files:
+            discard(path)
+        try:
+            last = tail(stderr, STDERR_TAIL)
+        finally:
+            os.close(stderr)
+    return process.returncode, last
 
 
 def _stop_fresh(pid: int) -> int | None:
@@ -383,13 +400,8 @@ def _stop_fresh(pid: int) -> int | None:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass  # ended meanwhile, not yet reaped
-    deadline = time.monotonic() + STOP_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        ended, status, _ = os.wait4(pid, os.WNOHANG)
-        if ended:
-            return status
-        time.sleep(POLL_SECONDS)
-    return None
+    ended = _wait(time.monotonic() + STOP_WAIT_SECONDS, lambda: None, _reaped(pid))
+    return ended[0] if ended is not None else None
 
 
 def _outcome(

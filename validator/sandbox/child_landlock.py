@@ -3,11 +3,11 @@
 files it was given, neither bind nor connect a TCP socket (ABI 4, Linux 6.7), and neither signal
 a process nor reach an abstract Unix socket outside itself and what it started (ABI 6, 6.12).
 Reads, execution and other sockets are left as they were (other sockets, file modes and new
-processes are the seccomp filter's, validator/kit/child_seccomp.py): a child must read the
+processes are the seccomp filter's, validator/sandbox/child_seccomp.py): a child must read the
 submission, the installed libraries and the base model's files. Standard library only:
-validator/kit/child_entry.py, run as `python -I`, loads this file by its path.
+validator/sandbox/child_entry.py, run as `python -I`, loads this file by its path.
 
-What a child may write is decided in one place, validator/kit/child_process.py (`confinement`);
+What a child may write is decided in one place, validator/sandbox/child_process.py (`confinement`);
 the validator probes the ABI once (`abi`), and where there is none (an old kernel, Landlock off,
 a seccomp profile refusing the calls) the children run unconfined after one warning line.
 """
@@ -21,12 +21,13 @@ import platform
 import sys
 import threading
 
+from .kernel import no_new_privs, syscall
+
 # The syscalls' numbers in the generic table (x86_64 and aarch64 share them).
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446
 ARCHES = ("x86_64", "aarch64")
 CREATE_RULESET_VERSION = 1 << 0
 RULE_PATH_BENEATH = 1
-PR_SET_NO_NEW_PRIVS = 38
 NOT_AVAILABLE = (
     "Landlock is not available (an old kernel, Landlock off, or a seccomp profile refusing "
     "it): bounded children run unconfined, able to write wherever this user can"
@@ -89,24 +90,13 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def _syscall(number: int, *args: int | ctypes.c_void_p) -> int:
-    """The raw syscall; its result, or OSError with its errno."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    result = libc.syscall(ctypes.c_long(number), *args)
-    if result < 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
-    return result
-
-
 def abi() -> int:
     """Landlock's ABI version here; 0 where it is absent, disabled, or refused (ENOSYS,
     EOPNOTSUPP, a seccomp profile's EPERM)."""
     if not sys.platform.startswith("linux") or platform.machine() not in ARCHES:
         return 0
     try:
-        return _syscall(
+        return syscall(
             SYS_CREATE_RULESET, ctypes.c_void_p(None), ctypes.c_size_t(0),
             ctypes.c_uint32(CREATE_RULESET_VERSION),
         )  # fmt: skip
@@ -171,7 +161,7 @@ def confine(
     net = BIND_TCP | CONNECT_TCP if no_tcp and version >= 4 else 0
     scope = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if scoped and version >= 6 else 0
     attr = _RulesetAttr(fs, net, scope)
-    ruleset = _syscall(
+    ruleset = syscall(
         SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
         ctypes.c_uint32(0),
     )  # fmt: skip
@@ -181,16 +171,13 @@ def confine(
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 try:
                     rule = _PathBeneathAttr(rights, fd)
-                    _syscall(
+                    syscall(
                         SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(RULE_PATH_BENEATH),
                         ctypes.byref(rule), ctypes.c_uint32(0),
                     )  # fmt: skip
                 finally:
                     os.close(fd)
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, os.strerror(errno))
-        _syscall(SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+        no_new_privs()
+        syscall(SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     finally:
         os.close(ruleset)

@@ -1,5 +1,5 @@
-"""The caps of the kit's bounded reader (validator/kit/bounded_reader.py, issue 40): what each
-kind of call may send, in bytes and JSON values (`CAPS`, docs/reliability.md "Byte caps on
+"""The caps of the bounded reader (validator/outbound/bounded_reader.py, issue 40): what each
+kind of call may send, in bytes and JSON values (`ANSWER_CAPS`, docs/reliability.md "Byte caps on
 answers": a test compares the two), the cap of the calls in progress (`reading_at_most`), and
 the counting against a cap that every hook of the reader shares."""
 
@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from validator.errors import AnswerTooLarge
-from validator.kit.safe_json import value_count
+from validator.outbound.safe_json import value_count
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -36,7 +36,7 @@ class Cap:
 # The table (docs/reliability.md "Byte caps on answers" is this table; a test compares them).
 # Each cap is many times the biggest honest answer of its kind, and small enough that decoding
 # an answer at the cap costs the validator's process tens of megabytes at most.
-CAPS: dict[str, Cap] = {
+ANSWER_CAPS: dict[str, Cap] = {
     cap.kind: cap
     for cap in (
         Cap(
@@ -109,15 +109,12 @@ CAPS: dict[str, Cap] = {
 }
 
 
-ANSWER_CAPS = CAPS  # the kit's name for the table (validator.kit.ANSWER_CAPS)
-
-
 def file_cap(size: int | None) -> Cap | None:
     """The cap of a file listed at `size` bytes (None: not listed, so not capped: it goes to
     disk, bounded by its deadline)."""
     if size is None:
         return None
-    base = CAPS["hub.file"]
+    base = ANSWER_CAPS["hub.file"]
     return Cap(base.kind, size + base.max_bytes, None, base.over, listed=size)
 
 

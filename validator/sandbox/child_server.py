@@ -1,4 +1,4 @@
-"""The validator's side of the pre-imported child servers (validator/kit/child_entry.py): one
+"""The validator's side of the pre-imported child servers (validator/sandbox/child_entry.py): one
 server per preload tuple and child environment, started on first use, shared by every thread
 of the validator, shut down at exit. A child then costs a fork of a process that has already
 imported transformers, not a fresh interpreter importing it (seconds each).
@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from validator.kit import child_entry
+from validator.sandbox import child_entry
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """huggingface_hub's HTTP as the kit's hub (validator/kit/hub.py) uses it: every answer read
-through the kit's bounded reader, and a fresh connection for every call (so that its overall
+through the bounded reader, and a fresh connection for every call (so that its overall
 deadline covers it), each by the library's own hooks, in both of the lines a module's stack
 may have (0.x on requests, 1.x on httpx)."""
 
@@ -8,14 +8,15 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from validator.kit.bounded_reader import CAPS, cap_session, capped_event_hooks
+from validator.outbound.answer_caps import ANSWER_CAPS
+from validator.outbound.bounded_reader import cap_session, capped_event_hooks
 
 _capped = False
 _capped_lock = threading.Lock()
 
 
 def cap_the_library() -> None:
-    """Every answer huggingface_hub reads goes through the kit's bounded reader, by the hook the
+    """Every answer huggingface_hub reads goes through the bounded reader, by the hook the
     library has for it: 0.x makes its requests sessions with the factory given to
     `configure_http_backend`, 1.x its httpx client with the one given to `set_client_factory`.
     Outside `hub_call` (no cap of its own), an answer gets the cap of hub.metadata."""
@@ -29,7 +30,7 @@ def cap_the_library() -> None:
         if hasattr(huggingface_hub, "configure_http_backend"):  # 0.x: requests
             default = _http._default_backend_factory
             huggingface_hub.configure_http_backend(
-                lambda: cap_session(default(), CAPS["hub.metadata"])
+                lambda: cap_session(default(), ANSWER_CAPS["hub.metadata"])
             )
         else:  # 1.x: httpx
             huggingface_hub.set_client_factory(_capped_httpx_client)
@@ -46,7 +47,7 @@ def _capped_httpx_client() -> Any:
     import httpx  # noqa: PLC0415 - 1.x only
     from huggingface_hub.utils import _http  # noqa: PLC0415
 
-    hooks = capped_event_hooks(CAPS["hub.metadata"])
+    hooks = capped_event_hooks(ANSWER_CAPS["hub.metadata"])
     library_hook = getattr(_http, "hf_request_event_hook", None)
     if library_hook is not None:
         hooks["request"].insert(0, library_hook)

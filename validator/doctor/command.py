@@ -1,5 +1,5 @@
 """`python -m validator doctor MODULE`: the doctor's checks from inside the module's image
-(validator/observe/doctor_checks.py): the settings, the configs, the module's own start-up
+(validator/doctor/checks.py): the settings, the configs, the module's own start-up
 checks, the Fed Ledger and the key, the clock, the journal's and the HF cache's disks, the Hub.
 `python run.py doctor MODULE` adds the host's rows, and reads this one's module row back
 (`--only "module setup" --json`)."""
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import click
 
-from validator.errors import ConfigError, ExitCode
-from validator.kit.run_context import RunContext, install_run
-from validator.observe.doctor import (
+from validator.doctor.checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_checks
+from validator.doctor.rows import (
     DEFAULT_DEADLINE,
     MAX_DEADLINE,
     exit_code,
@@ -22,7 +21,7 @@ from validator.observe.doctor import (
     render_json,
     run_checks,
 )
-from validator.observe.doctor_checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_checks
+from validator.errors import ConfigError, ExitCode
 from validator.options import (
     DEFAULT_API_URL,
     MIN_FREE_MB_OPTION,
@@ -31,7 +30,9 @@ from validator.options import (
     parse_task_ids,
     secret_names,
 )
-from validator.registry import REPO_ROOT, load_module_class, load_module_spec, module_folder
+from validator.registry import load_module_class, load_module_spec, module_roots
+from validator.run_context import RunContext, install_run
+from validator.spec import REPO_ROOT, module_folder
 
 DEADLINE_OPTION = click.option(
     "--timeout",
@@ -151,7 +152,7 @@ def main(
         tuple(judge_models),
         secrets={name: secrets.get(name) for name in secret_names(spec) if spec.needs(name)},
         module_cls=module_cls,
-        folder=module_folder(module),
+        folder=module_folder(module, *module_roots()),
     )
     checks = [c for c in service_checks(settings) if not only or set(c.names) & set(only)]
     rows = run_checks(checks, deadline)

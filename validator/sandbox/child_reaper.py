@@ -1,6 +1,6 @@
-"""What keeps a bounded child (validator/kit/child_process.py) away from the processes around it:
+"""What keeps a bounded child (child_process.py) away from the processes around it:
 the Linux process flags that the validator, the child servers and the fresh path's first process
-set on themselves. Standard library only: validator/kit/child_entry.py, run as `python -I`, loads
+set on themselves. Standard library only: child_entry.py, run as `python -I`, loads
 this file by its path.
 
 - Non-dumpable (`make_undumpable`, PR_SET_DUMPABLE 0): a process of the same user without
@@ -19,11 +19,12 @@ Elsewhere than Linux each is a no-op.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
 import signal
 import sys
+
+from .kernel import prctl
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -38,7 +39,11 @@ def _prctl(option: int, value: int) -> bool:
     """Linux's prctl; False where it failed or there is none."""
     if not sys.platform.startswith("linux"):
         return False
-    return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    try:
+        prctl(option, value)
+    except OSError:
+        return False
+    return True
 
 
 def make_undumpable() -> bool:

@@ -13,16 +13,16 @@ from urllib.parse import quote
 
 import requests
 
+from validator.doctor.rows import Row
 from validator.errors import AnswerTooLarge
-from validator.kit.bounded_reader import Answer, fetch_answer
-from validator.kit.deadline import CallAbandoned
-from validator.observe.doctor import Row
+from validator.outbound.bounded_reader import Answer, fetch_answer
+from validator.outbound.deadline import CallAbandoned
 from validator.spec import ModuleSpec
 
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 TIMEOUT = (5.0, 15.0)  # connect, read: a doctor answers in seconds or says what hangs
-PROBE_DEADLINE_S = sum(TIMEOUT)  # a probe's whole answer, read under the kit's caps
-# What a probe's failure to get an answer is (AnswerTooLarge, its answer past the kit's cap,
+PROBE_DEADLINE_S = sum(TIMEOUT)  # a probe's whole answer, read under the answer caps
+# What a probe's failure to get an answer is (AnswerTooLarge, its answer past its cap,
 # is said on its own).
 UNANSWERED = (requests.RequestException, CallAbandoned)
 

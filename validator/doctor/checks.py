@@ -1,10 +1,10 @@
 """The doctor's checks of what a validator needs that Docker does not give (these run in the
 module's image as well as on the host): the settings, the configs, the module's own start-up
 checks (the same code the validator runs at start), the Fed Ledger and the key, the clock, the
-disks, the Hub (validator/observe/doctor_hub.py). Each call is read-only, has a short timeout
+disks, the Hub (validator/doctor/hub_rows.py). Each call is read-only, has a short timeout
 and follows no redirect, so a key never travels to another host; an answer of the wrong shape
 is a failed row naming what was wrong. The HTTP calls are the few `_get_*` / `_head_*`
-functions, here and in doctor_hub.py."""
+functions, here and in hub_rows.py."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ from validator.config import (
     resolved_configs,
 )
 from validator.disk import DEFAULT_MIN_FREE_MB, MIB, free_bytes
+from validator.doctor.hub_rows import PROBE_DEADLINE_S, TIMEOUT, UNANSWERED, hub_names, hub_rows
+from validator.doctor.rows import Check, Row
 from validator.errors import AnswerTooLarge, ConfigError, JsonRefused, OperatorError
-from validator.kit.base import BaseConfig, BaseValidationModule
-from validator.kit.bounded_reader import Answer, fetch_answer
+from validator.kit import BaseConfig, BaseValidationModule
 from validator.ledger.answers import Task
-from validator.observe.doctor import Check, Row
-from validator.observe.doctor_hub import PROBE_DEADLINE_S, TIMEOUT, UNANSWERED, hub_names, hub_rows
 from validator.options import DEFAULT_API_URL, missing_settings
+from validator.outbound.bounded_reader import Answer, fetch_answer
 from validator.spec import ModuleSpec
 
 # The Date header has a one-second resolution and the request takes a while.
@@ -211,7 +211,7 @@ def ledger_rows(api_url: str, api_key: str | None, task_ids: tuple[str, ...] = (
 
 
 def _get_task_list(url: str, api_key: str) -> Answer:
-    """The task list read within the kit's ledger.tasks cap (issue 40: a 300 MB answer took the
+    """The task list read within the ledger.tasks cap (issue 40: a 300 MB answer took the
     doctor to 2.5 GB)."""
     return fetch_answer(
         "GET", url, "ledger.tasks", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,
