@@ -48,7 +48,8 @@ def test_known_refusals_are_recognised(tmp_path):
         assert api.request_assignment("1").kind == "no_submissions"
         refusal = api.request_assignment("1")
         assert (refusal.kind, refusal.status) == ("rate_limited", 429)
-        assert api.request_assignment("nope") == Refusal("unexpected", 404, "Task not found")
+        # The API's own 404 for a task it does not know: that task is set aside (issue 39).
+        assert api.request_assignment("nope") == Refusal("unknown_task", 404, "Task not found")
 
 
 @pytest.mark.parametrize(

@@ -55,8 +55,8 @@ def test_sigterm_mid_scoring_finishes_the_step_and_exits_0(tmp_path, cli, api):
         stop_s = time.monotonic() - signalled
         log = (tmp_path / "v1.log").read_text()
         assert "SIGTERM received" in log and "stopped by signal" in log, log
-        # The scoring went on to the end and no new work was taken.
-        assert "assignment 1: scored" in log, log
+        # The scoring went on to the end (its result in the journal, below) and no new work
+        # was taken.
         assert len(sim.state()["assignments"]) == 1
         after_first = journal_rows(tmp_path / "state")["1"]["state"]
         if api == "up":
