@@ -31,7 +31,7 @@ from validator.options import (
     secret_names,
 )
 from validator.registry import load_module_class, load_module_spec, module_roots
-from validator.run_context import RunContext, install_run
+from validator.run_context import RunContext, running
 from validator.spec import REPO_ROOT, module_folder
 
 DEADLINE_OPTION = click.option(
@@ -136,8 +136,6 @@ def main(
     except Exception as exc:  # noqa: BLE001 - its row says why the module's checks cannot run
         print(f"warning: {exc}", file=sys.stderr)
         module_cls = None
-    # The module's checks read the state dir and their secrets from the run context, as in a run.
-    install_run(RunContext(state_dir, None, {k: v for k, v in secrets.items() if v}))
     settings = Settings(
         spec,
         secrets.get("FLOCK_API_KEY"),
@@ -155,6 +153,9 @@ def main(
         folder=module_folder(module, *module_roots()),
     )
     checks = [c for c in service_checks(settings) if not only or set(c.names) & set(only)]
-    rows = run_checks(checks, deadline)
+    # The module's checks read the state dir and their secrets from the run context, as in a
+    # run; only while they run (a test or an embedding calls the doctor in its own process).
+    with running(RunContext(state_dir, None, {k: v for k, v in secrets.items() if v})):
+        rows = run_checks(checks, deadline)
     print(render_json(rows, secrets.values()) if as_json else render(rows, secrets.values()))
     sys.exit(exit_code(rows))
