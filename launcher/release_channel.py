@@ -8,11 +8,12 @@ answer is a refusal, not a run.
 - the releases' list, GitHub's REST API `GET /repos/OWNER/REPO/releases` (api.github.com for
   github.com, `/api/v3` on another host: GitHub Enterprise, or devkit/release_channel.py).
 
-Every answer is read by `_read_answer` alone, through the validator's bounded reader: within a
-cap of bytes, JSON values and nesting of its kind (`release.listing`, `release.asset`) and one
-overall deadline, redirects included (GitHub serves an asset from another host). The channel
-answers before any signature is checked, so what it sends must never cost more than that: a
-channel that trickles, nests or pads is "unavailable", or for a signature "not a signature".
+Every answer is read by `_read_answer` alone, through the validator's bounded reader: within the
+bytes of its kind (`release.listing`, `release.asset`) and one overall deadline, redirects
+included (GitHub serves an asset from another host); the list is decoded within its cap's JSON
+values and nesting, a signature by `verify` within its own. The channel answers before any
+signature is checked, so what it sends must never cost more than that: a channel that trickles,
+nests or pads is "unavailable", or for a signature "not a signature".
 """
 
 from __future__ import annotations
