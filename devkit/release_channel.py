@@ -9,7 +9,8 @@ GitHub, and nothing leaves the machine.
         channel.publish(key.release("0.1.0", {"fixture": "sha256:..."}))
 
 Its answers: `GET /api/v3/repos/OWNER/REPO/releases` (GitHub's list, newest first) and
-`GET /OWNER/REPO/releases/download/vX.Y.Z/NAME` (an asset), 404 for anything else.
+`GET /OWNER/REPO/releases/download/vX.Y.Z/NAME` (an asset: as on GitHub, a 302 to where its
+bytes are served, `/release-assets/vX.Y.Z/NAME`), 404 for anything else.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from validator.state.store import SCHEMA_VERSION
 
 REPOSITORY = "FLock-io/flock-validator"
 COMMIT = "0" * 40
+ASSETS = "release-assets"  # where an asset's download redirects (GitHub: another host)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,11 @@ class _Handler(LocalHandler):
             return self.reply_json(200, self.channel.listing())
         if path.startswith(downloads) and path.count("/") == downloads.count("/") + 1:
             tag, name = path[len(downloads) :].split("/")
-            found = self.channel.asset(tag, name)
+            if self.channel.asset(tag, name) is not None:  # GitHub's: a redirect to its storage
+                where = f"{self.channel.root_url}/{ASSETS}/{tag}/{name}"
+                return self.reply(302, b"", {"Location": where})
+        if path.startswith(f"{ASSETS}/") and path.count("/") == 2:
+            found = self.channel.asset(*path.split("/")[1:])
             if found is not None:
                 return self.reply(200, found, {"Content-Type": "application/octet-stream"})
         self.reply_json(404, {"message": "Not Found"})

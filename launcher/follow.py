@@ -81,6 +81,15 @@ class Follower:
         self.tell, self.keys = tell, keys
         self.refused: set[str] = set()  # said once each
 
+    def look(self) -> None:
+        """One look of the thread: whatever goes wrong in it (a channel's answer nothing
+        expected, a lost engine) is one line, and the next look comes all the same; an
+        exception left to end the thread would end the following for the process's life."""
+        try:
+            self.check()
+        except Exception as exc:  # noqa: BLE001 - the thread must outlive any one look
+            self.tell(f"following releases: this look failed ({_why(exc)}); looking again later")
+
     def check(self) -> str | None:
         """The image of the release moved to, or None (nothing newer that verifies)."""
         try:
@@ -104,7 +113,8 @@ class Follower:
                     f"newer than v{self.version}'s {self.journal_schema}: a rollback could not "
                     "read it; upgrade by hand (docs/upgrading.md)"
                 )
-            image = pull_release(self.client, self.registry, self.module, manifest)
+            instead = f"staying on v{self.version}, pulled again at the next look"
+            image = pull_release(self.client, self.registry, self.module, manifest, instead)
         except ReleaseUnavailable:
             return None
         except ReleaseRefused as exc:
@@ -122,8 +132,13 @@ class Follower:
     def start(self, every: float, stop: threading.Event) -> threading.Thread:
         def watch() -> None:
             while not stop.wait(every):
-                self.check()
+                self.look()
 
         thread = threading.Thread(target=watch, name="follow-releases", daemon=True)
         thread.start()
         return thread
+
+
+def _why(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -17,10 +17,14 @@ import argparse
 import json
 import re
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound
+from docker.utils import kwargs_from_env
 from requests.exceptions import RequestException
 
 from launcher.errors import UsageError
@@ -30,6 +34,7 @@ from launcher.release_channel import Channel, ReleaseUnavailable, fetch_release
 from validator.errors import AnswerTooLarge, ConfigError, ExitCode, JsonRefused
 from validator.outbound.answer_caps import ANSWER_CAPS
 from validator.outbound.bounded_reader import json_lines
+from validator.outbound.deadline import CallAbandoned, overall_deadline
 from validator.spec import REPO_ROOT, find_modules, load_spec, module_folder
 
 DEFAULT_REGISTRY = "ghcr.io/flock-io"
@@ -54,7 +59,7 @@ def checkout_version(repo_root: Path) -> str:
 
 def repository(registry: str, module: str) -> str:
     """Where a module's released images live: `<registry>/flock-validator-<module>`."""
-    if not _REGISTRY.match(registry.rstrip("/")):
+    if not _REGISTRY.fullmatch(registry.rstrip("/")):
         raise UsageError(
             f"--registry / {REGISTRY_ENV} {registry!r}: give a registry and owner such as "
             f"{DEFAULT_REGISTRY} or 127.0.0.1:5000/you"
@@ -89,9 +94,14 @@ def pull_verified(
 
 
 def pull_release(
-    client: docker.DockerClient, registry: str, module: str, manifest: ReleaseManifest
+    client: docker.DockerClient,
+    registry: str,
+    module: str,
+    manifest: ReleaseManifest,
+    instead: str = "building it here",
 ) -> str | None:
-    """The image a verified `manifest` signed for `module` (see pull_verified)."""
+    """The image a verified `manifest` signed for `module` (see pull_verified); None, after a
+    line ending in `instead`, when the registry could not give it."""
     reference = released_reference(registry, module, manifest.digest(module))
     version = manifest.version
     if _holds(client, reference):
@@ -106,7 +116,7 @@ def pull_release(
                 f"the registry holds no {reference} ({reason}), the image release v{version} "
                 f"signed for {module}: it was removed or replaced there; nothing was run; {FIX}"
             )
-        return _not_pulled(reference, error)
+        return _not_pulled(reference, error, instead)
     if not _holds(client, reference):
         raise ReleaseRefused(f"the engine's {reference} is not what was pulled; {FIX}")
     return reference
@@ -127,15 +137,23 @@ def _holds(client: docker.DockerClient, reference: str) -> bool:
 
 
 def _pull(client: docker.DockerClient, reference: str) -> str | None:
-    """Pulls `reference` (repository@digest); the engine's error, or None once pulled."""
+    """Pulls `reference` (repository@digest); the engine's error, or None once pulled. The
+    pull runs in the engine, which reads the registry with no deadline of its own: the pull is
+    abandoned once it falls behind PullPace (closing the engine's stream cancels it there)."""
     name, digest = reference.split("@", 1)
+    pace = PullPace()
     try:
-        # Errors found before the download starts are HTTP errors; later ones are stream items,
-        # each line read within the kit's registry.pull cap.
-        stream = client.api.pull(name, tag=digest, stream=True, decode=False)
-        for chunk in json_lines(stream, ANSWER_CAPS["registry.pull"], f"pulling {reference}"):
-            if isinstance(chunk, dict) and "error" in chunk:
-                return str(chunk["error"])
+        # Its own connection, made inside the deadline, which can only end what it saw connect.
+        with _own_api(client) as api, overall_deadline(PULL_MOST_S, "the pull", guard=pace.over):
+            # Errors found before the download starts are HTTP errors; later ones are stream
+            # items, each line read within the kit's registry.pull cap.
+            stream = api.pull(name, tag=digest, stream=True, decode=False)
+            for chunk in json_lines(stream, ANSWER_CAPS["registry.pull"], f"pulling {reference}"):
+                if isinstance(chunk, dict) and "error" in chunk:
+                    return str(chunk["error"])
+                pace.add(chunk)
+    except CallAbandoned as exc:  # past its pace: the engine's stream closed, the pull with it
+        return str(exc)
     except APIError as exc:
         return str(exc.explanation or exc)
     except (DockerException, RequestException) as exc:  # e.g. the engine's answer timed out
@@ -145,8 +163,64 @@ def _pull(client: docker.DockerClient, reference: str) -> str | None:
     return None
 
 
-def _not_pulled(image: str, error: str) -> None:
-    _say(f"published image {image} not pulled ({pull_failure_reason(error)}): building it here")
+# A pull may take PULL_BASE_S, plus a second for each PULL_MIN_RATE bytes of its layers that
+# arrived (and as many again to extract them): a registry that trickles is abandoned, however
+# slowly it trickles, by the time the layers' sizes (the signed digest's, so no registry can
+# inflate them) would have come at that rate; PULL_MOST_S in any case.
+PULL_BASE_S = 300.0
+PULL_MIN_RATE = 512 * 1024
+PULL_MOST_S = 6 * 3600.0
+
+
+class PullPace:
+    """What a pull has earned of time: the engine's progress lines give, per layer and step
+    (Downloading, Extracting), the bytes done out of the layer's size."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self._done: dict[tuple[str, str], int] = {}
+        self.done = 0  # bytes, all layers and steps; read by the deadline's watcher thread
+
+    def add(self, line: object) -> None:
+        detail = line.get("progressDetail") if isinstance(line, dict) else None
+        if not isinstance(detail, dict):
+            return
+        current, total = detail.get("current"), detail.get("total")
+        if not isinstance(current, int) or current < 0:
+            return
+        if isinstance(total, int) and total > 0:
+            current = min(current, total)  # never more than the layer's signed size
+        key = (str(line.get("status")), str(line.get("id")))
+        self.done += current - self._done.get(key, 0)
+        self._done[key] = current
+
+    def over(self) -> str | None:
+        elapsed = time.monotonic() - self.started
+        if elapsed <= PULL_BASE_S + self.done / PULL_MIN_RATE:
+            return None
+        return (
+            f"abandoned after {elapsed:.0f} s, {self.done} bytes of its layers in: slower than "
+            f"{PULL_MIN_RATE // 1024} KiB/s after its first {PULL_BASE_S:g} s"
+        )
+
+
+@contextmanager
+def _own_api(client: docker.DockerClient) -> Iterator[docker.APIClient]:
+    """A low-level client of the engine `client` speaks to (the launcher's clients are all
+    docker.from_env()'s), with a connection of its own: the shared client's pool would hand
+    the pull a connection made before, out of its deadline's reach."""
+    api = docker.APIClient(version=client.api.api_version, **kwargs_from_env())
+    if api.base_url != client.api.base_url:
+        api.close()
+        raise DockerException(f"the engine at {client.api.base_url} is not the environment's")
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def _not_pulled(image: str, error: str, instead: str) -> None:
+    _say(f"published image {image} not pulled ({pull_failure_reason(error)}): {instead}")
     return None
 
 

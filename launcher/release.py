@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launcher.errors import LaunchError
+from validator.outbound.safe_json import loads_bounded
 
 KEYS_FILE = Path(__file__).resolve().with_name("release_keys.json")
 MANIFEST = "release.json"
@@ -59,7 +60,7 @@ class ReleaseManifest(BaseModel):
 
     def digest(self, module: str) -> str:
         found = self.images.get(module)
-        if found is None or not re.match(DIGEST, found):
+        if found is None or not re.fullmatch(DIGEST, found):
             raise ReleaseRefused(f"release v{self.version} signs no image for {module}; {FIX}")
         return found
 
@@ -69,7 +70,7 @@ class ReleaseManifest(BaseModel):
 
 
 def version_key(version: str) -> tuple[int, int, int]:
-    found = VERSION.match(version)
+    found = VERSION.fullmatch(version)  # `$` alone lets a trailing newline through
     if found is None:
         raise ValueError(f"not a release version: {version!r}")
     return int(found[1]), int(found[2]), int(found[3])
@@ -120,10 +121,12 @@ def verify(
     if len(manifest) > MAX_MANIFEST_BYTES or len(signature) > MAX_SIGNATURE_BYTES:
         raise ReleaseRefused(f"{where}: its {MANIFEST} or signature is oversized; {FIX}")
     try:
-        signed = json.loads(signature)
+        # The channel's bytes, before anything verifies them: decoded within a size and a
+        # nesting (4,000 `[` would be a RecursionError out of json.loads).
+        signed = loads_bounded(signature, SIGNATURE, max_bytes=MAX_SIGNATURE_BYTES, max_values=16)
         public = keys.get(str(signed["key"]))
         raw = base64.b64decode(str(signed["ed25519"]), validate=True)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # JsonRefused is a ValueError
         raise ReleaseRefused(f"{where}: {SIGNATURE} is not a signature; {FIX}") from None
     if public is None:
         raise ReleaseRefused(

@@ -8,15 +8,19 @@ answer is a refusal, not a run.
 - the releases' list, GitHub's REST API `GET /repos/OWNER/REPO/releases` (api.github.com for
   github.com, `/api/v3` on another host: GitHub Enterprise, or devkit/release_channel.py).
 
-Every answer is read by `_read_answer` alone, within a size and a time.
+Every answer is read by `_read_answer` alone, through the validator's bounded reader: within the
+bytes of its kind (`release.listing`, `release.asset`) and one overall deadline, redirects
+included (GitHub serves an asset from another host); the list is decoded within its cap's JSON
+values and nesting, a signature by `verify` within its own. The channel answers before any
+signature is checked, so what it sends must never cost more than that: a channel that trickles,
+nests or pads is "unavailable", or for a signature "not a signature".
 """
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -33,12 +37,20 @@ from launcher.release import (
     verify,
     version_key,
 )
+from validator.errors import AnswerTooLarge
+from validator.outbound.answer_caps import ANSWER_CAPS, Cap, where
+from validator.outbound.bounded_reader import Answer, fetch_answer
+from validator.outbound.deadline import CallAbandoned, overall_deadline
 
 DEFAULT_CHANNEL = "https://github.com/FLock-io/flock-validator"
 CHANNEL_ENV = "VALIDATOR_RELEASE_CHANNEL"
-MAX_LISTING_BYTES = 4 * 1024 * 1024
+LISTING_CAP = ANSWER_CAPS["release.listing"]
+MAX_LISTING_BYTES = LISTING_CAP.max_bytes
+ASSET_CAP = ANSWER_CAPS["release.asset"]
+# Each answer, its redirects included, within TOTAL_SECONDS; each read within READ_SECONDS.
 CONNECT_SECONDS, READ_SECONDS, TOTAL_SECONDS = 10.0, 30.0, 60.0
-CHUNK = 64 * 1024
+MAX_REDIRECTS = 5
+REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class ReleaseUnavailable(Exception):
@@ -69,29 +81,48 @@ class Channel:
         return f"{api}/repos/{split.path.strip('/')}/releases?per_page=100"
 
 
-def _read_answer(url: str, max_bytes: int, accept: str = "application/octet-stream") -> bytes:
-    """The body of a GET of `url`, at most `max_bytes`, within TOTAL_SECONDS (one place where
-    the channel's answers are read); ReleaseUnavailable for what keeps it from answering."""
-    deadline = time.monotonic() + TOTAL_SECONDS
+def _read_answer(url: str, cap: Cap, accept: str = "application/octet-stream") -> Answer:
+    """The answer to a GET of `url` (redirects followed), read within `cap` and TOTAL_SECONDS in
+    all: the one place where the channel's answers are read. ReleaseUnavailable for whatever
+    keeps it from answering, past its cap or its deadline included."""
+    headers = {"Accept": accept, "User-Agent": "flock-validator"}
     try:
-        with requests.get(
-            url, headers={"Accept": accept}, stream=True, timeout=(CONNECT_SECONDS, READ_SECONDS)
-        ) as response:
-            if response.status_code == 404:
-                raise ReleaseUnavailable("not published")
-            if response.status_code != 200:
-                raise ReleaseUnavailable(f"HTTP {response.status_code} from {url}")
-            body = bytearray()
-            for chunk in response.iter_content(CHUNK):
-                body += chunk
-                if len(body) > max_bytes:
-                    raise ReleaseUnavailable(f"{url} answered over {max_bytes} bytes")
-                if time.monotonic() > deadline:
-                    raise ReleaseUnavailable(f"{url} took over {TOTAL_SECONDS:g} s")
-            return bytes(body)
+        with overall_deadline(TOTAL_SECONDS, f"GET {where(url)}"):
+            for _ in range(MAX_REDIRECTS + 1):
+                answer = fetch_answer(
+                    "GET", url, cap, deadline_s=TOTAL_SECONDS, headers=headers,
+                    timeout=(CONNECT_SECONDS, READ_SECONDS),
+                )  # fmt: skip
+                if answer.status_code not in REDIRECTS:
+                    break
+                url = _redirected(url, answer.headers.get("Location"))
+            else:
+                raise ReleaseUnavailable(f"over {MAX_REDIRECTS} redirects from {where(url)}")
+    except CallAbandoned:
+        raise ReleaseUnavailable(f"{where(url)} took over {TOTAL_SECONDS:g} s") from None
+    except AnswerTooLarge as exc:
+        raise ReleaseUnavailable(str(exc)) from None
     except requests.RequestException as exc:
         why = type(exc).__name__
         raise ReleaseUnavailable(f"the release channel cannot be reached ({why})") from None
+    if answer.status_code == 404:
+        raise ReleaseUnavailable("not published")
+    if answer.status_code != 200:
+        raise ReleaseUnavailable(f"HTTP {answer.status_code} from {where(url)}")
+    return answer
+
+
+def _redirected(url: str, location: str | None) -> str:
+    """Where a redirect leads: http(s) only, and never from https down to plain http."""
+    try:
+        target = urljoin(url, location or "")
+        scheme = urlsplit(target).scheme
+    except ValueError:  # a Location that is no URL ("http://[::1", say)
+        target, scheme = "", ""
+    downgrade = urlsplit(url).scheme == "https" and scheme == "http"
+    if not location or scheme not in ("https", "http") or downgrade:
+        raise ReleaseUnavailable(f"{where(url)} redirects to {str(location)[:100]!r}")
+    return target
 
 
 def fetch_release(
@@ -103,23 +134,27 @@ def fetch_release(
     keys = trusted_keys() if keys is None else keys
     if not keys:
         raise ReleaseUnavailable(f"this checkout trusts no release key ({KEYS_FILE.name})")
-    manifest = _read_answer(channel.asset(version, MANIFEST), MAX_MANIFEST_BYTES)
-    signature = _read_answer(channel.asset(version, SIGNATURE), MAX_SIGNATURE_BYTES)
-    return verify(manifest, signature, version, keys)
+    manifest = _read_answer(channel.asset(version, MANIFEST), _asset_cap(MAX_MANIFEST_BYTES))
+    signature = _read_answer(channel.asset(version, SIGNATURE), _asset_cap(MAX_SIGNATURE_BYTES))
+    return verify(manifest.content, signature.content, version, keys)
+
+
+def _asset_cap(max_bytes: int) -> Cap:
+    return replace(ASSET_CAP, max_bytes=min(max_bytes, ASSET_CAP.max_bytes))
 
 
 def newer_versions(channel: Channel, current: str) -> list[str]:
     """The published releases after `current` with its major version, newest first (drafts and
     pre-releases left out). ReleaseUnavailable when the channel cannot say."""
-    raw = _read_answer(channel.listing(), MAX_LISTING_BYTES, "application/vnd.github+json")
+    answer = _read_answer(channel.listing(), LISTING_CAP, "application/vnd.github+json")
     try:
-        listed = json.loads(raw)
+        listed: Any = answer.json()  # within the cap's bytes, values and nesting
         tags = [
             str(entry["tag_name"])
             for entry in listed
             if not entry.get("draft") and not entry.get("prerelease")
         ]
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError):  # JsonRefused is a ValueError
         raise ReleaseUnavailable("the releases' list is not GitHub's JSON") from None
     major, found = version_key(current)[0], []
     for tag in tags:

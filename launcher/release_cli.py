@@ -61,7 +61,7 @@ def make_manifest(repo_root: Path, digests: list[str], commit: str) -> ReleaseMa
     images = {}
     for given in digests:
         module, _, digest = given.partition("=")
-        if not re.match(DIGEST, digest):
+        if not re.fullmatch(DIGEST, digest):
             raise LaunchError(f"--digest {given!r}: give MODULE=sha256:<64 hex>", ExitCode.USAGE)
         images[module] = digest
     missing = sorted(set(specs_with_files(repo_root)) - set(images))
@@ -118,7 +118,7 @@ def keygen(private_out: Path, note: str) -> None:
 
 def pin_base(repo_root: Path, digest: str) -> list[Path]:
     """Names the production base by `digest` wherever it is named by its tag alone."""
-    if not re.match(DIGEST, digest):
+    if not re.fullmatch(DIGEST, digest):
         raise LaunchError(f"{digest!r} is not a sha256 digest", ExitCode.USAGE)
     tag = PRODUCTION_BASE.split("@", 1)[0]
     changed = []

@@ -9,13 +9,15 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import threading
 import uuid
 
+import docker
 import pytest
 from docker.errors import ImageNotFound
 
 from devkit.docker_env import launcher_env, make_module_repo, run_py_command, unique_volumes
-from devkit.local_registry import LocalRegistry, push_image
+from devkit.local_registry import LocalRegistry, free_port, push_image
 from devkit.release_channel import LocalReleaseChannel, ReleaseKey
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
@@ -79,6 +81,36 @@ def test_a_release_that_does_not_verify_or_would_strand_a_rollback_is_refused_on
         "not following release v0.1.1: release v0.1.1 is signed by key "
         f"'{stranger.id}', which this checkout does not trust; {FIX}",
     ]
+
+
+def test_the_follower_keeps_looking_after_a_look_that_failed(tmp_path):
+    # A look that fails past what it expects (here the engine is gone while a verified release
+    # waits) is one line, and the next look comes: before, the exception ended the thread and
+    # the process never followed a release again, silently (issue 40 attack).
+    key = ReleaseKey()
+    (tmp_path / "launcher").mkdir()
+    key.trust_in(tmp_path)
+    gone = docker.DockerClient(base_url=f"tcp://127.0.0.1:{free_port()}", version="1.41")
+    said, stop = [], threading.Event()
+    with LocalReleaseChannel() as channel:
+        channel.publish(key.release("0.1.1", {"fixture": DIGEST}))
+        follower = Follower(
+            gone, "127.0.0.1:9", "fixture", Channel(channel.url), "0.1.0", [Worker()],
+            tell=said.append, keys=trusted_keys(tmp_path / "launcher" / "release_keys.json"),
+        )  # fmt: skip
+        thread = follower.start(0.05, stop)
+
+        def looks() -> int:
+            return sum("/api/v3/" in path for path in channel.requests)  # the releases' list
+
+        try:
+            wait_for(lambda: looks() >= 3, 30, "three looks")
+        finally:
+            stop.set()
+            thread.join(10)
+    assert said[0].startswith("following releases: this look failed (ConnectionError: ")
+    assert said[0].endswith("; looking again later") and "\n" not in said[0]
+    assert follower.version == "0.1.0"
 
 
 def next_patch(version: str) -> str:

@@ -11,19 +11,23 @@ import os
 import pytest
 import yaml
 
-from devkit.release_channel import LocalReleaseChannel, ReleaseKey
+from devkit.release_channel import ASSETS, LocalReleaseChannel, Release, ReleaseKey
 from launcher import release, release_cli
+from launcher.published import repository
 from launcher.release import (
     KEYS_FILE,
     MANIFEST,
     SIGNATURE,
+    ReleaseManifest,
     ReleaseRefused,
     trusted_keys,
     verify,
+    version_key,
 )
 from launcher.release_channel import (
     Channel,
     ReleaseUnavailable,
+    _redirected,
     fetch_release,
     newer_versions,
 )
@@ -56,6 +60,7 @@ def test_a_signed_release_verifies_and_names_its_digests(key):
         ("tampered", "the signature of its release.json is wrong"),
         ("other version", "its signed release.json is v0.1.0's"),
         ("not a signature", "release.json.sig is not a signature"),
+        ("nested signature", "release.json.sig is not a signature"),
         ("no key", "this checkout trusts no release key"),
     ],
 )
@@ -69,6 +74,8 @@ def test_what_does_not_verify_is_refused_in_one_line(key, change, words):
         manifest = manifest.replace(DIGEST_A.encode(), DIGEST_B.encode())
     elif change == "not a signature":
         signature = b"<html>rate limited</html>"
+    elif change == "nested signature":  # 4 kB, past json.loads' recursion (issue 40 attack)
+        signature = b"[" * 4000
     elif change == "no key":
         keys = {}
     with pytest.raises(ReleaseRefused) as refused:
@@ -119,8 +126,11 @@ def test_the_channel_gives_verified_releases_and_the_newer_ones_of_a_major(key):
         for version in ("0.1.0", "0.1.1", "0.2.0", "1.0.0"):
             channel.publish(made.release(version, {"rl": DIGEST_A}))
         channel.publish(ReleaseKey().release("0.3.0", {"rl": DIGEST_B}))  # not ours: listed
+        channel.publish(Release("0.4.0\n", {}))  # no release tag of ours
         found = fetch_release(Channel(channel.url), "0.1.1", keys)
         assert found.version == "0.1.1" and found.digest("rl") == DIGEST_A
+        # Each asset came from where its download redirected, as GitHub's do.
+        assert f"/{ASSETS}/v0.1.1/{MANIFEST}" in channel.requests
         assert newer_versions(Channel(channel.url), "0.1.0") == ["0.3.0", "0.2.0", "0.1.1"]
         assert newer_versions(Channel(channel.url), "1.0.0") == []
         with pytest.raises(ReleaseRefused, match="does not trust"):
@@ -193,3 +203,25 @@ def test_pin_base_names_the_production_base_by_digest_everywhere(tmp_path):
     release_cli.pin_base(tmp_path, DIGEST_B)  # again: the digest replaced, not appended
     assert f"{tag}@{DIGEST_B}" in (tmp_path / "docker/Dockerfile").read_text()
     assert DIGEST_A not in (tmp_path / "docker/Dockerfile").read_text()
+
+
+def test_a_trailing_newline_makes_no_version_digest_or_registry():
+    # `re.match` with `$` lets one through (issue 40 attack): each is matched whole.
+    assert version_key("0.1.1") == (0, 1, 1)
+    with pytest.raises(ValueError, match="not a release version"):
+        version_key("0.1.1\n")
+    manifest = ReleaseManifest(
+        version="0.1.1", commit="0" * 40, journal_schema=1, images={"rl": DIGEST_A + "\n"}
+    )
+    with pytest.raises(ReleaseRefused, match="signs no image for rl"):
+        manifest.digest("rl")
+    with pytest.raises(release.LaunchError, match="give a registry and owner"):
+        repository("ghcr.io/flock-io\n", "rl")
+
+
+def test_a_redirect_of_the_channel_stays_on_http_and_never_goes_down_from_https():
+    assert _redirected("https://github.com/o/r/x", "/y") == "https://github.com/y"
+    assert _redirected("http://127.0.0.1:9/a", "https://example.org/b") == "https://example.org/b"
+    for location in (None, "", "http://example.org/b", "file:///etc/passwd", "http://[::1"):
+        with pytest.raises(ReleaseUnavailable, match="redirects to"):
+            _redirected("https://github.com/o/r/x", location)

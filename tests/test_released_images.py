@@ -7,24 +7,37 @@ answers at, is one line and a build here instead."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
 import subprocess
+import threading
 import uuid
 
 import pytest
+from docker.errors import ImageNotFound
 
 from devkit.docker_env import launcher_env, make_module_repo, run_py_command
 from devkit.local_registry import LocalRegistry, free_port
 from devkit.local_registry import push_image as push
-from devkit.release_channel import LocalReleaseChannel, ReleaseKey
+from devkit.release_channel import LocalReleaseChannel, Release, ReleaseKey
+from launcher import published
 from launcher.errors import UsageError
+from launcher.follow import Follower
 from launcher.images import BuildSpec, source_hash
-from launcher.published import DEFAULT_REGISTRY, checkout_version, published_image, release_outputs
-from launcher.release import ReleaseManifest
+from launcher.published import (
+    DEFAULT_REGISTRY,
+    checkout_version,
+    published_image,
+    pull_release,
+    release_outputs,
+)
+from launcher.release import SIGNATURE, ReleaseManifest, trusted_keys
+from launcher.release_channel import Channel
 from launcher.release_cli import deploy_files, write_files
 from tests.helpers.docker_env import require_engine
+from tests.helpers.hostile_server import HostileServer, answer
 from validator.spec import REPO_ROOT
 
 KEY = ReleaseKey()
@@ -158,17 +171,28 @@ def test_an_image_substituted_in_the_registry_never_runs(
             engine.images.remove(image, force=True)
 
 
+@pytest.mark.parametrize(
+    ("forgery", "words"),
+    [
+        ("another key", "which this checkout does not trust"),
+        # 4,000 `[`: before, a RecursionError's traceback and exit 1 (issue 40 attack).
+        ("a nested signature", "release.json.sig is not a signature"),
+    ],
+)
 def test_a_release_that_does_not_verify_is_one_line_and_exit_3(
-    engine, repo, registry, channel, local_build, tmp_path
+    engine, repo, registry, channel, local_build, tmp_path, forgery, words
 ):
     version = checkout_version(repo)
     digest = push(engine, local_build, f"{registry.address}/flock-validator-fixture:{version}")
     forged = ReleaseKey().release(version, {"fixture": digest})  # a key the copy does not trust
+    if forgery == "a nested signature":
+        forged = Release(version, {**forged.files, SIGNATURE: b"[" * 4000})
     channel.publish(forged)
     result = run_py(repo, *pull_args(registry.address, channel, "--check", check_file(tmp_path)))
     assert result.returncode == 3, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and "which this checkout does not trust" in errors[0], result.stderr
+    assert len(errors) == 1 and words in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
     assert "pulling" not in result.stderr and "starting fixture" not in result.stderr
 
 
@@ -203,6 +227,138 @@ def test_pull_falls_back_to_a_build_with_one_line(
     # The build here: the image run.py builds without --pull (already built by the fixture).
     assert result.stdout.strip().splitlines()[-1] == local_build
     assert f"using image {local_build}" in result.stderr
+
+
+def trickled_image() -> tuple[str, dict[str, bytes], str]:
+    """(manifest digest, what a registry serves whole by path part, the layer's digest) of an
+    image whose one layer a hostile registry trickles."""
+    layer = "sha256:" + hashlib.sha256(b"never sent whole").hexdigest()
+    rootfs = {"type": "layers", "diff_ids": ["sha256:" + "0" * 64]}
+    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": rootfs}).encode()
+    manifest = json.dumps({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+            "size": len(config),
+            "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
+        },
+        "layers": [{
+            "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+            "size": 10_000_000,
+            "digest": layer,
+        }],
+    }).encode()  # fmt: skip
+    return (
+        "sha256:" + hashlib.sha256(manifest).hexdigest(),
+        {"manifest": manifest, "config": config},
+        layer,
+    )
+
+
+def test_a_trickling_registry_is_abandoned_and_the_engine_cancels_the_pull(
+    engine, tmp_path, monkeypatch, capsys
+):
+    # The registry serves the signed digest's manifest and config, then a byte of the layer
+    # every 0.2 s (before: the pull, and run.py --pull or the follower with it, waited for as
+    # long as it kept trickling; a byte every 5 s was still being waited for after 150 s).
+    monkeypatch.setattr(published, "PULL_BASE_S", 2.0)
+    digest, served, layer = trickled_image()
+    kinds = ["Content-Type: application/vnd.docker.distribution.manifest.v2+json",
+             f"Docker-Content-Digest: {digest}"]  # fmt: skip
+
+    def respond(request):
+        if request.path == "/v2/":
+            yield answer(b"{}", headers=["Docker-Distribution-API-Version: registry/2.0"])
+        elif "/manifests/" in request.path:
+            whole = answer(served["manifest"], headers=kinds)
+            yield whole.split(b"\r\n\r\n")[0] + b"\r\n\r\n" if request.method == "HEAD" else whole
+        elif request.path.endswith(layer):
+            yield b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n"
+            while True:
+                yield b"\0"
+                yield 0.2
+        elif "/blobs/" in request.path:
+            yield answer(served["config"])
+        else:
+            yield answer(b"", "404 Not Found")
+
+    key = ReleaseKey()
+    (tmp_path / "launcher").mkdir()
+    key.trust_in(tmp_path)
+    with HostileServer(respond) as registry, LocalReleaseChannel() as channel:
+        owner = f"127.0.0.1:{registry.port}/fv-attack"
+        image = f"{owner}/flock-validator-fixture@{digest}"
+        # run.py --pull's path: one line, then the build here.
+        manifest = ReleaseManifest(
+            version="0.1.1", commit="0" * 40, journal_schema=1, images={"fixture": digest}
+        )
+        assert within(PULL_WAIT, lambda: pull_release(engine, owner, "fixture", manifest)) is None
+        assert any(request.path.endswith(layer) for request in registry.requests)
+        assert registry.cut_off.wait(30), "the engine went on reading the layer"
+        abandoned = (
+            rf"\[run.py\] published image {re.escape(image)} not pulled \(the pull: abandoned "
+            r"after \d+ s, 0 bytes of its layers in: slower than 512 KiB/s after its first 2 s\): "
+        )
+        said_run_py = capsys.readouterr().err.splitlines()[-1]
+        assert re.fullmatch(abandoned + "building it here", said_run_py), said_run_py
+        # The follower's: it stays on its release, and pulls again at its next look.
+        channel.publish(key.release("0.1.1", {"fixture": digest}))
+        worker, said = Worker(), []
+        follower = Follower(
+            engine, owner, "fixture", Channel(channel.url), "0.1.0", [worker],
+            tell=said.append, keys=trusted_keys(tmp_path / "launcher" / "release_keys.json"),
+        )  # fmt: skip
+        assert within(PULL_WAIT, follower.check) is None
+        assert worker.moves == [] and follower.version == "0.1.0" and said == []
+        said_follower = capsys.readouterr().err.splitlines()[-1]
+        staying = r"staying on v0\.1\.0, pulled again at the next look"
+        assert re.fullmatch(abandoned + staying, said_follower), said_follower
+    with pytest.raises(ImageNotFound):
+        engine.images.get(image)
+
+
+def progress(status: str, layer: str, current: object, total: object = None) -> dict:
+    return {"status": status, "id": layer, "progressDetail": {"current": current, "total": total}}
+
+
+def test_a_pull_earns_time_by_its_layers_bytes_never_past_their_sizes():
+    rate = published.PULL_MIN_RATE
+    pace = published.PullPace()
+    pace.started -= published.PULL_BASE_S + 10  # 10 s past its base, nothing in yet
+    assert "abandoned after" in (pace.over() or "")
+    pace.add(progress("Downloading", "a", 5 * rate, 30 * rate))
+    pace.add(progress("Downloading", "a", 20 * rate, 30 * rate))  # a layer's line replaces its last
+    assert pace.over() is None and pace.done == 20 * rate  # 20 s earned
+    pace.add(progress("Downloading", "b", 10**12, rate))  # more than its (signed) size: its size
+    pace.add(progress("Extracting", "a", rate, 30 * rate))  # each step counts
+    for noise in ([], "x", {"progressDetail": "x"}, progress("Downloading", "c", "9", 9),
+                  progress("Downloading", "c", -5, 9), {"status": "Pulling fs layer"}):  # fmt: skip
+        pace.add(noise)
+    assert pace.done == 22 * rate
+    pace.add(progress("Downloading", "d", 3 * rate))  # a size the engine does not know: as sent
+    assert pace.done == 25 * rate
+
+
+PULL_WAIT = 60  # seconds: a pull abandoned at 2 s ends long before; one never abandoned fails
+
+
+def within(seconds: float, call):
+    """What `call` returns, in a thread: a test fails, never hangs, on a call that never ends."""
+    ended = []
+    thread = threading.Thread(target=lambda: ended.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert ended, f"still running after {seconds} s"
+    return ended[0]
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.moves: list[str] = []
+
+    def upgrade(self, image: str, why: str) -> None:
+        self.moves.append(image)
 
 
 # The generated rl service, its journal in a volume of this test.

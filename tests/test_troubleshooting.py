@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
+from unittest import mock
 
 import click
 import pytest
 from docker.errors import APIError, ContainerError, DockerException, ImageNotFound
 
+from launcher import published
 from launcher.docker_errors import refused_to_run, unreachable
 from launcher.errors import LaunchError
 from launcher.fleet import FleetOptions, gpu_groups
@@ -198,7 +201,9 @@ def _removed_from_registry() -> Produced:
     manifest = ReleaseManifest.model_validate_json(
         ReleaseKey().release("0.1.1", {"rl": DIGEST}).files[MANIFEST]
     )
-    with pytest.raises(ReleaseRefused) as raised:
+    # The pull's own connection to the engine is the fake's API.
+    own_api = mock.patch.object(published, "_own_api", lambda client: nullcontext(client.api))
+    with own_api, pytest.raises(ReleaseRefused) as raised:
         pull_release(_RegistryWithout(), "127.0.0.1:5000/flock", "rl", manifest)
     return _launch(raised.value)
 
@@ -331,6 +336,8 @@ PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
 # Lines that end nothing by themselves: the exit column is empty, or a worker's own code.
 PASSED_ON = {
     "published image ... not pulled (...): building it here": "",
+    "published image ... not pulled (...): staying on v..., pulled again at the next look": "",
+    "following releases: this look failed (...); looking again later": "",
     "worker flock-validator-<module>-K stopped for good (exit N); ... go on": "N",
 }
 

@@ -100,6 +100,20 @@ ANSWER_CAPS: dict[str, Cap] = {
             "the protocol drift is unknown (said once), asked again in 30 min",
         ),
         Cap(
+            "release.listing",
+            4 * MIB,
+            100_000,
+            "the releases' list is unavailable: --follow-releases keeps its release and asks "
+            "again at its next look",
+        ),
+        Cap(
+            "release.asset",
+            64 * KIB,
+            None,  # decoded by verify alone: the signature within 16 values, the manifest signed
+            "the release is unavailable (its signature: 4 KiB): --pull builds the image here, "
+            "--follow-releases asks again at its next look",
+        ),
+        Cap(
             "registry.pull",
             64 * KIB,
             1_000,
