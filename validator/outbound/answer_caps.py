@@ -166,10 +166,9 @@ def _too_many_values(cap: Cap, what: str) -> AnswerTooLarge:
 
 def check_values(data: bytes, cap: Cap, what: str) -> None:
     """Raises AnswerTooLarge when `data` (within the byte cap) holds more JSON values than
-    `cap` allows; counted on the text, nothing decoded."""
-    if cap.max_values is not None:
-        if value_count(data.decode("utf-8", errors="replace")) > cap.max_values:
-            raise _too_many_values(cap, what)
+    `cap` allows; counted on the bytes, nothing decoded."""
+    if cap.max_values is not None and value_count(data) > cap.max_values:
+        raise _too_many_values(cap, what)
 
 
 class ByteCounter:

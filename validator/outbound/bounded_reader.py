@@ -254,8 +254,12 @@ class Answer:
 
 
 def parse(data: bytes, cap: Cap, what: str) -> Any:
-    """JSON `data` decoded only within `cap` (bytes, values, depth): JsonRefused otherwise."""
-    return loads_bounded(data, what, max_bytes=cap.max_bytes, max_values=cap.max_values)
+    """JSON `data` decoded only within `cap` (bytes, values, depth) and only when its text is
+    all Unicode (a lone surrogate would reach a journal, a log line or a request that cannot
+    carry it: issue 40): JsonRefused otherwise."""
+    return loads_bounded(
+        data, what, max_bytes=cap.max_bytes, max_values=cap.max_values, unicode_only=True
+    )
 
 
 def json_lines(chunks: Iterable[bytes | str], cap: Cap, what: str) -> Iterator[Any]:
