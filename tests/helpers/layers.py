@@ -84,6 +84,7 @@ REAL_PARTS = (
     "tests.helpers.cli",  # the validator's CLI (the `cli` fixture)
     "tests.helpers.served_hub",
     "tests.helpers.trickle_server",
+    "tests.helpers.hostile_server",
     "tests.helpers.children",
     "tests.helpers.prometheus",
     "tests.helpers.hf_cache_worker",
