@@ -48,6 +48,7 @@ from validator.outbound.answer_caps import (
     Cap,
     check_values,
     current_cap,
+    encoded,
     too_large,
     where,
 )
@@ -189,10 +190,18 @@ class CappedAdapter(BaseAdapter):
         self.inner = inner if inner is not None else HTTPAdapter(max_retries=0)
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
-        response = self.inner.send(request, **kwargs)
         cap = current_cap(self.cap)
+        if cap is not None and cap.max_values is None:
+            # A file goes to disk as it is sent: no content coding asked for, none taken.
+            request.headers["Accept-Encoding"] = "identity"
+        response = self.inner.send(request, **kwargs)
         if cap is not None and response.raw is not None:
-            response.raw = _CappedRaw(response.raw, cap, f"{request.method} {where(request.url)}")
+            what = f"{request.method} {where(request.url)}"
+            coding = response.headers.get("Content-Encoding", "").strip().lower()
+            if cap.max_values is None and coding not in ("", "identity"):
+                response.close()
+                raise encoded(cap, what, coding)
+            response.raw = _CappedRaw(response.raw, cap, what)
         return response
 
     def close(self) -> None:
@@ -283,12 +292,7 @@ def capped_event_hooks(cap: Cap | None = None) -> dict[str, list]:
         coding = response.headers.get("Content-Encoding", "").strip().lower()
         if coding not in ("", "identity"):
             response.close()
-            raise AnswerTooLarge(
-                f"{what}: the answer came {coding}-encoded, which was not asked for (its "
-                "size once decoded is not bounded)",
-                kind=limit.kind,
-                max_bytes=limit.max_bytes,
-            )
+            raise encoded(limit, what, coding)
         stream_class = _capped_stream_class(_library(response))
         response.stream = stream_class(response.stream, limit, what)
 
