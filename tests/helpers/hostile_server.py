@@ -1,8 +1,10 @@
-"""A raw HTTP server on 127.0.0.1 for hostile answers (the attacks of issue 40): it answers each
+"""A raw HTTP server on 127.0.0.1 for hostile answers (the attack of issue 40): it answers each
 request with whatever bytes a test's `respond(request)` yields, as they come (bytes are sent, a
 number is a pause in seconds), so an answer can be malformed, trickled, compressed or endless in
-ways a well-behaved server library would not send. It records each request and how many bytes of
-answers it managed to send (a send that fails: the client went away)."""
+ways a well-behaved server library would not send. It records each request and how many bytes
+of answers it managed to send (a send that fails: the client went away). A TLS hello is closed
+at once, so that a client that tries https first (the Docker engine, for a registry on
+127.0.0.1) goes on to plain http without waiting out its handshake."""
 
 from __future__ import annotations
 
@@ -93,7 +95,12 @@ class HostileServer:
                 self.cut_off.set()
 
 
+TLS_HANDSHAKE = b"\x16"
+
+
 def _read_request(conn: socket.socket) -> Request | None:
+    if conn.recv(1, socket.MSG_PEEK) == TLS_HANDSHAKE:
+        return None
     data = b""
     while b"\r\n\r\n" not in data:
         got = conn.recv(65536)
