@@ -4,7 +4,9 @@ its cap (as many values as it allows, and as many bytes, in one string) is check
 the validator would, and the longest of those holds of the interpreter (a thread that decodes holds
 the GIL: the scoring thread waits that long) and the memory it took are printed, beside what the
 same decode took for the issue's answers, read whole as before. The Hub's listing is decoded as
-huggingface_hub does (its `ModelInfo`).
+huggingface_hub does (its `ModelInfo`). The `quotes` and `closers` answers are at the byte cap and
+cost the value counter itself the most (`ab"ab"...`: an attack of issue 40 made of short strings;
+`]]]...`: brackets with no values), refused or not.
 
     .venv/bin/python -m bench.answer_caps [--old-mb 24]
 """
@@ -17,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from tests.helpers.peak_rss import peak_bytes, reset_peak
+from validator.errors import AnswerTooLarge
 from validator.outbound.answer_caps import ANSWER_CAPS, check_values
 from validator.outbound.bounded_reader import parse
 
@@ -47,7 +50,27 @@ def worst_answers(kind: str) -> dict[str, bytes]:
     zeros = b"[" + b",".join([b"0"] * (cap.max_values - 2)) + b"]"
     objects = b"[" + b",".join([b"{}"] * (cap.max_values // 2 - 1)) + b"]"  # 2 values each
     string = b'["' + b"x" * (cap.max_bytes - 4) + b'"]'
-    return {"values": zeros, "objects": objects, "bytes": string}
+    quotes = b'ab"' * (cap.max_bytes // 3)
+    closers = b"]" * cap.max_bytes
+    return {
+        "values": zeros,
+        "objects": objects,
+        "bytes": string,
+        "quotes": quotes,
+        "closers": closers,
+    }
+
+
+def refused_or_not(work: Callable[[], object]) -> Callable[[], object]:
+    """`work`, whose refusal (an answer past its cap, or not JSON) is an outcome like any."""
+
+    def measured_work() -> object:
+        try:
+            return work()
+        except (AnswerTooLarge, ValueError) as exc:
+            return exc
+
+    return measured_work
 
 
 def decode(kind: str, data: bytes) -> Callable[[], object]:
@@ -82,9 +105,9 @@ def main() -> None:
             continue
         answers = worst_answers(kind)
         if kind == "hub.listing":
-            answers = {"files": listing_at_cap()}
+            answers = {"files": listing_at_cap(), **{k: answers[k] for k in ("quotes", "closers")}}
         for shape, data in answers.items():
-            seconds, grown = measured(decode(kind, data))
+            seconds, grown = measured(refused_or_not(decode(kind, data)))
             rows.append((kind, shape, len(data), seconds, grown))
     print(f"{'kind':<18} {'worst answer':<8} {'bytes':>9} {'hold s':>8} {'memory MiB':>11}")
     for kind, shape, size, seconds, grown in rows:

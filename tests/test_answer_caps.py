@@ -15,7 +15,11 @@ from devkit.github_api import LocalGitHub
 from devkit.validator_cli import wait_for
 from tests.faults.figures import record
 from tests.helpers.hostile_listing import FILES, hostile_listing_is_capped
+from tests.helpers.hostile_server import HostileServer, chunked_with_trailers
 from validator.errors import AnswerTooLarge, JsonRefused, TransientError
+from validator.kit.downloads import fetch_validation_set
+from validator.ledger.answers import ApiUnavailable
+from validator.ledger.client import FedLedgerClient
 from validator.outbound.answer_caps import ANSWER_CAPS, Cap, reading_at_most
 from validator.outbound.bounded_reader import capped_session, fetch_answer, json_lines
 from validator.outbound.safe_json import loads_bounded, value_count
@@ -96,6 +100,36 @@ def test_the_cap_of_the_call_in_progress_wins_and_a_streamed_read_is_capped_too(
             assert session.get(listing(github), timeout=TIMEOUT).json()[0]["sha"] == "a" * 40
     sent = wait_for(lambda: len(github.padded) == 2 and github.padded, 30, "the records")
     assert [bytes_sent <= MIB + IN_FLIGHT for _, bytes_sent in sent] == [True, True]
+
+
+@pytest.mark.parametrize("call", ["fed-ledger", "fetch-answer", "validation-set"])
+def test_trailers_after_a_chunked_body_are_read_no_further_than_the_cap(call, tmp_path):
+    # A fresh attack of issue 40: http.client and urllib3 read and discard a chunked answer's
+    # trailer fields with no limit on their number, and the cap counted the body only: 6 GB of
+    # trailers after a 2 MiB-capped task list were read in 9.3 s, and the list accepted.
+    with HostileServer(chunked_with_trailers(64 * MIB)) as server:
+        if call == "fed-ledger":
+            cap = ANSWER_CAPS["ledger.tasks"]
+            client = FedLedgerClient("sk-test", server.url, retries=0, deadline=120)
+            with pytest.raises(ApiUnavailable, match="over the 2097152 bytes a ledger.tasks"):
+                client.list_tasks()
+        elif call == "validation-set":
+            cap = Cap("validation.set", MIB, None, "")
+            with pytest.raises(AnswerTooLarge, match="a validation.set answer"):
+                fetch_validation_set(f"{server.url}/set.jsonl", tmp_path, max_bytes=MIB)
+            assert list(tmp_path.iterdir()) == []
+        else:
+            cap = ANSWER_CAPS["github.commits"]
+            with pytest.raises(AnswerTooLarge, match="over the 1048576 bytes a github.commits"):
+                fetch_answer("GET", f"{server.url}/x", cap, deadline_s=120, timeout=TIMEOUT)
+        assert server.cut_off.wait(30), "the client never went away"
+    assert server.sent < cap.max_bytes + IN_FLIGHT, f"{server.sent / MIB:.0f} MiB sent"
+    # A few trailer fields, as a server may send, are read as ever.
+    with HostileServer(chunked_with_trailers(120_000)) as server:
+        answer = fetch_answer(
+            "GET", f"{server.url}/x", "ledger.tasks", deadline_s=60, timeout=TIMEOUT
+        )
+        assert answer.json() == [{"id": 1}]
 
 
 def test_redirects_are_not_followed_by_fetch(github):

@@ -235,6 +235,10 @@ def test_rejected_key_is_an_operator_problem(sim):
         ("Wed, 21 Oct 2015 07:28:10 GMT", 10.0),
         ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # in the past: at once
         ("Wed, 21 Oct 2015 09:28:00 GMT", MAX_RETRY_AFTER_S),
+        # Dates no datetime holds (issue 40: the first an OverflowError, exit 1).
+        ("Sun, 06 Nov 99999999999 08:49:37 GMT", None),
+        ("Sun, 06 Nov 2000 08:49:37 +99999999999999999999", None),
+        ("Sun, 06 Nov 10000 08:49:37 GMT", None),
     ],
 )
 def test_retry_after_is_read_and_bounded(value, expected):

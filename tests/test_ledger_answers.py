@@ -153,8 +153,50 @@ LOOKUP_ROWS = [
         Refusal(
             "unexpected",
             200,
-            "malformed assignment: Input should be a valid dictionary or instance of Assignment",
+            "malformed assignment: the answer to lookup: not valid JSON: Expecting value: line 1 "
+            "column 1 (char 0)",
         ),
+    ),
+    # Issue 40: any JSON value was an id (`null` submitted to .../None), and a lone surrogate
+    # anywhere in it (valid JSON) ended the validator at the journal's INSERT.
+    *[
+        (
+            (200, {**ASSIGNMENT, "id": bad}),
+            None,
+            Refusal("unexpected", 200, f"malformed assignment: Value error, {why}"),
+        )
+        for bad, why in [
+            (None, "an id is an integer or text, not NoneType"),
+            (True, "an id is an integer or text, not bool"),
+            ([1], "an id is an integer or text, not list"),
+            ({"a": 1}, "an id is an integer or text, not dict"),
+            (1.5, "an id is an integer or text, not float"),
+            ("", "an id is letters, digits and ._:- (128 at most)"),
+            ("../7", "an id is letters, digits and ._:- (128 at most)"),
+            ("7" * 129, "an id is letters, digits and ._:- (128 at most)"),
+        ]
+    ],
+    *[
+        (
+            (200, body),
+            None,
+            Refusal(
+                "unexpected",
+                200,
+                "malformed assignment: the answer to lookup: holds text that is not Unicode "
+                "(a lone surrogate escape)",
+            ),
+        )
+        for body in [
+            {**ASSIGNMENT, "id": "\ud800"},
+            {**ASSIGNMENT, "task_submission": {"data": {"hg_repo_id": "a/\udc00"}}},
+            {**ASSIGNMENT, "data": {"\udbff": 1}},
+        ]
+    ],
+    (
+        (200, {**ASSIGNMENT, "id": " a-7.b:1_ "}),
+        None,
+        Assignment.model_validate({**ASSIGNMENT, "id": "a-7.b:1_"}),
     ),
     # The known texts are matched on the detail, whatever the status.
     ((400, detail(NO_SUBMISSIONS)), None, Refusal("no_submissions", 400, NO_SUBMISSIONS)),
@@ -187,6 +229,12 @@ LIST_ROWS = [
         (200, [{"id": 12, "task_type": "training"}, "junk"]),
         None,
         [Task(id="12", task_type="training")],
+    ),
+    # Entries whose id is no id are left out, as entries that are not tasks.
+    (
+        (200, [{"id": None}, {"id": False}, {"id": [12]}, {"id": "x7"}, {"id": "x 7"}]),
+        None,
+        [Task(id="x7")],
     ),
     # A 2xx that is not a list is no listing, and not tried again (listing is not submitting).
     ((200, b""), None, ("ApiUnavailable", LIST_FAILED.format(200, "(empty body)"), False, None)),
@@ -227,6 +275,6 @@ def test_an_answer_of_too_many_json_values_is_not_decoded():
     # The transport reads no more than the call's bytes; what the bytes may hold is capped too.
     body = b'{"id": 7, "data": {}, "padding": [' + b",".join([b"0"] * 30_000) + b"]}"
     assert read_lookup(answer(200, body)) == Refusal(
-        "unexpected", 200, "malformed assignment: Input should be a valid dictionary or "
-        "instance of Assignment",
+        "unexpected", 200, "malformed assignment: the answer to lookup: holds more than 20000 "
+        "JSON values",
     )  # fmt: skip

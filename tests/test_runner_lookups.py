@@ -70,6 +70,33 @@ def test_an_unexpected_answer_delays_only_its_own_task(loop, caplog, answer, log
     assert logged in caplog.text and f"its next lookup in {wait:g}s" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "handed_out",
+    [
+        {"id": None},
+        {"id": True},
+        {"id": [1]},
+        {"id": {"a": 1}},
+        {"id": "\ud800"},
+        {"id": 7, "task_submission": {"data": {"name": "\ud800"}}},
+    ],
+    ids=["null", "true", "list", "object", "surrogate", "surrogate-in-data"],
+)
+def test_an_assignment_without_an_id_or_not_all_unicode_is_never_taken(loop, caplog, handed_out):
+    # Issue 40: any JSON value was an id (`null` scored and submitted to .../None), and a lone
+    # surrogate ended the validator at the journal's INSERT (exit 1, "validator crashed").
+    loop.ledger.lookup_answers.append(Reply(200, handed_out))
+    loop.submission("1", "a", 0.5)
+
+    assert loop.run(["1"], max_assignments=1) == ExitCode.OK
+    first, second = loop.ledger.lookups
+    assert (first.answer, second.answer) == ("unexpected", "assignment 1")
+    assert "HTTP 200: malformed assignment" in caplog.text
+    assert [name for name, _ in loop.module.calls] == ["a"]
+    assert loop.ledger.taken() == [("1", "completed", {"score": 0.5, "size": 0})]
+    assert [row["id"] for row in loop._read("SELECT id FROM assignments")] == ["1"]
+
+
 def test_an_unreachable_api_pauses_every_task_time_sleep(loop, caplog):
     loop.ledger.lookup_answers.append(
         Unreachable("POST /tasks/request-validation-assignment/1: HTTP 503")

@@ -127,6 +127,16 @@ def test_a_retry_after_longer_than_time_sleep_is_waited_out(loop):
     submitted_once(loop)
 
 
+def test_a_retry_after_that_no_date_can_hold_is_ignored_not_a_crash(loop):
+    # Issue 40: a year past what a C integer holds raised OverflowError out of the client, and
+    # the validator exited 1 ("validator crashed") on any 408, 429 or 5xx carrying it.
+    far = detail(503, "Service Unavailable", retry_after="Sun, 06 Nov 99999999999 08:49:37 GMT")
+    assert one_result(loop, far, OK) == ExitCode.OK
+    first, second = loop.ledger.submits
+    assert second.at - first.at >= loop.time_sleep  # the usual pause, no wait of its own
+    submitted_once(loop)
+
+
 def test_not_validating_after_an_earlier_try_of_the_call_is_submitted_noted(loop):
     answer = detail(400, "Validation assignment is not in validating status", earlier="HTTP 502")
     assert one_result(loop, answer) == ExitCode.OK

@@ -1,6 +1,10 @@
+import tracemalloc
+
 import pytest
 
-from validator.outbound.safe_json import JsonRefused, loads_bounded, nesting_depth
+from validator.outbound.answer_caps import ANSWER_CAPS, check_values
+from validator.outbound.bounded_reader import parse
+from validator.outbound.safe_json import JsonRefused, loads_bounded, nesting_depth, value_count
 
 
 @pytest.mark.parametrize(
@@ -49,3 +53,52 @@ def test_text_the_decoder_cannot_finish_for_depth_is_refused_for_depth():
     # there (the network raises on it too), refused here for its depth.
     with pytest.raises(JsonRefused, match="cfg: nests deeper than 64 levels"):
         loads_bounded("[" * 5000, "cfg")
+
+
+@pytest.mark.parametrize(
+    "piece",
+    [b'ab"', b'""', b'",', b"]", b"\\\\"],
+    ids=["ab-quote", "quotes", "quote-comma", "closers", "escapes"],
+)
+def test_counting_json_values_costs_little_memory_whatever_the_text(piece):
+    # Issue 40: the count split the whole text on its quotes, an object per piece: a 4 MiB
+    # listing of `ab"ab"...` took 89 MiB (and 1.2 s holding the interpreter), `""` 53 MiB,
+    # `",` 28 MiB, before anything was refused. bench/answer_caps.py measures the time.
+    cap = ANSWER_CAPS["hub.listing"]
+    text = piece * (cap.max_bytes // len(piece))
+    tracemalloc.start()
+    try:
+        try:
+            check_values(text, cap, "a hostile listing")
+        except Exception:  # noqa: BLE001 - refused or not, its cost is what is measured
+            pass
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * len(text), f"{peak / (1 << 20):.1f} MiB to count {len(text)} bytes"
+
+
+def test_values_are_counted_alike_in_text_and_bytes_across_windows():
+    # Quotes are paired a window (64 KiB) at a time: a string that spans windows holds no values.
+    text = '[1, "' + "a,[{" * 50_000 + '", {"b": [2, 3]}, "x\\\\", "y\\"z"]'
+    assert len(loads_bounded(text, "x")) == 5
+    assert value_count(text) == value_count(text.encode()) == 9
+    assert nesting_depth(text) == 3
+
+
+def test_an_integer_past_pythons_digit_limit_is_refused_as_json():
+    # Issue 40: a plain ValueError ("Exceeds the limit (4300 digits)"), past the callers that
+    # catch JsonRefused (a base model's shard index: "an unexpected error in the module").
+    body = b'{"weight_map": {"a": ' + b"9" * 5000 + b"}}"
+    with pytest.raises(JsonRefused, match="index: cannot be decoded: Exceeds the limit"):
+        parse(body, ANSWER_CAPS["hub.listing"], "index")
+
+
+def test_an_answer_holding_a_lone_surrogate_is_refused_and_a_pair_is_not():
+    # Issue 40: a lookup's id of "\ud800" (valid JSON) crashed the journal's INSERT.
+    cap = ANSWER_CAPS["ledger.lookup"]
+    for lone in (b'{"id": "\\ud800"}', b'{"\\uDC00": 1}', b'["a\\udbff"]'):
+        with pytest.raises(JsonRefused, match="holds text that is not Unicode"):
+            parse(lone, cap, "a lookup")
+        assert loads_bounded(lone, "a file") is not None  # only where asked
+    assert parse(b'["\\ud83d\\ude00", "\\\\ud800"]', cap, "x") == ["\U0001f600", "\\ud800"]

@@ -50,9 +50,12 @@ from modules.llm_judge.judge_source import (
     parse_source_files,
 )
 from validator.kit import (
+    AnswerTooLarge,
     CallAbandoned,
+    Cap,
     ConfigError,
     OperatorError,
+    capped_session,
     overall_deadline,
     quoted,
 )
@@ -249,10 +252,14 @@ class _FetchFailed(Exception):
 
 def _download(url: str, name: str, timeout: float, deadline: float) -> bytes:
     limit = MAX_FILE_BYTES[name]
+    # The bounded reader counts what the connection carries too (a chunked answer's trailer
+    # fields, issue 40); a chunk above the file's limit, which is checked below.
+    cap = Cap("judge.texts", limit + 64 * 1024, None, "the judge texts are the operator's")
     try:
         with (
             overall_deadline(deadline, f"judge texts from {url}"),
-            requests.get(url, timeout=timeout, stream=True) as response,
+            capped_session(cap) as session,
+            session.get(url, timeout=timeout, stream=True) as response,
         ):
             if response.status_code != 200:
                 raise _FetchFailed(f"{url} answered HTTP {response.status_code}")
@@ -265,6 +272,8 @@ def _download(url: str, name: str, timeout: float, deadline: float) -> bytes:
             return bytes(body)
     except requests.RequestException as exc:
         raise _FetchFailed(f"cannot fetch {url} ({type(exc).__name__})") from None
+    except AnswerTooLarge as exc:  # content gone wrong, as a file past its limit
+        raise OperatorError(f"judge texts from {url}: {exc}") from None
     except CallAbandoned as exc:
         if exc.stopped:  # the validator is stopping: no fault of the source, the work is kept
             raise

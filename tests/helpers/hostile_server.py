@@ -123,3 +123,18 @@ def answer(body: bytes, status: str = "200 OK", headers: Iterable[str] = ()) -> 
     (it answers one request per connection: a client must not send another on it)."""
     lines = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", "Connection: close", *headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def chunked_with_trailers(trailers: int, body: bytes = b'[{"id": 1}]') -> Respond:
+    """A chunked answer of `body`, then `trailers` bytes of trailer fields (lines of 60 kB:
+    http.client and urllib3 take each line up to 64 KiB, and any number of them)."""
+
+    def respond(_request: Request) -> Iterable[bytes]:
+        yield b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        yield b"%x\r\n%s\r\n0\r\n" % (len(body), body)
+        line = b"X-Pad: " + b"a" * 60_000 + b"\r\n"
+        for _ in range(trailers // len(line)):
+            yield line
+        yield b"\r\n"
+
+    return respond

@@ -25,6 +25,7 @@ from modules.llm_judge.judge_texts import (
     source_location,
 )
 from modules.llm_judge.schemas import LlmJudgeConfig
+from tests.helpers.hostile_server import HostileServer, chunked_with_trailers
 from tests.helpers.trickle_server import SEEN_CLOSED_S, trickle_server
 from validator.errors import ConfigError, ExitCode, OperatorError, outcome_of
 from validator.outbound.deadline import CallAbandoned, set_stop_event
@@ -281,3 +282,16 @@ def test_a_trickled_source_ends_at_its_deadline_and_the_cache_stands_in(tmp_path
             cached = load_judge_texts(folder, cache, timeout=5, deadline=1)
     assert cached.rubrics == builtin_texts().rubrics
     assert "using the copy cached in" in caplog.text
+
+
+def test_trailers_after_a_source_file_are_read_no_further_than_its_limit(tmp_path):
+    # A fresh attack of issue 40: the download counted the file's body only, and requests
+    # (http.client, urllib3) reads a chunked answer's trailer fields with no limit on their
+    # number. Now read through the bounded reader: past the file's limit, the source's.
+    trailers = 64 << 20
+    with HostileServer(chunked_with_trailers(trailers, b"x = 1\n")) as server:
+        folder = f"{server.url}/validator/modules/llm_judge/"
+        with pytest.raises(OperatorError, match="judge texts from .*: .* a judge.texts answer"):
+            load_judge_texts(folder, tmp_path / "state", timeout=5, deadline=60)
+        assert server.cut_off.wait(30), "the client never went away"
+    assert server.sent < 16 << 20  # the file's limit and what the socket buffers hold

@@ -85,7 +85,7 @@ from .sandbox import (
 
 # the Hugging Face Hub, with deadlines and the failure contract
 from . import hub as hub
-from .hub import fetch_base_model as fetch_base_model
+from .base_models import fetch_base_model as fetch_base_model
 from .listing import (
     checked_listing as checked_listing,
     MAX_LISTED_FILES as MAX_LISTED_FILES,

@@ -11,6 +11,8 @@ import requests
 
 from validator.disk import raise_if_full
 from validator.errors import TransientError
+from validator.outbound.answer_caps import Cap
+from validator.outbound.bounded_reader import capped_session
 from validator.outbound.deadline import overall_deadline
 
 TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
@@ -55,10 +57,15 @@ def _download_validation_set(url: str, dest: Path, max_bytes: int, default_name:
     target = dest / _url_filename(url, default_name) if dest.is_dir() else dest
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
+    # Read through the bounded reader, which counts what the connection carries too (a chunked
+    # answer's trailer fields, issue 40); a chunk above the set's own limit, so that a set past
+    # it is refused by _stream_capped, as the set's (ValueError).
+    cap = Cap("validation.set", max_bytes + CHUNK, None, "the set is over its limit")
     try:
         with (
             overall_deadline(VALIDATION_SET_DEADLINE_S, f"validation set {url}"),
-            requests.get(url, stream=True, timeout=TIMEOUT) as response,
+            capped_session(cap) as session,
+            session.get(url, stream=True, timeout=TIMEOUT) as response,
         ):
             _check_validation_response(response, url, max_bytes)
             _stream_capped(response, part, url, max_bytes)

@@ -1,6 +1,7 @@
 """Hugging Face Hub calls for modules, through `huggingface_hub` (which a module using this must
 have in its environment; the core itself does not need it): one error translation from the
-library's exceptions to the failure contract, and the settings read at call time.
+library's exceptions to the failure contract, and the settings read at call time. A base
+model's files: validator/kit/base_models.py, on top of it.
 
 A submitter's repo that is missing, private, gated or lacks a file is SubmissionRejected; the
 same for an operator's repo (a base model) is OperatorError; network faults, 5xx and
@@ -13,49 +14,54 @@ that is given none; without one, the library's own (its login file).
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Callable
-from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import requests
-from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
+from huggingface_hub import HfApi, constants, hf_hub_download
 from huggingface_hub import errors as hf
 from huggingface_hub.hf_api import ModelInfo
 
 from validator.disk import no_room
 from validator.errors import (
     AnswerTooLarge,
-    JsonRefused,
     OperatorError,
     SubmissionRejected,
     TransientError,
+    ValidatorError,
     disk_full,
     exception_chain,
 )
 from validator.kit.downloads import TRANSIENT_STATUSES
-from validator.kit.progress import watch_bytes
-from validator.outbound import hf_cache
 from validator.outbound.answer_caps import ANSWER_CAPS, Cap, file_cap, reading_at_most
-from validator.outbound.bounded_reader import parse
 from validator.outbound.deadline import CallOverLimit, overall_deadline
 from validator.outbound.hub_http import cap_the_library, fresh_connections
 from validator.run_context import current_run
-from validator.scope import held_until_scored
-
-log = logging.getLogger(__name__)
 
 # huggingface_hub 0.x raises requests' errors, 1.x httpx's (a module's stack picks the line).
 HTTP_ERRORS: tuple[type[BaseException], ...] = (requests.HTTPError, hf.HfHubHTTPError)
-NETWORK_ERRORS: tuple[type[BaseException], ...] = (requests.ConnectionError, requests.Timeout)
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,  # a connection broken off within a body
+    ConnectionError,
+    TimeoutError,
+)
+# Any other error of the client is an answer it could not follow (a redirect loop, a redirect
+# to file://, a body that cannot be decoded): the sender's (`_senders`).
+CLIENT_ERRORS: tuple[type[BaseException], ...] = (requests.RequestException,)
+# What httpx calls a transport error but is a redirect to a scheme it has no transport for.
+REDIRECTED_AWAY: tuple[type[BaseException], ...] = (requests.exceptions.InvalidSchema,)
 try:
     import httpx
 
     NETWORK_ERRORS += (httpx.TransportError,)
+    CLIENT_ERRORS += (httpx.HTTPError,)
+    REDIRECTED_AWAY += (httpx.UnsupportedProtocol,)
 except ImportError:  # huggingface_hub 0.x does not need it
     pass
 
@@ -77,6 +83,10 @@ T = TypeVar("T")
 def endpoint() -> str | None:
     value = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/")
     return value or None
+
+
+def _http_endpoint() -> bool:
+    return (endpoint() or constants.ENDPOINT).lower().startswith(("http://", "https://"))
 
 
 def cache_dir() -> str | None:
@@ -125,11 +135,35 @@ def _classify(
         response = getattr(err, "response", None)
         if isinstance(err, HTTP_ERRORS) and response is not None:
             return _classify_status(response, what, blame, hint)
+        if isinstance(err, REDIRECTED_AWAY) and not _http_endpoint():
+            return OperatorError(f"{what}: HF_ENDPOINT {endpoint()!r} is not an http(s) URL")
+        if isinstance(err, REDIRECTED_AWAY):
+            return _over_cap(err, what, submission)
         if isinstance(err, (*NETWORK_ERRORS, hf.FileMetadataError)):
             return TransientError(f"{what}: could not reach the Hub: {err}")
+    # Only then the library's own refusals: it wraps a 503 in "Force download failed", a
+    # ValueError, whose cause said what it was.
+    refused = next((err for err in exception_chain(exc) if _senders(err)), None)
+    if refused is not None:
+        return _over_cap(refused, what, submission)
     if any(isinstance(err, hf.LocalEntryNotFoundError) for err in exception_chain(exc)):
         return TransientError(f"{what}: could not reach the Hub: {exc}")
     return None
+
+
+def _senders(err: BaseException) -> bool:
+    """Whether `err` is the library refusing what the Hub sent (issue 40: these were "an
+    unexpected error in the module", scored again 3 times): a client error that is not a
+    network fault (a redirect loop, to file://), the library's own OSError (no errno: "Consistency
+    check failed", a body that is not the size its header said) or ValueError (`X-Repo-Commit:
+    ../..`: "Invalid pointer path"; a listing that is not JSON)."""
+    if isinstance(
+        err, (ValidatorError, *NETWORK_ERRORS, hf.FileMetadataError, hf.LocalEntryNotFoundError)
+    ):
+        return False  # ours, the network's, or a wrapper whose cause says
+    if isinstance(err, CLIENT_ERRORS):
+        return True
+    return (isinstance(err, OSError) and err.errno is None) or isinstance(err, ValueError)
 
 
 def _no_room(err: OSError, what: str, local_dir: Path | None) -> Exception:
@@ -151,11 +185,14 @@ def _classify_status(response: Any, what: str, blame: type[Exception], hint: str
     return blame(f"{what}: the Hub answered HTTP {status}.{hint}")
 
 
-def _over_cap(exc: AnswerTooLarge, what: str, submission: bool) -> Exception:
-    """An answer past its cap (validator/outbound/bounded_reader.py): the sender's fault, so a
-    submission's for its own repo and files, transient for the operator's base model."""
+def _over_cap(exc: BaseException, what: str, submission: bool) -> Exception:
+    """An answer past its cap (validator/outbound/bounded_reader.py), or one the library could
+    not use (`_senders`): the sender's fault, so a submission's for its own repo and files,
+    transient for the operator's base model."""
     blame = SubmissionRejected if submission else TransientError
-    return blame(f"{what}: {exc}")
+    if isinstance(exc, AnswerTooLarge):
+        return blame(f"{what}: {exc}")
+    return blame(f"{what}: the Hub's answer cannot be used: {type(exc).__name__}: {str(exc)[:300]}")
 
 
 def download_deadline(size: int | None) -> float:
@@ -221,7 +258,8 @@ def download(
     **kwargs: Any,
 ) -> Path:
     """One file of a repo; `size` (from the listing) sets the overall deadline and the cap on
-    what is read of it (the size plus OVERSEND_SLACK_BYTES; not listed: not capped). A `name`
+    what is read of it (the size plus OVERSEND_SLACK_BYTES; not listed: the `hub.unlisted`
+    cap, 64 MiB); a content-encoded answer is refused (none is asked for). A `name`
     that would be written outside the download folder is refused before any request for it,
     and the written path is checked to lie inside it (`unsafe_name`)."""
     local_dir = Path(kwargs["local_dir"]) if kwargs.get("local_dir") else None
@@ -288,11 +326,21 @@ def unsafe_name(name: str, folder: Path | None = None) -> str | None:
     names: a hostile or intercepted Hub would write wherever its name leads."""
     if not name or "\0" in name or "\\" in name:
         return "is empty or holds a NUL or a backslash"
+    if not name.isascii() and not _encodable(name):
+        return "is not Unicode text (a lone surrogate)"
     if name.startswith("/") or any(part == ".." for part in name.split("/")):
         return "is absolute or has a '..' component"
     if folder is not None and not _inside(folder / name, folder):
         return f"resolves outside {folder}"
     return None
+
+
+def _encodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _inside(path: Path, folder: Path, *, follow: bool = True) -> bool:
@@ -316,119 +364,12 @@ def file_sizes(info: ModelInfo) -> dict[str, int | None]:
 
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
-# Everything a base model needs besides its weights; weights are picked from the listing.
-BASE_MODEL_FILES = tuple(
-    "config.json generation_config.json tokenizer.json tokenizer_config.json tokenizer.model"
-    " special_tokens_map.json added_tokens.json vocab.json vocab.txt merges.txt"
-    " chat_template.jinja".split()
-)
 
 
-# -- base models (trusted: the operator's supported list) ---------------------------------------
+def __getattr__(name: str) -> Any:
+    # A base model's fetch is kit/base_models.py's (it imports this module); `hub` still names it.
+    if name == "fetch_base_model":
+        from validator.kit.base_models import fetch_base_model  # noqa: PLC0415
 
-
-def fetch_base_model(repo_id: str, token: str | None = None) -> Path:
-    """A local snapshot of a (trusted) base model through the normal HF cache.
-
-    Only config, tokenizer and safetensors weights are fetched; when the repo has a shard index,
-    only the shards it names (some repos also carry a consolidated copy of the weights).
-
-    The base is marked in use in the cache (validator/outbound/hf_cache.py) from before it is read
-    until the scoring in progress ends (outside a run: until this returns), so that no worker
-    sharing the cache evicts it meanwhile. With a cache budget (VALIDATOR_HF_CACHE_MAX_GB), the
-    least recently used bases not in use are evicted to make room for it, and again after.
-    """
-    cache = Path(cache_dir() or constants.HF_HUB_CACHE)
-    budget = hf_cache.budget_bytes()
-    with ExitStack() as until_fetched:
-        holder = held_until_scored() or until_fetched
-        holder.enter_context(hf_cache.base_in_use(cache, repo_id))
-        return _fetch_base_model(repo_id, token, cache, budget)
-
-
-def _fetch_base_model(repo_id: str, token: str | None, cache: Path, budget: int | None) -> Path:
-    what = f"base model {repo_id}"
-    try:
-        info = model_info(repo_id, what, submission=False, token=token, files_metadata=True)
-    except TransientError:
-        cached = _cached_snapshot(repo_id)
-        if cached is None:
-            raise
-        log.warning("%s: the Hub is unreachable, using the cached snapshot %s", what, cached)
-        return cached
-    commit = commit_of(info.sha, what)
-    sizes = file_sizes(info)
-    weights = _base_weight_files(repo_id, commit, sizes, token, what)
-    names = [name for name in BASE_MODEL_FILES if name in sizes] + weights
-    folder = cache / f"models--{repo_id.replace('/', '--')}"
-    snapshot = folder / "snapshots" / commit
-    room = sum(sizes.get(n) or 0 for n in names if not (snapshot / n).exists())
-    if budget is not None:
-        hf_cache.evict(cache, budget, room, warn=False)  # the warning, if any, comes after
-    with watch_bytes(folder, f"downloading {what}", total=room):
-        # One file at a time in this thread, not in snapshot_download's worker threads: an
-        # overall deadline covers the connections of the thread it runs in.
-        for name in names:
-            download(
-                repo_id, name, what, submission=False, size=sizes.get(name), revision=commit,
-                cache_dir=cache_dir(), token=token,
-            )  # fmt: skip
-    # The ref that snapshot_download writes for `main`, which the cached fallback reads; written
-    # whole (a rename), as another worker sharing the cache may be reading it.
-    (folder / "refs").mkdir(parents=True, exist_ok=True)
-    partial_ref = folder / "refs" / f".main.{os.getpid()}"
-    partial_ref.write_text(commit)
-    partial_ref.replace(folder / "refs" / "main")
-    path = folder / "snapshots" / commit
-    if not (path / "config.json").is_file():
-        raise OperatorError(f"{what}: the snapshot at {path} has no config.json")
-    if budget is not None:
-        hf_cache.evict(cache, budget)
-    return path
-
-
-def _base_weight_files(
-    repo_id: str, commit: str, sizes: dict[str, int | None], token: str | None, what: str
-) -> list[str]:
-    files = set(sizes)
-    if SAFETENSORS_INDEX in files:
-        index_path = download(
-            repo_id, SAFETENSORS_INDEX, what, submission=False, revision=commit,
-            cache_dir=cache_dir(), token=token, size=sizes.get(SAFETENSORS_INDEX),
-        )  # fmt: skip
-        weight_map = _weight_map(Path(index_path), what)
-        shards = sorted(set(weight_map.values()))
-        missing = [s for s in shards if s not in files or not s.endswith(".safetensors")]
-        if not shards or missing:
-            raise OperatorError(f"{what}: {SAFETENSORS_INDEX} names missing shards {missing}")
-        return [SAFETENSORS_INDEX, *shards]
-    if "model.safetensors" in files:
-        return ["model.safetensors"]
-    raise OperatorError(
-        f"{what}: no safetensors weights (model.safetensors or {SAFETENSORS_INDEX}); "
-        "pickle weights are never loaded"
-    )
-
-
-def _weight_map(path: Path, what: str) -> dict:
-    """The index's tensor -> shard map, decoded within the listing's cap (the index lists the
-    shards); an index past it, or not JSON, is the operator's to look at."""
-    cap = ANSWER_CAPS["hub.listing"]
-    try:
-        with path.open("rb") as f:
-            data = f.read(cap.max_bytes + 1)
-        index = parse(data, cap, f"{what}: {SAFETENSORS_INDEX}")
-    except (OSError, JsonRefused) as exc:
-        raise OperatorError(f"{what}: {SAFETENSORS_INDEX} cannot be read: {exc}") from exc
-    weight_map = index.get("weight_map", {}) if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict):
-        raise OperatorError(f"{what}: {SAFETENSORS_INDEX} has no weight_map object")
-    return weight_map
-
-
-def _cached_snapshot(repo_id: str) -> Path | None:
-    try:
-        path = snapshot_download(repo_id, cache_dir=cache_dir(), local_files_only=True)
-    except Exception:  # noqa: BLE001 - any failure just means "not cached"
-        return None
-    return Path(path) if (Path(path) / "config.json").is_file() else None
+        return fetch_base_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

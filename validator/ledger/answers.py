@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -103,14 +104,34 @@ SUBMIT = Policy(
 )
 
 
+# An id the API hands out: it sends integers; text of these characters is taken too (ids the
+# CLI is given, the simulator's). An id becomes a journal key and a URL path segment.
+ID_TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
 def normalise_id(value: Any) -> str:
     """Ids come back as integers while the CLI gives strings."""
     return str(value).strip()
 
 
+def answered_id(value: Any) -> str:
+    """An id in an answer of the API: an integer (not a boolean) or text matching ID_TEXT, as
+    text; anything else (null, true, a list, an object, text with a lone surrogate) is no id
+    (issue 40: any JSON value was taken, `null` submitted to .../update-validation-assignment/
+    None, and `"\\ud800"` ended the validator at the journal's INSERT)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"an id is an integer or text, not {type(value).__name__}")
+    text = normalise_id(value)
+    if not ID_TEXT.fullmatch(text):
+        raise ValueError("an id is letters, digits and ._:- (128 at most)")
+    return text
+
+
 # What the API sends beyond these fields is dropped here, at the boundary (issue 40: a lookup
 # answer's extra keys were kept, 2.7 GB for 100 MB); the answers' size is capped by the
-# reader (validator/outbound/answer_caps.py: ANSWER_CAPS, the Policy's `cap`).
+# reader (validator/outbound/answer_caps.py: ANSWER_CAPS, the Policy's `cap`), and text that
+# is not all Unicode refused whole (`_decoded`: a lone surrogate in any field of an
+# assignment would reach the journal, the log and the module).
 
 
 class Task(BaseModel):
@@ -119,7 +140,7 @@ class Task(BaseModel):
     id: str
     task_type: str | None = None
 
-    _normalise = field_validator("id", mode="before")(normalise_id)
+    _id = field_validator("id", mode="before")(answered_id)
 
 
 class TaskSubmission(BaseModel):
@@ -135,7 +156,7 @@ class Assignment(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
     task_submission: TaskSubmission = Field(default_factory=TaskSubmission)
 
-    _normalise = field_validator("id", mode="before")(normalise_id)
+    _id = field_validator("id", mode="before")(answered_id)
 
     def module_input(self, submitter_fields: frozenset[str] | None = None) -> dict[str, Any]:
         """The module input: the assignment's data over the submission's. With
@@ -228,10 +249,12 @@ def read_tasks(response: requests.Response) -> list[Task]:
 def read_lookup(response: requests.Response) -> Assignment | Refusal:
     """The final answer to a lookup: an assignment, or why there is none (matched on the
     detail's text, not on the status)."""
-    body = _json_or_none(response, LOOKUP)
+    body, refused = _json_and_why(response, LOOKUP)
     _refuse_key(response, body)
     detail = _detail(response, body)
     if response.status_code == 200:
+        if refused is not None:  # not JSON, past the cap's values, not all Unicode
+            return Refusal("unexpected", 200, f"malformed assignment: {refused}")
         try:
             return Assignment.model_validate(body)
         except ValidationError as exc:
@@ -300,18 +323,23 @@ def _is_json(response: requests.Response, policy: Policy) -> bool:
 
 
 def _json_or_none(response: requests.Response, policy: Policy) -> Any:
+    return _json_and_why(response, policy)[0]
+
+
+def _json_and_why(response: requests.Response, policy: Policy) -> tuple[Any, str | None]:
+    """(the body decoded, None), or (None, why it was refused); (None, None) when empty."""
     if not response.content:
-        return None
+        return None, None
     try:
-        return _decoded(response, policy)
-    except ValueError:
-        return None
+        return _decoded(response, policy), None
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def _decoded(response: requests.Response, policy: Policy) -> Any:
-    """The body decoded within the call's cap (bytes, JSON values, depth): JsonRefused, a
-    ValueError, when it is not JSON or over the cap (the transport read no more than the
-    cap's bytes)."""
+    """The body decoded within the call's cap (bytes, JSON values, depth), all its text Unicode
+    (bounded_reader.parse): JsonRefused, a ValueError, when it is not JSON, over the cap (the
+    transport read no more than the cap's bytes) or holds a lone surrogate."""
     return parse(response.content, ANSWER_CAPS[policy.cap], f"the answer to {policy.name}")
 
 

@@ -81,6 +81,13 @@ ANSWER_CAPS: dict[str, Cap] = {
             "model's, transient",
         ),
         Cap(
+            "hub.unlisted",
+            64 * MIB,
+            None,
+            "a file the Hub's listing gives no size for (the kit's own downloads refuse one "
+            "before asking for it): as `hub.file`",
+        ),
+        Cap(
             "judge.models",
             4 * MIB,
             100_000,
@@ -123,11 +130,11 @@ ANSWER_CAPS: dict[str, Cap] = {
 }
 
 
-def file_cap(size: int | None) -> Cap | None:
-    """The cap of a file listed at `size` bytes (None: not listed, so not capped: it goes to
-    disk, bounded by its deadline)."""
+def file_cap(size: int | None) -> Cap:
+    """The cap of a file listed at `size` bytes (None: not listed, the `hub.unlisted` cap; it
+    was not capped, and a 2 MiB gzip answer wrote 2 GiB into the HF cache: issue 40)."""
     if size is None:
-        return None
+        return ANSWER_CAPS["hub.unlisted"]
     base = ANSWER_CAPS["hub.file"]
     return Cap(base.kind, size + base.max_bytes, None, base.over, listed=size)
 
@@ -169,6 +176,17 @@ def too_large(cap: Cap, what: str, read: int) -> AnswerTooLarge:
     return AnswerTooLarge(f"{what}: {why}", kind=cap.kind, max_bytes=cap.max_bytes)
 
 
+def encoded(cap: Cap, what: str, coding: str) -> AnswerTooLarge:
+    """An answer that came content-encoded where none was asked for: its size once decoded is
+    not bounded by what was sent (a gzip bomb), nor, for a file, what it writes to disk."""
+    return AnswerTooLarge(
+        f"{what}: the answer came {coding}-encoded, which was not asked for (its size once "
+        "decoded is not bounded)",
+        kind=cap.kind,
+        max_bytes=cap.max_bytes,
+    )
+
+
 def _too_many_values(cap: Cap, what: str) -> AnswerTooLarge:
     return AnswerTooLarge(
         f"{what}: the answer holds more than the {cap.max_values} JSON values a {cap.kind} "
@@ -180,10 +198,9 @@ def _too_many_values(cap: Cap, what: str) -> AnswerTooLarge:
 
 def check_values(data: bytes, cap: Cap, what: str) -> None:
     """Raises AnswerTooLarge when `data` (within the byte cap) holds more JSON values than
-    `cap` allows; counted on the text, nothing decoded."""
-    if cap.max_values is not None:
-        if value_count(data.decode("utf-8", errors="replace")) > cap.max_values:
-            raise _too_many_values(cap, what)
+    `cap` allows; counted on the bytes, nothing decoded."""
+    if cap.max_values is not None and value_count(data) > cap.max_values:
+        raise _too_many_values(cap, what)
 
 
 class ByteCounter:

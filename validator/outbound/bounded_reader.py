@@ -48,6 +48,7 @@ from validator.outbound.answer_caps import (
     Cap,
     check_values,
     current_cap,
+    encoded,
     too_large,
     where,
 )
@@ -59,15 +60,84 @@ M = TypeVar("M", bound=BaseModel)
 # -- requests ---------------------------------------------------------------------------------
 
 
+def wire_limit(cap: Cap) -> int:
+    """What the connection may carry of one answer after its head: its body's cap, and a 16th
+    of it (at least CHUNK) for the chunked framing and trailers around the body."""
+    return cap.max_bytes + max(cap.max_bytes // 16, CHUNK)
+
+
+class _CountedFile:
+    """The socket file that http.client reads one answer's body from (`HTTPResponse.fp`), every
+    byte taken from it counted against `wire_limit`: the body's count (_CappedRaw) never sees a
+    chunked answer's framing nor its trailer fields, which http.client and urllib3 read and
+    discard without any limit on their number (issue 40: 6 GB of trailers after a 2 MiB-capped
+    task list were read in 9.3 s, and the list accepted)."""
+
+    def __init__(self, fp: Any, cap: Cap, what: str, close: Any) -> None:
+        self._fp, self._cap, self._what, self._close = fp, cap, what, close
+        self._limit, self._read = wire_limit(cap), 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fp, name)
+
+    def _took(self, size: int) -> None:
+        self._read += size
+        if self._read > self._limit:
+            self._close()  # nothing more is read; the connection is not reused
+            raise too_large(self._cap, self._what, self._read)
+
+    def read(self, amt: int | None = None) -> bytes:
+        # A chunk may declare any size, and http.client reads it in one call: read here a
+        # CHUNK at a time, so that what is taken is counted before more is.
+        want = amt if amt is not None and amt >= 0 else None
+        parts, got = [], 0
+        while want is None or got < want:
+            part = self._fp.read(CHUNK if want is None else min(CHUNK, want - got))
+            if not part:
+                break
+            self._took(len(part))
+            parts.append(part)
+            got += len(part)
+        return b"".join(parts)
+
+    def read1(self, amt: int = -1) -> bytes:
+        data = self._fp.read1(amt)
+        self._took(len(data))
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        size = self._fp.readinto(buffer)
+        self._took(size or 0)
+        return size
+
+    def readline(self, limit: int = -1) -> bytes:
+        left = self._limit - self._read + 1  # a line that fills it is past the limit
+        line = self._fp.readline(left if limit < 0 else min(limit, left))
+        self._took(len(line))
+        return line
+
+
+def _count_the_connection(raw: Any, cap: Cap, what: str) -> None:
+    """Puts a _CountedFile under urllib3's response (`raw`), between http.client and the
+    socket: urllib3 2.x reads through `raw._fp` (http.client's HTTPResponse), whose `fp` is the
+    socket file, on HTTP and HTTPS alike."""
+    answer = getattr(raw, "_fp", None)
+    fp = getattr(answer, "fp", None)
+    if fp is not None and not isinstance(fp, _CountedFile):
+        answer.fp = _CountedFile(fp, cap, what, raw.close)
+
+
 class _CappedRaw:
     """A urllib3 response whose reads count against a cap; everything else is the response's.
-    requests reads a body through `stream` (or `read`), so that is where the cap sits. A JSON
-    answer is read whole (within the cap) and its values counted before the first byte goes
-    on to whoever parses it."""
+    requests reads a body through `stream` (or `read`), so that is where the cap sits, and the
+    connection's bytes are counted beneath (`_CountedFile`). A JSON answer is read whole
+    (within the cap) and its values counted before the first byte goes on to whoever parses
+    it."""
 
     def __init__(self, raw: Any, cap: Cap, what: str) -> None:
         self._raw = raw
         self._counter = ByteCounter(cap, what)
+        _count_the_connection(raw, cap, what)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
@@ -120,10 +190,18 @@ class CappedAdapter(BaseAdapter):
         self.inner = inner if inner is not None else HTTPAdapter(max_retries=0)
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
-        response = self.inner.send(request, **kwargs)
         cap = current_cap(self.cap)
+        if cap is not None and cap.max_values is None:
+            # A file goes to disk as it is sent: no content coding asked for, none taken.
+            request.headers["Accept-Encoding"] = "identity"
+        response = self.inner.send(request, **kwargs)
         if cap is not None and response.raw is not None:
-            response.raw = _CappedRaw(response.raw, cap, f"{request.method} {where(request.url)}")
+            what = f"{request.method} {where(request.url)}"
+            coding = response.headers.get("Content-Encoding", "").strip().lower()
+            if cap.max_values is None and coding not in ("", "identity"):
+                response.close()
+                raise encoded(cap, what, coding)
+            response.raw = _CappedRaw(response.raw, cap, what)
         return response
 
     def close(self) -> None:
@@ -214,12 +292,7 @@ def capped_event_hooks(cap: Cap | None = None) -> dict[str, list]:
         coding = response.headers.get("Content-Encoding", "").strip().lower()
         if coding not in ("", "identity"):
             response.close()
-            raise AnswerTooLarge(
-                f"{what}: the answer came {coding}-encoded, which was not asked for (its "
-                "size once decoded is not bounded)",
-                kind=limit.kind,
-                max_bytes=limit.max_bytes,
-            )
+            raise encoded(limit, what, coding)
         stream_class = _capped_stream_class(_library(response))
         response.stream = stream_class(response.stream, limit, what)
 
@@ -254,8 +327,12 @@ class Answer:
 
 
 def parse(data: bytes, cap: Cap, what: str) -> Any:
-    """JSON `data` decoded only within `cap` (bytes, values, depth): JsonRefused otherwise."""
-    return loads_bounded(data, what, max_bytes=cap.max_bytes, max_values=cap.max_values)
+    """JSON `data` decoded only within `cap` (bytes, values, depth) and only when its text is
+    all Unicode (a lone surrogate would reach a journal, a log line or a request that cannot
+    carry it: issue 40): JsonRefused otherwise."""
+    return loads_bounded(
+        data, what, max_bytes=cap.max_bytes, max_values=cap.max_values, unicode_only=True
+    )
 
 
 def json_lines(chunks: Iterable[bytes | str], cap: Cap, what: str) -> Iterator[Any]:

@@ -19,7 +19,18 @@ def cap_the_library() -> None:
     """Every answer huggingface_hub reads goes through the bounded reader, by the hook the
     library has for it: 0.x makes its requests sessions with the factory given to
     `configure_http_backend`, 1.x its httpx client with the one given to `set_client_factory`.
-    Outside `hub_call` (no cap of its own), an answer gets the cap of hub.metadata."""
+    Outside `hub_call` (no cap of its own), an answer gets the cap of hub.metadata.
+
+    Never through Xet: huggingface_hub 1.x depends on hf_xet, and hands a file whose answer
+    names a Xet storage (`X-Xet-Hash`, what the real Hub says of most new uploads) to its Rust
+    downloader, whose connections and answers are its own: no deadline shuts them, no cap
+    counts them (issue 40: a storage that never answered held a download past 195 s with a 3 s
+    deadline; one that streamed grew the process 67 -> 829 MiB). The library reads the switch
+    at call time; set on every call, whatever the environment said (the real Hub serves those
+    files over HTTP too)."""
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    constants.HF_HUB_DISABLE_XET = True
     global _capped
     with _capped_lock:
         if _capped:
