@@ -16,8 +16,8 @@ import pytest
 from devkit.hf_hub import LocalHub
 from modules.rl.hub import fetch_policy
 from validator.errors import OperatorError, SubmissionRejected
+from validator.kit import fetch_base_model
 from validator.kit import hub as kit_hub
-from validator.kit.hub import fetch_base_model
 
 PAYLOAD = b"written outside the download folder"
 

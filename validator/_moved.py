@@ -40,6 +40,13 @@ RENAMED: dict[str, dict[str, tuple[str, str]]] = {
 }
 
 
+# Names a module author could have imported from a module that no longer defines them: module ->
+# {name: (the module that defines it now, the release that removes the old place)}.
+MOVED_NAMES: dict[str, dict[str, tuple[str, str]]] = {
+    "validator.kit.hub": {"fetch_base_model": ("validator.kit.base_models", "0.3")},
+}
+
+
 class MovedPathWarning(FutureWarning):
     """An import of a validator path that has moved; the message names the new one."""
 
@@ -77,6 +84,22 @@ def renamed(module: str, name: str) -> str | None:
         stacklevel=3,
     )
     return new
+
+
+def moved_name(module: str, name: str) -> object:
+    """`module`'s old `name`, from the module that defines it now (by name: the old place does
+    not import the new one), after a MovedPathWarning at the caller's caller; AttributeError
+    for a name that never was there."""
+    if name not in MOVED_NAMES.get(module, {}):
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    new, removed_in = MOVED_NAMES[module][name]
+    warnings.warn(
+        f"{module}.{name} is now {new}.{name}; module authors import it from validator.kit "
+        f"(the old place goes in {removed_in})",
+        MovedPathWarning,
+        stacklevel=3,
+    )
+    return getattr(importlib.import_module(new), name)
 
 
 def install() -> None:

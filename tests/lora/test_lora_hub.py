@@ -16,9 +16,9 @@ from modules.lora.hub import DownloadLimits, SubmissionRejected, fetch_adapter
 from modules.lora.reading import read_adapter
 from tests.helpers.hostile_listings import HOSTILE_LISTINGS
 from validator.errors import OperatorError, TransientError
+from validator.kit import fetch_base_model
 from validator.kit import hub as kit_hub
 from validator.kit.downloads import fetch_validation_set
-from validator.kit.hub import fetch_base_model
 
 LIMITS = DownloadLimits(
     max_file_bytes=10_000, max_total_bytes=15_000, max_validation_set_bytes=1000

@@ -26,6 +26,7 @@ from huggingface_hub import HfApi, constants, hf_hub_download
 from huggingface_hub import errors as hf
 from huggingface_hub.hf_api import ModelInfo
 
+from validator._moved import moved_name
 from validator.disk import no_room
 from validator.errors import (
     AnswerTooLarge,
@@ -367,9 +368,6 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
 def __getattr__(name: str) -> Any:
-    # A base model's fetch is kit/base_models.py's (it imports this module); `hub` still names it.
-    if name == "fetch_base_model":
-        from validator.kit.base_models import fetch_base_model  # noqa: PLC0415
-
-        return fetch_base_model
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # A base model's fetch is kit/base_models.py's now (it imports this module): the old place
+    # still gives it, with a warning (validator/_moved.py).
+    return moved_name(__name__, name)
