@@ -38,7 +38,7 @@ $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt 
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
 	.venv-$*/bin/python -m pip install --quiet -r requirements-$*.txt -r requirements-host.txt \
-		"pytest>=8,<10"
+		"pytest>=8,<10" "pytest-xdist>=3.6,<4"
 	.venv-$*/bin/python -m pip install --quiet --no-deps --editable .
 	touch $@
 

@@ -18,12 +18,16 @@ for m in "${stacks[@]}"; do ignores+=("--ignore=tests/$m"); done
 alone=(tests/faults/test_status_flood.py)
 for t in "${alone[@]}"; do ignores+=("--ignore=$t"); done
 options=(-q --durations=25 -p no:cacheprovider)
+# Each suite over TEST_WORKERS worker processes (pytest-xdist; tests/conftest.py keeps a file's
+# tests together and the Docker tests in one worker): many tests wait on a child, a server or
+# the engine, and the two cores sat half idle with one process per suite.
+workers=(-n "${TEST_WORKERS:-2}" --dist loadgroup)
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 declare -A pids
 run_stack() {
-    ".venv-$1/bin/python" -m pytest "${options[@]}" "tests/$1" >"$logs/$1.log" 2>&1
+    ".venv-$1/bin/python" -m pytest "${options[@]}" "${workers[@]}" "tests/$1" >"$logs/$1.log" 2>&1
 }
 if [ "${TEST_SERIAL:-0}" != 1 ]; then
     for m in "${stacks[@]}"; do
@@ -33,7 +37,7 @@ if [ "${TEST_SERIAL:-0}" != 1 ]; then
 fi
 
 failed=()
-"$py" -m pytest "${options[@]}" "${ignores[@]}" || failed+=(core)
+"$py" -m pytest "${options[@]}" "${workers[@]}" "${ignores[@]}" || failed+=(core)
 for m in "${stacks[@]}"; do
     if [ -n "${pids[$m]:-}" ]; then
         wait "${pids[$m]}"

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from devkit.simulator import process as simulator_process
-from tests.faults.figures import FIGURES
+from tests.faults.figures import FIGURES, Figure
 from tests.helpers import layers
 
 
@@ -15,8 +15,17 @@ def pytest_configure(config: pytest.Config) -> None:
     simulator_process.IN_THREAD_DEFAULT = True
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     layers.mark_layers(items)
+    if config.pluginmanager.has_plugin("xdist"):
+        # `make test` spreads the suite over worker processes (pytest-xdist, --dist loadgroup):
+        # a file's tests stay together (its module fixtures are built once), and the Docker
+        # tests run one after another in one worker, as they share the engine's images.
+        for item in items:
+            docker = item.get_closest_marker("docker") is not None
+            item.add_marker(
+                pytest.mark.xdist_group("docker" if docker else item.nodeid.split("::")[0])
+            )
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +63,18 @@ def chromium(tmp_path):
 
     with browser(tmp_path) as driver:
         yield driver
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # In an xdist worker: its figures go to the controller, which prints them all.
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["figures"] = [(figure.case, figure.result) for figure in FIGURES]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    FIGURES.extend(Figure(*pair) for pair in getattr(node, "workeroutput", {}).get("figures", []))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
