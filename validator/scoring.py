@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from validator.config import resolve_config
 from validator.errors import (
@@ -19,9 +21,9 @@ from validator.errors import (
     describe,
 )
 from validator.kit import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
-from validator.observe.lines import config_line
+from validator.observe.lines import MAX_LINE, MAX_VALUE
 from validator.scope import current_scope
-from validator.text import quoted
+from validator.text import bounded, quoted
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +122,33 @@ def _metrics_dict(module: BaseValidationModule, metrics: Any) -> dict[str, Any]:
         )
     # Python mode keeps inf/NaN as floats; json.dumps then writes Infinity like the reference.
     return metrics.model_dump()
+
+
+def config_line(module: str, config: BaseModel) -> str:
+    """The log line of a module's start: its config's digest and the keys that differ from the
+    defaults (the full config in the record and at --debug), as short as observe/lines.py's."""
+    full = config.model_dump_json()
+    digest = hashlib.sha256(full.encode()).hexdigest()[:12]
+    defaults = _defaults(config)
+    changed = [
+        f"{name}={bounded(json.dumps(value, default=str), MAX_VALUE)}"
+        for name, value in config.model_dump(mode="json").items()
+        if name not in defaults or defaults[name] != value
+    ]
+    head = f"starting module {module} with config {digest}"
+    set_ = f" (set: {', '.join(changed)})" if changed else " (the defaults)"
+    return bounded(head + set_, MAX_LINE)
+
+
+def _defaults(config: BaseModel) -> dict[str, Any]:
+    """The config's fields that have a default, at their default (JSON values)."""
+    found = {}
+    for name, field in type(config).model_fields.items():
+        if field.is_required():
+            continue
+        value = field.get_default(call_default_factory=True)
+        try:
+            found[name] = json.loads(json.dumps(value, default=str))
+        except (TypeError, ValueError):
+            continue
+    return found

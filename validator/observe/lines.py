@@ -1,15 +1,11 @@
-"""The log lines a person reads about an assignment and a module's start (docs/operating.md,
-"Logs a person reads"): short, one per event, each message at most MAX_LINE characters (the
-line, with its time, level and logger, under 300). Numbers are rounded here; the journal and
-the records keep them whole."""
+"""The log lines a person reads about an assignment (docs/operating.md, "Logs a person reads";
+a module's start is validator/scoring.py's): short, one per event, each message at most
+MAX_LINE characters (the line, with its time, level and logger, under 300). Numbers are rounded
+here; the journal and the records keep them whole."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
-
-from pydantic import BaseModel
 
 from validator.state.entry import Entry, State
 from validator.text import bounded, one_line
@@ -64,33 +60,3 @@ def _fit(head: str, tail: str, middle: str) -> str:
     if len(middle) > room:
         middle = middle[: max(room - 3, 0)] + "..."
     return bounded(head + middle + tail, MAX_LINE)
-
-
-def config_line(module: str, config: BaseModel) -> str:
-    """A module's start: its config's digest and the keys that differ from the defaults (the
-    full config in the record and at --debug)."""
-    full = config.model_dump_json()
-    digest = hashlib.sha256(full.encode()).hexdigest()[:12]
-    defaults = _defaults(config)
-    changed = [
-        f"{name}={bounded(json.dumps(value, default=str), MAX_VALUE)}"
-        for name, value in config.model_dump(mode="json").items()
-        if name not in defaults or defaults[name] != value
-    ]
-    head = f"starting module {module} with config {digest}"
-    set_ = f" (set: {', '.join(changed)})" if changed else " (the defaults)"
-    return bounded(head + set_, MAX_LINE)
-
-
-def _defaults(config: BaseModel) -> dict[str, Any]:
-    """The config's fields that have a default, at their default (JSON values)."""
-    found = {}
-    for name, field in type(config).model_fields.items():
-        if field.is_required():
-            continue
-        value = field.get_default(call_default_factory=True)
-        try:
-            found[name] = json.loads(json.dumps(value, default=str))
-        except (TypeError, ValueError):
-            continue
-    return found
