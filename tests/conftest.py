@@ -88,6 +88,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
+    layers.RUNNING["docker"] = item.get_closest_marker("docker") is not None
     if not item.get_closest_marker("unit"):
         return (yield)
     with layers.guard_unit(item.nodeid):

@@ -26,7 +26,6 @@ from launcher.follow import INTERVAL_ENV, Follower, check_options, interval
 from launcher.published import checkout_version
 from launcher.release import FIX, trusted_keys
 from launcher.release_channel import Channel
-from tests.helpers.docker_env import require_engine
 from validator.state.store import SCHEMA_VERSION
 
 DIGEST = "sha256:" + "e" * 64
@@ -118,8 +117,7 @@ def next_patch(version: str) -> str:
     return f"{major}.{minor}.{int(patch) + 1}"
 
 
-def test_a_worker_moves_to_the_next_release_between_assignments(tmp_path):
-    engine = require_engine()
+def test_a_worker_moves_to_the_next_release_between_assignments(tmp_path, engine):
     repo = make_module_repo(tmp_path / "repo")
     key = ReleaseKey()
     key.trust_in(repo)

@@ -15,7 +15,7 @@ from tests.helpers.hostile_hub import (
     an_odd_hub_answer_is_the_senders,
 )
 from validator.errors import TransientError
-from validator.kit.hub import fetch_base_model
+from validator.kit.base_models import fetch_base_model
 
 
 def test_a_gzip_bomb_for_an_unlisted_base_file_is_refused(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from devkit.validator_cli import run_validator, validator_env, write_config
 from tests.helpers.served_hub import served_hub
 from validator.errors import ConfigError, OperatorError
 from validator.kit import RunContext, current_run
-from validator.kit.hub import fetch_base_model
+from validator.kit.base_models import fetch_base_model
 from validator.options import HF_CACHE_BUDGET_ENV, STATE_DIR_ENV
 from validator.run_context import running
 

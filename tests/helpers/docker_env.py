@@ -10,6 +10,7 @@ import pytest
 from docker.errors import DockerException, ImageNotFound
 
 from devkit.docker_env import LOCAL_BASE, WHEELHOUSE
+from tests.helpers import layers
 
 OPT_OUT = "FLOCK_SKIP_DOCKER_TESTS"
 
@@ -18,6 +19,12 @@ def require_engine() -> docker.DockerClient:
     """The engine, or a failure that says how to get one (or how to opt out explicitly)."""
     if os.environ.get(OPT_OUT) == "1":
         pytest.skip(f"{OPT_OUT}=1: Docker tests opted out")
+    if not layers.RUNNING["docker"]:
+        pytest.fail(
+            "a test reached the engine outside the docker layer: ask for the `engine` fixture "
+            "(tests/helpers/layers.py)",
+            pytrace=False,
+        )
     try:
         client = docker.from_env()
         client.ping()

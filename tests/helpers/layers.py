@@ -217,6 +217,12 @@ def mark_layers(items: Iterable[pytest.Item]) -> None:
         item.add_marker(getattr(pytest.mark, layer_of(item, reader)))
 
 
+# Whether the running test is in the docker layer (set by tests/conftest.py): the engine is
+# handed only to those, as the Docker tests share one xdist worker (a test that reached the
+# engine another way ran beside them, and its containers failed their "none left" checks).
+RUNNING = {"docker": False}
+
+
 class NotUnit(Exception):
     """A test the rule placed in the unit layer started a real part."""
 
