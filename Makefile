@@ -53,8 +53,8 @@ $(DOCS_VENV)/.installed: requirements-docs.txt
 # `make docker-engine`, `make browser` and `make prometheus` do; elsewhere a missing one stops
 # with one line naming the command to run (scripts/needs.sh). FLOCK_SKIP_DOCKER_TESTS=1 and
 # FLOCK_SKIP_BROWSER_TESTS=1 opt out of those tests explicitly.
-# The core suite and each stack's run side by side, each printing its 25 slowest tests
-# (scripts/test_suites.sh; TEST_SERIAL=1 runs them one after the other).
+# The core suite, its Docker tests and each stack's run side by side, each printing its 25
+# slowest tests (scripts/test_suites.sh; TEST_SERIAL=1 runs them one after the other).
 test: install wheels
 	@bash scripts/needs.sh test-docker test-browser test-prometheus test-registry
 	bash scripts/test_suites.sh $(PY) $(STACKS)

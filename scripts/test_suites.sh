@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `make test`'s run: the core suite in the dev venv and each own-venv stack's suite (tests/<name>
-# in .venv-<name>) side by side, as they share nothing (each Docker test names its containers,
-# volumes and images at random), so that two cores finish both in about the time of the longer.
+# `make test`'s run: the core suite in the dev venv, its Docker tests, and each own-venv stack's
+# suite (tests/<name> in .venv-<name>) side by side, as they share nothing (each Docker test
+# names its containers, volumes and images at random), so that two cores finish them all in
+# about the time of the longest.
 # Each suite prints its 25 slowest tests. A stack's output comes after the core suite's, whole.
 # TEST_SERIAL=1 runs them one after the other instead (a one-core machine).
 # usage: scripts/test_suites.sh PYTHON STACK...
@@ -18,36 +19,44 @@ for m in "${stacks[@]}"; do ignores+=("--ignore=tests/$m"); done
 alone=(tests/faults/test_status_flood.py)
 for t in "${alone[@]}"; do ignores+=("--ignore=$t"); done
 options=(-q --durations=25 -p no:cacheprovider)
-# Each suite over TEST_WORKERS worker processes (pytest-xdist; tests/conftest.py keeps a file's
-# tests together and the Docker tests in one worker): many tests wait on a child, a server or
-# the engine, and the two cores sat half idle with one process per suite.
-workers=(-n "${TEST_WORKERS:-2}" --dist loadgroup)
+# Each suite over TEST_WORKERS worker processes (pytest-xdist, a file's tests in one worker so
+# that its module fixtures are built once): many tests wait on a child, a server or the engine.
+# The core suite's Docker tests run in a process of their own, one after another, beside it:
+# they share the engine's images and count its containers.
+workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 declare -A pids
-run_stack() {
-    ".venv-$1/bin/python" -m pytest "${options[@]}" "${workers[@]}" "tests/$1" >"$logs/$1.log" 2>&1
+run_part() {
+    case $1 in
+    docker) "$py" -m pytest "${options[@]}" -m docker "${ignores[@]}" ;;
+    *) ".venv-$1/bin/python" -m pytest "${options[@]}" "${workers[@]}" "tests/$1" ;;
+    esac >"$logs/$1.log" 2>&1
 }
+parts=(docker "${stacks[@]}")
 if [ "${TEST_SERIAL:-0}" != 1 ]; then
-    for m in "${stacks[@]}"; do
-        run_stack "$m" &
+    for m in "${parts[@]}"; do
+        run_part "$m" &
         pids[$m]=$!
     done
 fi
 
 failed=()
-"$py" -m pytest "${options[@]}" "${workers[@]}" "${ignores[@]}" || failed+=(core)
-for m in "${stacks[@]}"; do
+"$py" -m pytest "${options[@]}" "${workers[@]}" -m "not docker" "${ignores[@]}" || failed+=(core)
+for m in "${parts[@]}"; do
     if [ -n "${pids[$m]:-}" ]; then
         wait "${pids[$m]}"
     else
-        run_stack "$m"
+        run_part "$m"
     fi
     status=$?
-    echo "== tests/$m in .venv-$m"
+    case $m in
+    docker) echo "== the core suite's Docker tests" ;;
+    *) echo "== tests/$m in .venv-$m" ;;
+    esac
     cat "$logs/$m.log"
-    [ "$status" = 0 ] || failed+=("tests/$m")
+    [ "$status" = 0 ] || failed+=("$m")
 done
 echo "== alone: ${alone[*]}"
 "$py" -m pytest "${options[@]}" "${alone[@]}" || failed+=(alone)

@@ -17,15 +17,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     layers.mark_layers(items)
-    if config.pluginmanager.has_plugin("xdist"):
-        # `make test` spreads the suite over worker processes (pytest-xdist, --dist loadgroup):
-        # a file's tests stay together (its module fixtures are built once), and the Docker
-        # tests run one after another in one worker, as they share the engine's images.
-        for item in items:
-            docker = item.get_closest_marker("docker") is not None
-            item.add_marker(
-                pytest.mark.xdist_group("docker" if docker else item.nodeid.split("::")[0])
-            )
 
 
 @pytest.fixture(scope="session")
