@@ -25,6 +25,11 @@ options=(-q --durations=25 -p no:cacheprovider)
 # they share the engine's images and count its containers.
 workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 
+# One thread each for the math libraries, as the suites run side by side on few cores: an
+# OpenMP thread spins while it waits for the others, and three lora test runs side by side took
+# 101 s with two threads each, 40 s with one.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
+
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 declare -A pids
