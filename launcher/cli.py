@@ -20,6 +20,7 @@ import click
 import docker
 from docker.errors import DockerException
 
+from launcher.build_options import base_image_option, env_installer_option, pip_options_option
 from launcher.containers import (
     PASSED_ENV,
     ContainerSpec,
@@ -36,7 +37,7 @@ from launcher.follow import Follower
 from launcher.follow import check_options as check_follow
 from launcher.follow import interval as follow_interval
 from launcher.forwarded import LauncherCommand, forwarded_options, launch_values
-from launcher.images import PRODUCTION_BASE, BuildSpec, ensure_given_image, ensure_image
+from launcher.images import BuildSpec, ensure_given_image, ensure_image
 from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, checkout_version, pull_verified
 from launcher.release_channel import CHANNEL_ENV, DEFAULT_CHANNEL, Channel
 from launcher.report import run_reports, worker_volumes
@@ -44,7 +45,14 @@ from launcher.supervisor import Supervisor, say
 from launcher.volumes import adopt_old_volumes
 from validator.config import declared_schema, resolved_configs
 from validator.errors import ConfigError, ExitCode
-from validator.options import gathered_secrets, missing_for_module, parse_task_ids
+from validator.options import (
+    config_dir_option,
+    flock_api_key_option,
+    gathered_secrets,
+    hf_token_option,
+    missing_for_module,
+    task_ids_option,
+)
 from validator.spec import (
     CORE_SECRETS,
     REPO_ROOT,
@@ -149,33 +157,10 @@ def check_configs(spec: ModuleSpec, config_dir: Path, task_ids: list[str]) -> No
     help="Registry and owner of the released images, for --pull.",
 )
 @click.option("--build-only", is_flag=True, help="Build (or find) the image, print its tag, exit.")
-@click.option(
-    "--base-image",
-    envvar="VALIDATOR_BASE_IMAGE",
-    default=PRODUCTION_BASE,
-    show_default=True,
-    help="Base of the module image.",
-)
-@click.option(
-    "--env-installer",
-    envvar="VALIDATOR_ENV_INSTALLER",
-    default="micromamba",
-    type=click.Choice(["micromamba", "pip"]),
-    show_default=True,
-    help="How the module's environment.yml is installed (pip: bases without conda).",
-)
-@click.option(
-    "--pip-options",
-    envvar="VALIDATOR_PIP_OPTIONS",
-    default="",
-    help="Extra pip options for image builds (e.g. a local wheelhouse).",
-)
-@click.option(
-    "--config-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=REPO_ROOT / "configs",
-    help="Mounted read-only as the validator's configs.",
-)
+@base_image_option("Base of the module image.")
+@env_installer_option("How the module's environment.yml is installed (pip: bases without conda).")
+@pip_options_option("Extra pip options for image builds (e.g. a local wheelhouse).")
+@config_dir_option("Mounted read-only as the validator's configs.")
 @click.option("--state-volume", help="Journal volume [default: flock-validator-MODULE-state].")
 @click.option(
     "--hf-cache-volume",
@@ -197,20 +182,11 @@ def check_configs(spec: ModuleSpec, config_dir: Path, task_ids: list[str]) -> No
     help="Seconds a stop (Ctrl-C, SIGTERM) waits for the assignment in progress before the "
     "validator is killed [default: the module's stop_grace_seconds].",
 )
-@click.option(
-    "--task_ids",
-    "--task-ids",
-    "task_ids",
-    envvar="TASK_IDS",
-    callback=parse_task_ids,
-    help="Comma-separated task ids (positive whole numbers), e.g. 12,34.",
-)
-@click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
-@click.option(
-    "--hf-token",
-    envvar="HF_TOKEN",
-    help="HuggingFace token; required by modules that declare it (lora). A module's other "
-    "secrets are read from the environment only.",
+@task_ids_option("Comma-separated task ids (positive whole numbers), e.g. 12,34.")
+@flock_api_key_option()
+@hf_token_option(
+    "HuggingFace token; required by modules that declare it (lora). A module's other "
+    "secrets are read from the environment only."
 )
 @click.option(
     "--check",

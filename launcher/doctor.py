@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 import docker
 
+from launcher.build_options import base_image_option, env_installer_option, pip_options_option
 from launcher.doctor_rows import (
     compose_row,
     docker_disk_row,
@@ -30,11 +31,16 @@ from launcher.doctor_rows import (
 )
 from launcher.errors import UsageError
 from launcher.images import PRODUCTION_BASE, BuildSpec, source_hash
-from validator.doctor.checks import DEFAULT_HF_MIN_FREE_GB, SETUP, Settings, service_checks
-from validator.doctor.command import DEADLINE_OPTION, JUDGE_MODEL_OPTION
+from validator.doctor.checks import SETUP, Settings, service_checks
+from validator.doctor.command import (
+    DEADLINE_OPTION,
+    JUDGE_MODEL_OPTION,
+    hf_free_gb_option,
+    service_options,
+)
 from validator.doctor.rows import Check, Row, exit_code, render, run_checks
 from validator.errors import ConfigError, ExitCode
-from validator.options import DEFAULT_API_URL, gathered_secrets, parse_task_ids, secret_names
+from validator.options import config_dir_option, gathered_secrets, secret_names
 from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder
 
 DEFAULT_MIN_GPU_GB = 16.0
@@ -101,57 +107,12 @@ def host_checks(
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("module", required=False)
-@click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
-@click.option("--hf-token", envvar="HF_TOKEN", help="HuggingFace token.")
-@click.option(
-    "--api-url",
-    envvar="FLOCK_API_URL",
-    default=DEFAULT_API_URL,
-    show_default=True,
-    help="Fed Ledger base URL.",
-)
-@click.option(
-    "--task_ids",
-    "--task-ids",
-    "task_ids",
-    envvar="TASK_IDS",
-    callback=parse_task_ids,
-    help="The task ids the validator will look up (their configs are checked too), e.g. 12,34.",
-)
-@click.option(
-    "--config-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=REPO_ROOT / "configs",
-    help="The configs run.py will mount [default: ./configs].",
-)
-@click.option(
-    "--base-image",
-    envvar="VALIDATOR_BASE_IMAGE",
-    default=PRODUCTION_BASE,
-    show_default=True,
-    help="The base run.py builds the module's image on (names the image checked).",
-)
-@click.option(
-    "--env-installer",
-    envvar="VALIDATOR_ENV_INSTALLER",
-    default="micromamba",
-    type=click.Choice(["micromamba", "pip"]),
-    show_default=True,
-    help="As run.py's (names the image checked).",
-)
-@click.option(
-    "--pip-options",
-    envvar="VALIDATOR_PIP_OPTIONS",
-    default="",
-    help="As run.py's (names the image checked).",
-)
-@click.option(
-    "--min-free-gb",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_HF_MIN_FREE_GB,
-    show_default=True,
-    help="Free space Docker's volumes (the HF cache, the journal) need.",
-)
+@service_options
+@config_dir_option("The configs run.py will mount [default: ./configs].")
+@base_image_option("The base run.py builds the module's image on (names the image checked).")
+@env_installer_option("As run.py's (names the image checked).")
+@pip_options_option("As run.py's (names the image checked).")
+@hf_free_gb_option("--min-free-gb", "Free space Docker's volumes (the HF cache, the journal) need.")
 @click.option(
     "--min-gpu-gb",
     type=click.FloatRange(min=0),
@@ -198,16 +159,14 @@ def doctor(
     checks = host_checks(spec, tag, engine, min_gpu_gb, int(min_free_gb * 1024))
     if spec is None or tag is None:
         return run_checks(checks, deadline), list(secrets.values())
-    settings = Settings(
+    settings = Settings.given(
         spec,
-        secrets.get("FLOCK_API_KEY"),
-        secrets.get("HF_TOKEN"),
+        secrets,
         api_url,
-        tuple(task_ids or ()),
+        task_ids,
         config_dir,
         judge_models=tuple(judge_models),
         env=dict(os.environ),
-        secrets={name: secrets.get(name) for name in secrets if spec.needs(name)},
         folder=module_folder(spec.name),
     )
 

@@ -32,15 +32,19 @@ from validator.observe.logs import adopt_library_loggers, setup_logging
 from validator.observe.observer import Observer
 from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
 from validator.options import (
-    DEFAULT_API_URL,
+    CONFIG_DIR_ENV,
     HF_CACHE_BUDGET_ENV,
     MIN_FREE_MB_OPTION,
-    STATE_DIR_ENV,
+    api_url_option,
+    config_dir_option,
+    flock_api_key_option,
     gathered_secrets,
     given_unstripped,
+    hf_token_option,
     missing_for_module,
-    parse_task_ids,
     secret_names,
+    state_dir_option,
+    task_ids_option,
 )
 from validator.outbound.deadline import set_stop_event
 from validator.registry import load_module_class, load_module_spec
@@ -48,7 +52,7 @@ from validator.run_context import RunContext, install_run
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.shard import SHARD_ENV, describe_lookups, parse_shard, shard_task_ids
-from validator.spec import REPO_ROOT, ModuleSpec
+from validator.spec import ModuleSpec
 from validator.state.journal import Journal
 from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env
@@ -61,20 +65,9 @@ POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 # Both from the environment too, so that a module's image runs with no command at all (a pod):
 # the image sets VALIDATOR_MODULE, the operator TASK_IDS (the name compose.yaml reads).
 @click.argument("module", envvar="VALIDATOR_MODULE")
-@click.option(
-    "--task_ids",
-    "--task-ids",
-    "task_ids",
-    envvar="TASK_IDS",
-    callback=parse_task_ids,
-    help="Comma-separated task ids to validate (positive whole numbers), e.g. 12,34.",
-)
-@click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
-@click.option(
-    "--hf-token",
-    envvar="HF_TOKEN",
-    help="HuggingFace token; required by modules that declare it (lora).",
-)
+@task_ids_option("Comma-separated task ids to validate (positive whole numbers), e.g. 12,34.")
+@flock_api_key_option()
+@hf_token_option("HuggingFace token; required by modules that declare it (lora).")
 @click.option(
     "--time-sleep",
     envvar="TIME_SLEEP",
@@ -92,13 +85,7 @@ POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
     help="Minimum seconds between two lookups of one task.",
 )
 @click.option("--debug", is_flag=True, help="Verbose logs (secrets are still never shown).")
-@click.option(
-    "--api-url",
-    envvar="FLOCK_API_URL",
-    default=DEFAULT_API_URL,
-    show_default=True,
-    help="Fed Ledger base URL.",
-)
+@api_url_option()
 @click.option(
     "--max-assignments",
     type=click.IntRange(min=1),
@@ -110,21 +97,8 @@ POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
     type=click.Path(dir_okay=False, path_type=Path),
     help="Score one input JSON locally and print the metrics; nothing is submitted.",
 )
-@click.option(
-    "--state-dir",
-    envvar=STATE_DIR_ENV,
-    type=click.Path(path_type=Path),
-    default=Path("state"),
-    show_default=True,
-    help="Where the journal lives.",
-)
-@click.option(
-    "--config-dir",
-    envvar="VALIDATOR_CONFIG_DIR",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
-    default=REPO_ROOT / "configs",
-    help="Module and task configs [default: ./configs].",
-)
+@state_dir_option("Where the journal lives.")
+@config_dir_option("Module and task configs [default: ./configs].", CONFIG_DIR_ENV)
 @MIN_FREE_MB_OPTION
 @click.option(
     "--http-port",

@@ -1,16 +1,24 @@
-"""Command-line rules shared by the inner CLI and the launcher, so both say the same thing."""
+"""Command-line rules shared by the inner CLI and the launcher, so both say the same thing.
+
+The options that more than one command takes (run.py, its doctor, `python -m validator`, its
+doctor) are declared here once: the flag names, variable, default and value check are one
+idea wherever they appear. Only the help is a command's own, where it says what that command
+does with the value; the factories take it.
+"""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from validator.disk import DEFAULT_MIN_FREE_MB
 from validator.secrets import normalise_secret
-from validator.spec import CORE_SECRETS, ModuleSpec
+from validator.spec import CORE_SECRETS, REPO_ROOT, ModuleSpec
 
 # The Fed Ledger the validator and its doctor talk to unless --api-url / FLOCK_API_URL says.
 DEFAULT_API_URL = "https://fed-ledger-prod.flock.io/api/v1"
@@ -32,10 +40,15 @@ MIN_FREE_MB_OPTION = click.option(
     "scoring; below it, or when a test write fails, exit 3 without asking for work.",
 )
 STATE_DIR_ENV = "VALIDATOR_STATE_DIR"
+# The validator's configs folder; run.py and its doctor read none (the folder they name is
+# mounted as the container's), so only the validator's commands pass it.
+CONFIG_DIR_ENV = "VALIDATOR_CONFIG_DIR"
 # Secrets that also have an option; a module's other secrets are env vars only.
 SECRET_OPTIONS = {"FLOCK_API_KEY": FLOCK_API_KEY_OPTION, "HF_TOKEN": HF_TOKEN_OPTION}
 # The Fed Ledger's task ids are positive whole numbers; 18 digits keep one far from any limit.
 TASK_ID = re.compile(r"[1-9][0-9]{0,17}")
+# What an option factory's decorator takes and gives back: a command's function.
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def task_id_list(value: str) -> list[str]:
@@ -60,6 +73,63 @@ def parse_task_ids(
     """The click callback of every `--task_ids` option (TASK_IDS included: click passes the
     variable's value through it too). None or empty: not given."""
     return task_id_list(value) if value else None
+
+
+def task_ids_option(help: str) -> Callable[[F], F]:
+    """`--task_ids` (and `--task-ids`) / TASK_IDS, checked at the door by parse_task_ids."""
+    return click.option(
+        "--task_ids",
+        "--task-ids",
+        "task_ids",
+        envvar="TASK_IDS",
+        callback=parse_task_ids,
+        help=help,
+    )
+
+
+def flock_api_key_option() -> Callable[[F], F]:
+    """`--flock-api-key` / FLOCK_API_KEY."""
+    return click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
+
+
+def hf_token_option(help: str = "HuggingFace token.") -> Callable[[F], F]:
+    """`--hf-token` / HF_TOKEN; the commands that run a module say which need it."""
+    return click.option("--hf-token", envvar="HF_TOKEN", help=help)
+
+
+def api_url_option() -> Callable[[F], F]:
+    """`--api-url` / FLOCK_API_URL, the Fed Ledger's production address unless given."""
+    return click.option(
+        "--api-url",
+        envvar="FLOCK_API_URL",
+        default=DEFAULT_API_URL,
+        show_default=True,
+        help="Fed Ledger base URL.",
+    )
+
+
+def config_dir_option(help: str, envvar: str | None = None) -> Callable[[F], F]:
+    """`--config-dir`: an existing folder, the checkout's configs/ unless given (shown as
+    ./configs, not as this checkout's absolute path)."""
+    return click.option(
+        "--config-dir",
+        envvar=envvar,
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        default=REPO_ROOT / "configs",
+        help=help,
+    )
+
+
+def state_dir_option(help: str) -> Callable[[F], F]:
+    """`--state-dir` / VALIDATOR_STATE_DIR: the journal's folder, ./state unless given."""
+    return click.option(
+        "--state-dir",
+        envvar=STATE_DIR_ENV,
+        type=click.Path(path_type=Path),
+        default=Path("state"),
+        show_default=True,
+        help=help,
+    )
 
 
 def secret_label(name: str) -> str:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -60,6 +62,30 @@ class Settings:
     # with the schema the spec names and runs the module's own checks in the image.
     module_cls: type[BaseValidationModule] | None = None
     folder: Path | None = None  # the module's folder, for the spec's config_schema
+
+    @classmethod
+    def given(
+        cls,
+        spec: ModuleSpec,
+        secrets: Mapping[str, str | None],
+        api_url: str,
+        task_ids: Iterable[str] | None,
+        config_dir: Path,
+        **rest: Any,
+    ) -> Settings:
+        """The settings from either doctor's command line: `secrets` as gathered_secrets gives
+        them, by variable name (the settings row names only those the module needs),
+        `task_ids` as parse_task_ids gives them (None: not given); `rest` is the command's own."""
+        return cls(
+            spec,
+            secrets.get("FLOCK_API_KEY"),
+            secrets.get("HF_TOKEN"),
+            api_url,
+            tuple(task_ids or ()),
+            config_dir,
+            secrets={name: value for name, value in secrets.items() if spec.needs(name)},
+            **rest,
+        )
 
 
 def service_checks(settings: Settings) -> list[Check]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -23,16 +24,21 @@ from validator.doctor.rows import (
 )
 from validator.errors import ConfigError, ExitCode
 from validator.options import (
-    DEFAULT_API_URL,
+    CONFIG_DIR_ENV,
     MIN_FREE_MB_OPTION,
-    STATE_DIR_ENV,
+    F,
+    api_url_option,
+    config_dir_option,
+    flock_api_key_option,
     gathered_secrets,
-    parse_task_ids,
+    hf_token_option,
     secret_names,
+    state_dir_option,
+    task_ids_option,
 )
 from validator.registry import load_module_class, load_module_spec, module_roots
 from validator.run_context import RunContext, running
-from validator.spec import REPO_ROOT, module_folder
+from validator.spec import module_folder
 
 DEADLINE_OPTION = click.option(
     "--timeout",
@@ -42,12 +48,41 @@ DEADLINE_OPTION = click.option(
     show_default=True,
     help="Seconds each check may take (they run at once); one that runs over is a failed row.",
 )
+# The Fed Ledger and the key, the Hub, the task ids' configs, as --help lists them.
+SERVICE_OPTIONS = (
+    flock_api_key_option(),
+    hf_token_option(),
+    api_url_option(),
+    task_ids_option(
+        "The task ids the validator will look up (their configs are checked too), e.g. 12,34."
+    ),
+)
 JUDGE_MODEL_OPTION = click.option(
     "--judge-model",
     "judge_models",
     multiple=True,
     help="llm_judge: a judge model the endpoint must list, beside the config's judge_models.",
 )
+
+
+def service_options(command: F) -> F:
+    """The options of the services' checks, first on both doctors' --help: run.py's doctor
+    checks the same services."""
+    for option in reversed(SERVICE_OPTIONS):  # the last decorator is applied first
+        command = option(command)
+    return command
+
+
+def hf_free_gb_option(flag: str, help: str) -> Callable[[F], F]:
+    """The free GB the HF cache's disk needs for the next base: the HF cache's folder here, the
+    Docker volumes that hold it for run.py's doctor, which names it `--min-free-gb`."""
+    return click.option(
+        flag,
+        type=click.FloatRange(min=0),
+        default=DEFAULT_HF_MIN_FREE_GB,
+        show_default=True,
+        help=help,
+    )
 
 
 def default_hf_cache() -> Path:
@@ -58,38 +93,9 @@ def default_hf_cache() -> Path:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("module", envvar="VALIDATOR_MODULE")
-@click.option("--flock-api-key", envvar="FLOCK_API_KEY", help="Fed Ledger API key.")
-@click.option("--hf-token", envvar="HF_TOKEN", help="HuggingFace token.")
-@click.option(
-    "--api-url",
-    envvar="FLOCK_API_URL",
-    default=DEFAULT_API_URL,
-    show_default=True,
-    help="Fed Ledger base URL.",
-)
-@click.option(
-    "--task_ids",
-    "--task-ids",
-    "task_ids",
-    envvar="TASK_IDS",
-    callback=parse_task_ids,
-    help="The task ids the validator will look up (their configs are checked too), e.g. 12,34.",
-)
-@click.option(
-    "--state-dir",
-    envvar=STATE_DIR_ENV,
-    type=click.Path(path_type=Path),
-    default="state",
-    show_default=True,
-    help="The journal's folder: its disk, and the judge texts cached there.",
-)
-@click.option(
-    "--config-dir",
-    envvar="VALIDATOR_CONFIG_DIR",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
-    default=REPO_ROOT / "configs",
-    help="Module and task configs [default: ./configs].",
-)
+@service_options
+@state_dir_option("The journal's folder: its disk, and the judge texts cached there.")
+@config_dir_option("Module and task configs [default: ./configs].", CONFIG_DIR_ENV)
 @click.option(
     "--hf-cache-dir",
     type=click.Path(path_type=Path),
@@ -97,13 +103,7 @@ def default_hf_cache() -> Path:
     help="The HF cache's folder, for its disk [default: $HF_HOME].",
 )
 @MIN_FREE_MB_OPTION
-@click.option(
-    "--hf-min-free-gb",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_HF_MIN_FREE_GB,
-    show_default=True,
-    help="Free space the HF cache needs for the next base.",
-)
+@hf_free_gb_option("--hf-min-free-gb", "Free space the HF cache needs for the next base.")
 @JUDGE_MODEL_OPTION
 @DEADLINE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="The rows as JSON, for machines.")
@@ -136,19 +136,17 @@ def main(
     except Exception as exc:  # noqa: BLE001 - its row says why the module's checks cannot run
         print(f"warning: {exc}", file=sys.stderr)
         module_cls = None
-    settings = Settings(
+    settings = Settings.given(
         spec,
-        secrets.get("FLOCK_API_KEY"),
-        secrets.get("HF_TOKEN"),
+        secrets,
         api_url,
-        tuple(task_ids or ()),
+        task_ids,
         config_dir,
-        state_dir,
-        hf_cache_dir or default_hf_cache(),
-        min_free_mb,
-        hf_min_free_gb,
-        tuple(judge_models),
-        secrets={name: secrets.get(name) for name in secret_names(spec) if spec.needs(name)},
+        state_dir=state_dir,
+        hf_cache_dir=hf_cache_dir or default_hf_cache(),
+        min_free_mb=min_free_mb,
+        hf_min_free_gb=hf_min_free_gb,
+        judge_models=tuple(judge_models),
         module_cls=module_cls,
         folder=module_folder(module, *module_roots()),
     )

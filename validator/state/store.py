@@ -38,13 +38,15 @@ from validator.state.quarantine import SetAside
 
 T = TypeVar("T")
 
-# Version 3: version 2's, and why a result is a penalty (its kind and reason). Since version 2, a
-# row that does not hold what this validator writes is refused by SQLite itself (NOT NULL,
-# CHECK); the JSON columns' contents are checked when read (validator/state/entry.py: metrics
-# may hold NaN and Infinity, as the network submits them, which SQLite's JSON is not).
-# A row damaged past these anyway (an operator's PRAGMA ignore_check_constraints) is still set
-# aside when read. `quarantine` keeps set-aside rows as they were, without types or constraints.
-SCHEMA = """
+# Version 2's tables. Since version 2, a row that does not hold what this validator writes is
+# refused by SQLite itself (NOT NULL, CHECK); the JSON columns' contents are checked when read
+# (validator/state/entry.py: metrics may hold NaN and Infinity, as the network submits them,
+# which SQLite's JSON is not). A row damaged past these anyway (an operator's PRAGMA
+# ignore_check_constraints) is still set aside when read. `quarantine` keeps set-aside rows as
+# they were, without types or constraints. A later version adds its columns at {assignments}
+# and {quarantine}, the tables' ends, where migrating adds them in place (validator/state/
+# migrate.py); it never edits these, which are version 2's as journals of version 2 hold them.
+_V2_TABLES = """
 CREATE TABLE IF NOT EXISTS assignments (
     id TEXT PRIMARY KEY NOT NULL CHECK (typeof(id) = 'text' AND id <> ''),
     module TEXT NOT NULL CHECK (typeof(module) = 'text'),
@@ -61,10 +63,7 @@ CREATE TABLE IF NOT EXISTS assignments (
     updated_at REAL NOT NULL CHECK (typeof(updated_at) = 'real'),
     -- what an earlier submit try met that the API may have taken, its answer lost
     maybe_taken TEXT CHECK (maybe_taken IS NULL OR typeof(maybe_taken) = 'text'),
-    -- why the result is a penalty rather than a score (version 3)
-    penalty_kind TEXT CHECK (penalty_kind IS NULL OR typeof(penalty_kind) = 'text'),
-    penalty TEXT CHECK (penalty IS NULL OR typeof(penalty) = 'text'),
-    CHECK (state <> 'scored' OR metrics IS NOT NULL)
+{assignments}    CHECK (state <> 'scored' OR metrics IS NOT NULL)
 );
 CREATE TABLE IF NOT EXISTS events (
     assignment_id TEXT NOT NULL,
@@ -76,43 +75,17 @@ CREATE TABLE IF NOT EXISTS quarantine (
     id, module, task_id, state, input, metrics, outcome, error, attempts, not_before,
     received_at, updated_at, maybe_taken,
     reason TEXT NOT NULL,
-    set_aside_at REAL NOT NULL,
-    penalty_kind, penalty
+    set_aside_at REAL NOT NULL{quarantine}
 );
 """
-# Version 2's: no penalty columns (version 3 adds them in place: validator/state/migrate.py).
-SCHEMA_V2 = """
-CREATE TABLE IF NOT EXISTS assignments (
-    id TEXT PRIMARY KEY NOT NULL CHECK (typeof(id) = 'text' AND id <> ''),
-    module TEXT NOT NULL CHECK (typeof(module) = 'text'),
-    task_id TEXT NOT NULL CHECK (typeof(task_id) = 'text'),
-    state TEXT NOT NULL
-        CHECK (state IN ('received', 'scoring', 'scored', 'failed', 'submitted', 'dropped')),
-    input TEXT NOT NULL CHECK (typeof(input) = 'text'),
-    metrics TEXT CHECK (metrics IS NULL OR typeof(metrics) = 'text'),
-    outcome TEXT CHECK (outcome IS NULL OR outcome IN ('completed', 'failed')),
-    error TEXT CHECK (error IS NULL OR typeof(error) = 'text'),
-    attempts INTEGER NOT NULL DEFAULT 0 CHECK (typeof(attempts) = 'integer' AND attempts >= 0),
-    not_before REAL NOT NULL DEFAULT 0 CHECK (typeof(not_before) = 'real'),
-    received_at REAL NOT NULL CHECK (typeof(received_at) = 'real'),
-    updated_at REAL NOT NULL CHECK (typeof(updated_at) = 'real'),
-    -- what an earlier submit try met that the API may have taken, its answer lost
-    maybe_taken TEXT CHECK (maybe_taken IS NULL OR typeof(maybe_taken) = 'text'),
-    CHECK (state <> 'scored' OR metrics IS NOT NULL)
-);
-CREATE TABLE IF NOT EXISTS events (
-    assignment_id TEXT NOT NULL,
-    time REAL NOT NULL,
-    state TEXT NOT NULL,
-    note TEXT
-);
-CREATE TABLE IF NOT EXISTS quarantine (
-    id, module, task_id, state, input, metrics, outcome, error, attempts, not_before,
-    received_at, updated_at, maybe_taken,
-    reason TEXT NOT NULL,
-    set_aside_at REAL NOT NULL
-);
-"""
+SCHEMA_V2 = _V2_TABLES.format(assignments="", quarantine="")
+# Version 3: version 2's, and why a result is a penalty (its kind and reason): the columns its
+# migration adds, so that a new journal and a migrated one have the same tables.
+SCHEMA = _V2_TABLES.format(
+    assignments="    -- why the result is a penalty rather than a score (version 3)\n"
+    + "".join(f"    {column},\n" for column in migrate.V3_ASSIGNMENT_COLUMNS),
+    quarantine=",\n    " + ", ".join(migrate.V3_QUARANTINE_COLUMNS),
+)
 # Every journal before version 2 (user_version 1, or 0 before it was stored): no constraints;
 # a damaged row was marked `quarantined` in place. Migrated on open (validator/state/migrate.py).
 SCHEMA_V1 = """
