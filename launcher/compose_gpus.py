@@ -60,7 +60,7 @@ class HostGpus(RootModel[dict[str, list[int | str]]]):
         for module, gpus in root.items():
             for gpu in gpus:
                 gpu_id = str(gpu)
-                if not GPU_ID.match(gpu_id):
+                if not GPU_ID.fullmatch(gpu_id):
                     raise ValueError(f"{module}: {gpu!r} is not a GPU index or GPU-<uuid>")
                 if gpu_id in seen:
                     raise ValueError(f"GPU {gpu_id} is listed twice ({seen[gpu_id]}, {module})")

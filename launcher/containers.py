@@ -17,7 +17,9 @@ CHECK_MOUNT = "/input/check.json"
 # Host environment variables the inner CLI reads (docs/one-host.md, "The validator inside
 # the container"), passed on when set; TASK_IDS goes as an option. A module's spec adds its own.
 PASSED_ENV = tuple(name for name in CORE_ENV if name != "TASK_IDS")
-GPU_ID = re.compile(r"^(\d+|GPU-[0-9a-fA-F-]+)$")
+# Matched whole (fullmatch) and in ASCII: `$` let a trailing newline through, `\d` other
+# scripts' digits.
+GPU_ID = re.compile(r"[0-9]+|GPU-[0-9a-fA-F-]+")
 
 
 def volume_name(key: str) -> str:
@@ -44,7 +46,7 @@ def device_requests(gpus: str) -> list[DeviceRequest]:
     if gpus == "all":
         return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     ids = [part.strip() for part in gpus.split(",")]
-    if not ids or not all(GPU_ID.match(i) for i in ids):
+    if not ids or not all(GPU_ID.fullmatch(i) for i in ids):
         raise UsageError(f"--gpus {gpus!r}: use all, none, or device ids such as 0,1")
     return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
 

@@ -29,7 +29,7 @@ PORT_STEP = 10
 MAX_PORT = 65535
 HTTP_PORT_OPTION = "--http-port"
 SHARD_OPTION = "--shard"
-_PORT_TEXT = re.compile(r"^\d{1,5}$")
+_PORT_TEXT = re.compile(r"[0-9]{1,5}")  # matched whole
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def gpu_groups(options: FleetOptions) -> list[str]:
             )
         return [gpus] * count
     ids = [part.strip() for part in gpus.split(",")]
-    if not all(GPU_ID.match(i) for i in ids):
+    if not all(GPU_ID.fullmatch(i) for i in ids):
         raise UsageError(f"--gpus {gpus!r}: use all, none, or device ids such as 0,1")
     if len(set(ids)) != len(ids):
         raise UsageError(f"--gpus {gpus!r} names a GPU twice; each GPU goes to one worker")
@@ -170,7 +170,7 @@ def take_http_port(passthrough: list[str]) -> tuple[int | None, list[str]]:
             rest.append(arg)
     if port is None:
         return None, rest
-    if not _PORT_TEXT.match(port) or int(port) > MAX_PORT:
+    if not _PORT_TEXT.fullmatch(port) or int(port) > MAX_PORT:
         raise UsageError(f"{HTTP_PORT_OPTION} {port!r}: give a port number (0: any free port)")
     return int(port), rest
 

@@ -105,6 +105,8 @@ def test_each_worker_gets_one_gpu_its_shard_its_journal_and_its_port():
         ("rl: [0]\n", "rl is CPU-only (gpu: false); give it []"),
         ("lora: []\n", "lora needs a GPU per worker"),
         ("lora: [first]\n", "'first' is not a GPU index or GPU-<uuid>"),
+        ('lora: ["0\\n"]\n', "'0\\n' is not a GPU index or GPU-<uuid>"),
+        ("lora: [\u0663]\n", "'\u0663' is not a GPU index or GPU-<uuid>"),
         ("lora: 0\n", "lora: Input should be a valid list"),
         ("- lora\n", "must map module names to GPU lists"),
         ("lora: [0\n", "not valid YAML"),

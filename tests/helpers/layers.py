@@ -218,8 +218,9 @@ def mark_layers(items: Iterable[pytest.Item]) -> None:
 
 
 # Whether the running test is in the docker layer (set by tests/conftest.py): the engine is
-# handed only to those, as the Docker tests share one xdist worker (a test that reached the
-# engine another way ran beside them, and its containers failed their "none left" checks).
+# handed only to those, as `make test` runs them one after another in a process of their own
+# (a test that reached the engine another way ran beside them, and its containers failed their
+# "none left" checks).
 RUNNING = {"docker": False}
 
 
