@@ -20,10 +20,11 @@ alone=(tests/faults/test_status_flood.py)
 for t in "${alone[@]}"; do ignores+=("--ignore=$t"); done
 options=(-q --durations=25 -p no:cacheprovider)
 # Each suite over TEST_WORKERS worker processes (pytest-xdist, a file's tests in one worker so
-# that its module fixtures are built once): many tests wait on a child, a server or the engine.
+# that its module fixtures are built once): many tests wait on a child, a server or the engine,
+# and with two workers a suite the two cores were a quarter idle.
 # The core suite's Docker tests run in a process of their own, one after another, beside it:
 # they share the engine's images and count its containers.
-workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
+workers=(-n "${TEST_WORKERS:-3}" --dist loadfile)
 
 # One thread each for the math libraries, as the suites run side by side on few cores: an
 # OpenMP thread spins while it waits for the others, and three lora test runs side by side took
