@@ -20,8 +20,8 @@ alone=(tests/faults/test_status_flood.py)
 for t in "${alone[@]}"; do ignores+=("--ignore=$t"); done
 options=(-q --durations=25 -p no:cacheprovider)
 # Each suite over TEST_WORKERS worker processes (pytest-xdist, a file's tests in one worker so
-# that its module fixtures are built once): many tests wait on a child, a server or the engine,
-# and with two workers a suite the two cores were a quarter idle.
+# that its module fixtures are built once): many tests wait on a child, a server or the engine
+# (with two workers a suite, the two cores were a quarter idle).
 # The core suite's Docker tests run in a process of their own, one after another, beside it:
 # they share the engine's images and count its containers.
 workers=(-n "${TEST_WORKERS:-3}" --dist loadfile)
