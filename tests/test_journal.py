@@ -264,6 +264,26 @@ def test_a_journal_of_an_earlier_validator_is_migrated_and_keeps_its_rows(tmp_pa
     db.close()
 
 
+V2_ROW = ["id", "module", "task_id", "state", "input", "metrics", "outcome", "error", "attempts"]
+V2_ROW += ["not_before", "received_at", "updated_at", "maybe_taken"]
+
+
+def test_version_2s_schema_keeps_the_columns_version_2_journals_hold():
+    """SCHEMA_V2 and version 3's SCHEMA are built from one template (store.py): a column meant for
+    a later version, written into the template, would change what a version 2 journal is checked
+    against and migrated from."""
+    db = sqlite3.connect(":memory:")
+    db.executescript(SCHEMA_V2)
+    tables = ("assignments", "events", "quarantine")
+    columns = {t: [row[1] for row in db.execute(f"PRAGMA table_info({t})")] for t in tables}
+    db.close()
+    assert columns == {
+        "assignments": V2_ROW,
+        "events": ["assignment_id", "time", "state", "note"],
+        "quarantine": [*V2_ROW, "reason", "set_aside_at"],
+    }
+
+
 def test_a_version_2_journal_gains_the_penalty_columns_and_its_failures_their_reasons(tmp_path):
     """Version 3 keeps why a result is a penalty; a version 2 journal is migrated in place, and a
     result failed before it gets its reason from the failure's event (its error column may since
