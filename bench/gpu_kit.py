@@ -37,10 +37,11 @@ LLM_JUDGE_ROOTS = (
     "Jinja2",
     "fla-core",
     "einops",
+    "blake3",
 )
 # The lora stack minus torch and safetensors (there already, CUDA build), bitsandbytes (the
 # bench does not quantize; its wheel alone would fill the 64 MiB a run may carry), and what
-# the validator's module API imports.
+# the validator's module API imports (blake3: the kit's fingerprint).
 PACKAGES = (
     "transformers",
     "tokenizers",
@@ -51,6 +52,7 @@ PACKAGES = (
     "pydantic-core",
     "annotated-types",
     "typing-inspection",
+    "blake3",
 )
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 

@@ -106,7 +106,7 @@ echo "env: $(date -u +%FT%TZ), budget ${DEADLINE_S:-540} s" >>"$out/session.txt"
 if ((rehearse)); then
     ((lora)) && step lora-fp32 180 "$lora_py" -m bench.lora_bench --rehearse "$@"
     ((judge)) && step llm_judge-warm 120 "$judge_py" -m bench.llm_judge_warm_base \
-        --shape tiny --assignments 2 --device cpu
+        --shape tiny --assignments 2 --device cpu --decode-steps 2
     ((judge)) && echo "llm_judge-fla, llm_judge-0.8b: not rehearsed (CUDA only; a minute of" \
         "CPU for the assignment bench, which its own tests run)" | tee -a "$out/session.txt"
 else
@@ -114,7 +114,7 @@ else
     ((lora)) && step lora-fp16 240 "$lora_py" -m bench.lora_bench --device cuda --dtype fp16 \
         --models 7b --gpu-examples 96 "$@"
     ((judge)) && step llm_judge-warm 90 "$judge_py" -m bench.llm_judge_warm_base \
-        --shape 0.8b --assignments 3 --device cuda
+        --shape 0.8b --assignments 3 --device cuda --decode-steps 16
     ((judge)) && step llm_judge-fla 60 "$judge_py" -m bench.llm_judge_fla_check --device cuda
     ((judge)) && step llm_judge-0.8b 120 "$judge_py" -m bench.llm_judge_assignment \
         --device cuda --shape 0.8b --prompts 32 --new-tokens 128 --network-prompts 2

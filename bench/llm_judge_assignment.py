@@ -2,8 +2,8 @@
 judge: `python -m bench.llm_judge_assignment --device cuda --shape 0.8b`. Runs in the llm_judge
 stack (.venv-llm_judge here; bench/gpu_session_llm_judge.sh on a lent GPU).
 
-- **ours**: the module's own code: `load` with its warm base (kept on a CPU host; on a GPU host
-  the module still reads the base per assignment), the chat template rendered and tokenized in
+- **ours**: the module's own code: `load` with its warm base (kept where the model runs: in host
+  memory, or on the card), the chat template rendered and tokenized in
   the module's bounded child (the answers decoded in another: "render" counts both), batched
   generation (`generation.generate`, the module's config), the warm base released, then every
   answer judged through the module's `Judge` (`judge_concurrency` in

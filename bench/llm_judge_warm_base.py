@@ -13,7 +13,9 @@ work on the same weights on both sides (`make bench-llm-judge` measures it).
 `--device cuda` (a lent GPU, bench/gpu_session.sh): the warm base is kept on the card, as the
 module keeps it there; the reload is the network's way (read on the CPU, merge, copy to the
 card), and every warm merge on the card is compared bit for bit with it. The fingerprint check
-alone is timed too, against the warm side's model work (the 10% target of issue 42).
+alone is timed too, against the warm side's model work (the 10% target of issue 42), and, with
+`--decode-steps K`, against one decode step of one answer on the same weights: an assignment's
+generation runs up to `max_new_tokens` (2048) such steps per batch of answers.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ def main() -> None:
     parser.add_argument("--assignments", type=int, default=7, help="per side")
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument(
+        "--decode-steps",
+        type=int,
+        default=0,
+        help="also time this many decode steps of one answer on the warm base (0: no)",
+    )
     args = parser.parse_args()
     device = args.device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32  # the module's (loading.py)
@@ -82,6 +90,7 @@ def main() -> None:
         cold_first, ours, reload, exact = _measure(warm, adapters, args.assignments, device)
         parameters = sum(p.numel() for p in warm.held.model.parameters())
         check = _timed_check(warm, device)
+        step = _timed_decode_step(warm.held.model, args.decode_steps, device)
     print(f"python {platform.python_version()}, torch {torch.__version__}, transformers "
           f"{transformers.__version__}, peft {peft.__version__}, {torch.get_num_threads()} "
           f"CPU threads, {platform.machine()}")  # fmt: skip
@@ -100,6 +109,10 @@ def main() -> None:
     share = check / statistics.median(ours)
     print(f"fingerprint check alone, median of 3 s:   {check:8.3f} ({share:.0%} of the warm side's "
           f"model work, {check / statistics.median(reload):.0%} of a reload)")  # fmt: skip
+    if step:
+        print(f"one decode step (one answer), s:          {step:8.3f} (the check costs "
+              f"{check / step:.1f} steps; an assignment runs up to max_new_tokens of them per "
+              f"batch of answers, 2048 by default)")  # fmt: skip
 
 
 def _measure(warm: WarmBase, adapters: list[Path], assignments: int, device: str):
@@ -129,6 +142,27 @@ def _timed_check(warm: WarmBase, device: str) -> float:
         _sync(device)
         times.append(time.perf_counter() - began)
     return statistics.median(times)
+
+
+@torch.no_grad()
+def _timed_decode_step(model: torch.nn.Module, steps: int, device: str) -> float:
+    """Seconds per decode step of one answer on the base (greedy, a short prompt, the prompt's
+    prefill and the first token taken out by timing `steps` + 1 against 1 new token), the unit
+    of an assignment's generation: each step reads every weight once, as the check does."""
+    if steps <= 0:
+        return 0.0
+    prompt = torch.arange(1, 17, device=device).unsqueeze(0)
+
+    def timed(new: int) -> float:
+        _sync(device)
+        began = time.perf_counter()
+        model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new,
+                       min_new_tokens=new, do_sample=False)  # fmt: skip
+        _sync(device)
+        return time.perf_counter() - began
+
+    timed(1)  # the first call's one-off costs (kernels chosen, caches made)
+    return (timed(steps + 1) - timed(1)) / steps
 
 
 def _sync(device: str) -> None:

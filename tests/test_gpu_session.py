@@ -41,6 +41,7 @@ def test_the_rehearsal_runs_every_step_and_writes_each_report(tmp_path: Path) ->
     warm = (tmp_path / "llm_judge-warm.txt").read_text()
     assert "warm merges bit-identical to the reload's: all" in warm
     assert "fingerprint check alone" in warm
+    assert "one decode step (one answer)" in warm  # the check priced in an assignment's steps
 
 
 def test_a_deadline_too_short_skips_steps_and_keeps_what_ran(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_structure_changes_are_seen():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool])
 def test_host_tensors_are_hashed_in_pieces_and_any_flipped_bit_is_seen(dtype, monkeypatch):
-    # On the CPU the fingerprint is a keyed SHA-256 per piece of PIECE_BYTES (small here, so a
+    # On the CPU the fingerprint is a keyed BLAKE3 per piece of PIECE_BYTES (small here, so a
     # tensor spans several pieces and the last one is short).
     monkeypatch.setattr(fingerprint, "PIECE_BYTES", 48)
     weights = _Weights()
