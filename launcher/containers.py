@@ -45,10 +45,16 @@ def device_requests(gpus: str) -> list[DeviceRequest]:
         return []
     if gpus == "all":
         return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [DeviceRequest(device_ids=gpu_ids(gpus), capabilities=[["gpu"]])]
+
+
+def gpu_ids(gpus: str) -> list[str]:
+    """The ids of `--gpus 0,1` (neither all nor none), each a GPU index or GPU-<uuid>; raises
+    UsageError naming the flag for a list with anything else in it."""
     ids = [part.strip() for part in gpus.split(",")]
-    if not ids or not all(GPU_ID.fullmatch(i) for i in ids):
+    if not all(GPU_ID.fullmatch(i) for i in ids):
         raise UsageError(f"--gpus {gpus!r}: use all, none, or device ids such as 0,1")
-    return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    return ids
 
 
 @dataclass

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from launcher.containers import GPU_ID, state_volume_name, worker_state_volume
+from launcher.containers import gpu_ids, state_volume_name, worker_state_volume
 from launcher.errors import UsageError
 
 PORT_STEP = 10
@@ -99,9 +99,7 @@ def gpu_groups(options: FleetOptions) -> list[str]:
                 "without a GPU"
             )
         return [gpus] * count
-    ids = [part.strip() for part in gpus.split(",")]
-    if not all(GPU_ID.fullmatch(i) for i in ids):
-        raise UsageError(f"--gpus {gpus!r}: use all, none, or device ids such as 0,1")
+    ids = gpu_ids(gpus)
     if len(set(ids)) != len(ids):
         raise UsageError(f"--gpus {gpus!r} names a GPU twice; each GPU goes to one worker")
     per_worker = per_worker or 1

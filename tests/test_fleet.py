@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from devkit.validator_cli import REPO_ROOT
+from launcher.containers import device_requests, gpu_ids
 from launcher.errors import UsageError
 from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
 from launcher.fleet_report import FleetSummary, WorkerSummary, add_up, render_fleet
@@ -131,6 +132,19 @@ def test_plans_that_do_not_fit_are_one_line_usage_errors(args, message):
     errors = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and message in errors[0], result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("gpus", ["0,x", "0\n1", "\u0663", "0,", "GPU-zz"])
+def test_both_readers_of_the_gpus_flag_refuse_what_is_not_a_gpu_id(gpus):
+    # One worker's device requests and the fleet's groups read --gpus with one parser
+    # (launcher.containers.gpu_ids): matched whole and in ASCII digits.
+    message = f"--gpus {gpus!r}: use all, none, or device ids such as 0,1"
+    with pytest.raises(UsageError) as single:
+        device_requests(gpus)
+    with pytest.raises(UsageError) as fleet:
+        plan(options(gpus=gpus))
+    assert str(single.value) == str(fleet.value) == message
+    assert gpu_ids(" 0, GPU-3f ,12") == ["0", "GPU-3f", "12"]
 
 
 def test_shards_only_when_every_worker_has_a_task():
