@@ -11,10 +11,8 @@ from collections.abc import Callable
 
 import click
 
-from launcher.images import PRODUCTION_BASE
+from launcher.images import DEFAULT_INSTALLER, PRODUCTION_BASE
 from validator.options import F
-
-DEFAULT_INSTALLER = "micromamba"
 
 
 def base_image_option(help: str) -> Callable[[F], F]:

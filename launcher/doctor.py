@@ -30,7 +30,7 @@ from launcher.doctor_rows import (
     setup_in_image,
 )
 from launcher.errors import UsageError
-from launcher.images import PRODUCTION_BASE, BuildSpec, source_hash
+from launcher.images import DEFAULT_INSTALLER, PRODUCTION_BASE, BuildSpec, source_hash
 from validator.doctor.checks import SETUP, Settings, service_checks
 from validator.doctor.command import (
     DEADLINE_OPTION,
@@ -49,7 +49,7 @@ DEFAULT_MIN_GPU_GB = 16.0
 def image_tag(
     spec: ModuleSpec,
     base_image: str = PRODUCTION_BASE,
-    installer: str = "micromamba",
+    installer: str = DEFAULT_INSTALLER,
     pip_options: str = "",
 ) -> str:
     """The content-hash tag run.py would build or reuse for these sources (launcher/images.py)."""

@@ -19,6 +19,9 @@ DOCKERFILE = "docker/Dockerfile"
 SOURCE_LABEL = "org.flock-validator.source-hash"  # the whole source hash (docker/Dockerfile)
 # micromamba 2.x on NVIDIA's CUDA 12 base for Ubuntu 22.04 (docs/images.md "The base image").
 PRODUCTION_BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
+# How the module's environment.yml is installed on it (docker/install-env.sh; pip: bases
+# without conda).
+DEFAULT_INSTALLER = "micromamba"
 # What goes into an image, besides the module's own folder (see .dockerignore). configs/ is
 # baked in as the defaults of hosts that cannot mount it (pods); run.py mounts it over them.
 # Not wheels/ (the offline wheelhouse, read by the build's `env` stage only: where to get a
@@ -54,7 +57,7 @@ class BuildSpec:
     module: str
     repo_root: Path
     base_image: str = PRODUCTION_BASE
-    env_installer: str = "micromamba"
+    env_installer: str = DEFAULT_INSTALLER
     pip_options: str = ""
     environment: str = "environment.yml"  # the spec's environment file, in the module folder
 

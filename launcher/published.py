@@ -245,7 +245,7 @@ def release_outputs(
             "(python -m launcher.release_cli pin-base, then make compose)"
         )
     spec = load_spec(module_folder(module, repo_root))
-    build = BuildSpec(module, repo_root, base, "micromamba", "", spec.environment)
+    build = BuildSpec(module, repo_root, base, environment=spec.environment)
     return {
         "env_file": spec.environment,
         "base_image": base,
