@@ -41,7 +41,7 @@ from validator.doctor.command import (
 from validator.doctor.rows import Check, Row, exit_code, render, run_checks
 from validator.errors import ConfigError, ExitCode
 from validator.options import config_dir_option, gathered_secrets, secret_names
-from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder
+from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder, readable_modules
 
 DEFAULT_MIN_GPU_GB = 16.0
 
@@ -168,6 +168,7 @@ def doctor(
         judge_models=tuple(judge_models),
         env=dict(os.environ),
         folder=module_folder(spec.name),
+        modules=readable_modules(REPO_ROOT),
     )
 
     def setup() -> list[Row]:

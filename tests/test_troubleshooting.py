@@ -253,6 +253,24 @@ def _setup_fails() -> Produced:
     return f"{outcome.headline}: {raised.value}", int(outcome.exit_code)
 
 
+def _task_of_another_module() -> Produced:
+    """The validator's line for rl started on a lora task (validator/ledger/task_types.py)."""
+    import threading
+
+    from validator.ledger.answers import Task
+    from validator.ledger.task_types import check_task_types_at_start
+    from validator.spec import REPO_ROOT, find_modules
+
+    modules = find_modules(REPO_ROOT)
+    listed = [Task(id="56", task_type="training")]
+    with pytest.raises(errors.OperatorError) as raised:
+        check_task_types_at_start(
+            lambda: listed, ["56"], modules["rl"], modules, threading.Event(), 1.0
+        )
+    outcome = outcome_of(raised.value)
+    return f"{outcome.headline}: {raised.value}", int(outcome.exit_code)
+
+
 class _Engine:
     """An engine holding an old-named journal that a container still uses, or whose copy into
     the worker's volume is refused (the real engine's case: tests/test_docker_volumes.py)."""
@@ -320,6 +338,8 @@ PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
         lambda _, patch: _old_driver(patch)
     ),
     "operator action needed: module <module>'s start-up checks: ...": lambda *_: _setup_fails(),
+    "operator action needed: task 56 has type 'training', the lora module's, not rl's: validate "
+    "it with python run.py lora --task_ids 56; ...": lambda *_: _task_of_another_module(),
     "... (compose.gpus.yaml's name before for a journal) is used by ...": lambda *_: _old_volume(
         True
     ),
@@ -338,6 +358,9 @@ PASSED_ON = {
     "published image ... not pulled (...): building it here": "",
     "published image ... not pulled (...): staying on v..., pulled again at the next look": "",
     "following releases: this look failed (...); looking again later": "",
+    "could not list tasks (...): no task is looked up before its type is checked; asking again "
+    "in ...": "",
+    "task ... has type '...', which no module declares (...): looked up all the same": "",
     "worker flock-validator-<module>-K stopped for good (exit N); ... go on": "N",
 }
 
