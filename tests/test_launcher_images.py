@@ -4,12 +4,15 @@ engine reaches only with a registry (a base that vanishes between the check and 
 
 from __future__ import annotations
 
+import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 from docker.errors import ImageNotFound
 
 from devkit.validator_cli import REPO_ROOT
+from launcher import pulls
 from launcher.errors import LaunchError
 from launcher.images import (
     PRODUCTION_BASE,
@@ -97,7 +100,7 @@ class StandInAPI:
 
     def pull(self, repository: str, tag: str, **_kwargs):
         self.pulled.append((repository, tag))
-        yield from self.pull_chunks
+        yield from (json.dumps(chunk).encode() + b"\n" for chunk in self.pull_chunks)
 
 
 class StandInClient:
@@ -106,7 +109,11 @@ class StandInClient:
         self.api = StandInAPI(list(build_chunks), list(pull_chunks))
 
 
-def test_a_pull_error_in_the_stream_is_the_one_line_and_no_build_starts(tmp_path, capsys):
+def test_a_pull_error_in_the_stream_is_the_one_line_and_no_build_starts(
+    tmp_path, capsys, monkeypatch
+):
+    # The pull's own connection to the engine (launcher/pulls.py) is the stand-in's API.
+    monkeypatch.setattr(pulls, "own_api", lambda client: nullcontext(client.api))
     client = StandInClient(
         pull_chunks=[{"status": "Pulling from mambaorg/micromamba"}, {"error": "toomanyrequests"}],
         build_chunks=[{"stream": "Step 1/2 : FROM x\n"}],
