@@ -18,6 +18,7 @@ from launcher.images import (
     PRODUCTION_BASE,
     BuildSpec,
     base_unavailable,
+    ensure_given_image,
     ensure_image,
     input_files,
     pull_failure_reason,
@@ -122,6 +123,16 @@ def test_a_pull_error_in_the_stream_is_the_one_line_and_no_build_starts(
         ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
     assert client.api.pulled == [("mambaorg/micromamba", "2.3.3-cuda12.6.3-ubuntu22.04")]
     assert "Step " not in capsys.readouterr().err
+
+
+def test_an_image_given_with_image_is_pulled_through_the_paced_pull(monkeypatch):
+    monkeypatch.setattr(pulls, "own_api", lambda client: nullcontext(client.api))
+    client = StandInClient(pull_chunks=[{"error": "manifest unknown"}])
+    with pytest.raises(
+        LaunchError, match=r"^image 'me/v:1' is not present and cannot be pulled \(no such tag\)$"
+    ):
+        ensure_given_image(client, "me/v:1")
+    assert client.api.pulled == [("me/v", "1")]
 
 
 def test_a_present_base_is_not_pulled(tmp_path):
