@@ -170,7 +170,7 @@ def with_class_task_type(spec: ModuleSpec, module_cls: type[BaseValidationModule
     if not declared or not isinstance(declared, str):
         return spec
     log.warning(
-        "modules/%s: MODULE.task_type is read from the spec now: write `task_type: %s` in its "
+        "modules/%s: MODULE.task_type belongs in the spec: write `task_type: %s` in its "
         "module.yaml and drop the class attribute (read until 0.3)", spec.name, declared,
     )  # fmt: skip
     if spec.task_type is not None or not TASK_TYPE.fullmatch(declared):
