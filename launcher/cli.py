@@ -134,7 +134,8 @@ def check_configs(spec: ModuleSpec, config_dir: Path, task_ids: list[str]) -> No
     "--pull",
     is_flag=True,
     help="Run the released image of this checkout's version (pyproject.toml), pulled from "
-    "--registry by the digest its signed release names; build it here when it cannot be had.",
+    "--registry by the digest its signed release names; when it cannot be had or verified, "
+    "nothing runs (exit 3): without --pull, run.py builds it here.",
 )
 @click.option(
     "--release-channel",
@@ -329,17 +330,16 @@ class LaunchOptions:
 
     def image_tag(self, client: docker.DockerClient, spec: ModuleSpec) -> str:
         """The image to run: the one --image names (pulled if missing), the released one of
-        this checkout's version with --pull, or the module's, built when it is not there yet
-        (also when --pull could not have the released one: it says why in one line)."""
+        this checkout's version with --pull (exit 3 in one line when it cannot be had or
+        verified: nothing is built in its place), or the module's, built when it is not there
+        yet."""
         if self.pull and (self.image or self.rebuild):
             raise UsageError("--pull runs the released image: give it without --image or --rebuild")
         if self.image:
             return ensure_given_image(client, self.image)
-        if self.pull:
+        if self.pull:  # a verified release or nothing (ReleaseRefused, exit 3): never a build
             version, channel = checkout_version(REPO_ROOT), Channel(self.release_channel)
-            pulled = pull_verified(client, self.registry, spec.name, version, channel)
-            if pulled is not None:
-                return pulled
+            return pull_verified(client, self.registry, spec.name, version, channel)
         return ensure_image(client, self.build_spec(spec), self.rebuild)
 
     def volumes(self, spec: ModuleSpec) -> dict[str, str]:

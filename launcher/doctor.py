@@ -1,8 +1,9 @@
 """`python run.py doctor [MODULE]`: the host's rows (the Docker engine, Compose v2, the NVIDIA
 driver against the module's CUDA, the NVIDIA runtime and a GPU seen from inside the module's
-image, the image, the disk under Docker's volumes), then the rows the validator would check
-itself (validator/doctor/checks.py): the settings, the configs, the Fed Ledger and the
-key, the clock, the Hub, and the module's own start-up checks, run in its image. A check that
+image, the NVIDIA Container Toolkit's version against its escape fixes, the image, the disk
+under Docker's volumes), then the rows the validator would check itself
+(validator/doctor/checks.py): the settings, the configs, the Fed Ledger and the key, the clock,
+the task types, the Hub, and the module's own start-up checks, run in its image. A check that
 cannot run here is a row that says what it needs. One table, within the deadline whatever the
 servers do; exit 0 when nothing failed, 1 otherwise, 2 for usage."""
 
@@ -31,6 +32,8 @@ from launcher.doctor_rows import (
 )
 from launcher.errors import UsageError
 from launcher.images import DEFAULT_INSTALLER, PRODUCTION_BASE, BuildSpec, source_hash
+from launcher.toolkit import NAME as TOOLKIT
+from launcher.toolkit import toolkit_row
 from validator.doctor.checks import SETUP, Settings, service_checks
 from validator.doctor.command import (
     DEADLINE_OPTION,
@@ -41,7 +44,7 @@ from validator.doctor.command import (
 from validator.doctor.rows import Check, Row, exit_code, render, run_checks
 from validator.errors import ConfigError, ExitCode
 from validator.options import config_dir_option, gathered_secrets, secret_names
-from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder
+from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder, readable_modules
 
 DEFAULT_MIN_GPU_GB = 16.0
 
@@ -97,6 +100,13 @@ def host_checks(
         return tag if tag and image_exists(client, tag) else None
 
     checks.append(with_engine("GPU", lambda c: gpu_row(c, spec, present(c), min_gpu_gb)))
+
+    def toolkit() -> list[Row]:
+        client = engine()[1]  # the runtime Docker runs, where the engine names it
+        runtimes = (client.info().get("Runtimes") or {}) if client is not None else {}
+        return [toolkit_row(spec, (runtimes.get("nvidia") or {}).get("path"))]
+
+    checks.append(Check((TOOLKIT,), toolkit, "check `nvidia-ctk --version`"))
     if spec is not None and tag is not None:
         checks.append(with_engine("image", lambda c: image_row(c, spec, tag)))
     checks.append(with_engine("disk: Docker volumes", lambda c: docker_disk_row(c, min_free_mb)))
@@ -168,6 +178,7 @@ def doctor(
         judge_models=tuple(judge_models),
         env=dict(os.environ),
         folder=module_folder(spec.name),
+        modules=readable_modules(REPO_ROOT),
     )
 
     def setup() -> list[Row]:

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
-from docker.errors import APIError, BuildError, DockerException, ImageNotFound
+from docker.errors import APIError, BuildError, ImageNotFound
 from docker.utils import parse_repository_tag
-from requests.exceptions import RequestException
 
 from launcher.errors import LaunchError
+from launcher.pulls import pull
 
 DOCKERFILE = "docker/Dockerfile"
 SOURCE_LABEL = "org.flock-validator.source-hash"  # the whole source hash (docker/Dockerfile)
@@ -148,7 +148,8 @@ def _build(client: docker.DockerClient, spec: BuildSpec, tag: str, digest: str) 
 
 def ensure_base(client: docker.DockerClient, base: str) -> None:
     """Pulls `base` unless the engine has it, so that a wrong or unreachable base is one clear
-    line before any build output, not a build error at its FROM step."""
+    line before any build output, not a build error at its FROM step; within the pace of
+    launcher/pulls.py, so that a registry that trickles is abandoned and named."""
     try:
         client.images.get(base)
         return
@@ -158,17 +159,14 @@ def ensure_base(client: docker.DockerClient, base: str) -> None:
         raise base_unavailable(base, _explanation(exc)) from exc
     print(f"[run.py] pulling the base image {base}", file=sys.stderr, flush=True)
     repository, tag = parse_repository_tag(base)
-    try:
-        # Errors found before the download starts are HTTP errors; later ones are stream items.
-        for chunk in client.api.pull(repository, tag=tag or "latest", stream=True, decode=True):
-            if "error" in chunk:
-                raise base_unavailable(base, str(chunk["error"]))
-            if str(chunk.get("status", "")).startswith("Status:"):  # not every layer's progress
-                print(f"[run.py] {chunk['status']}", file=sys.stderr, flush=True)
-    except APIError as exc:
-        raise base_unavailable(base, _explanation(exc)) from exc
-    except (DockerException, RequestException) as exc:  # e.g. the engine's answer timed out
-        raise base_unavailable(base, str(exc)) from exc
+
+    def status(line: dict) -> None:
+        if str(line.get("status", "")).startswith("Status:"):  # not every layer's progress
+            print(f"[run.py] {line['status']}", file=sys.stderr, flush=True)
+
+    error = pull(client, repository, tag or "latest", status)
+    if error is not None:
+        raise base_unavailable(base, error)
 
 
 def base_unavailable(base: str, error: str) -> LaunchError:
@@ -196,22 +194,22 @@ def _explanation(exc: APIError) -> str:
 
 
 def ensure_given_image(client: docker.DockerClient, image: str) -> str:
-    """`--image IMAGE`: use it if present, else try to pull it."""
+    """`--image IMAGE`: use it if present, else pull it (within the pace of launcher/pulls.py)."""
     try:
         client.images.get(image)
         return image
     except ImageNotFound:
         pass
     except APIError as exc:  # an invalid reference, which is not a lost engine
-        raise _given_image_unavailable(image, exc) from exc
+        raise _given_image_unavailable(image, _explanation(exc)) from exc
     print(f"[run.py] pulling {image}", file=sys.stderr, flush=True)
-    try:
-        client.images.pull(image)
-    except APIError as exc:
-        raise _given_image_unavailable(image, exc) from exc
+    repository, tag = parse_repository_tag(image)
+    error = pull(client, repository, tag or "latest")
+    if error is not None:
+        raise _given_image_unavailable(image, error)
     return image
 
 
-def _given_image_unavailable(image: str, exc: APIError) -> LaunchError:
-    reason = pull_failure_reason(_explanation(exc))
+def _given_image_unavailable(image: str, error: str) -> LaunchError:
+    reason = pull_failure_reason(error)
     return LaunchError(f"image {image!r} is not present and cannot be pulled ({reason})")

@@ -44,7 +44,8 @@ FIX = 'see docs/images.md "When verification fails"'
 
 
 class ReleaseRefused(LaunchError):
-    """A release that does not verify, or whose image is not what it signed: never run."""
+    """A release that cannot be had or does not verify, or whose image is not what it signed:
+    never run, and nothing run in its place (exit 3)."""
 
 
 class ReleaseManifest(BaseModel):

@@ -55,7 +55,7 @@ REDIRECTS = (301, 302, 303, 307, 308)
 
 class ReleaseUnavailable(Exception):
     """The channel could not say (unreachable, no such release): nothing to verify, so the
-    caller builds the image here, or keeps what it runs."""
+    caller runs nothing (run.py --pull, exit 3), or keeps what it runs (the follower)."""
 
 
 @dataclass(frozen=True)

@@ -133,10 +133,12 @@ def pin_base(repo_root: Path, digest: str) -> list[Path]:
 
 
 def _registry_digest(image: str) -> str:
-    """The digest the registry holds for `image`'s tag, asked through the Docker engine."""
+    """The digest the registry holds for `image`'s tag, asked through the Docker engine within
+    the manifest read's deadline (launcher/pulls.py)."""
     from launcher.docker_errors import docker_client  # noqa: PLC0415 - only this command
+    from launcher.pulls import registry_digest  # noqa: PLC0415
 
-    return docker_client().images.get_registry_data(image).id
+    return registry_digest(docker_client(), image)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -79,7 +79,7 @@ def main() -> int:
                     }
                 )
             )
-            with Simulator({"tasks": [task(1, repos, **data)]}, tmp) as sim:
+            with Simulator({"tasks": [task(1, repos, task_type="llm_judge", **data)]}, tmp) as sim:
                 code = run_validator(sim, hub.endpoint, judge.endpoint, configs, len(repos))
             print(f"{len(judge.requests)} judge calls")
         return code

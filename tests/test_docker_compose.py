@@ -143,7 +143,9 @@ def test_compose_up_validator_rl_runs_the_generated_service(engine, tmp_path):
         hub.add_repo("alice/policy", {"model.onnx": to_bytes(linear_policy(4, 2))})
         data = {"validation_set_url": f"{hub.endpoint}/flock/sets/resolve/main/val.npz"}
         submissions = ["alice/policy", "missing/policy"]
-        with Simulator({"tasks": [task(1, submissions, max_params=100, **data)]}, tmp_path) as sim:
+        with Simulator(
+            {"tasks": [task(1, submissions, task_type="rl", max_params=100, **data)]}, tmp_path
+        ) as sim:
             env = launcher_env(
                 TASK_IDS="1",
                 FLOCK_API_URL=sim.api_url,

@@ -104,6 +104,7 @@ def test_all_good_is_exit_0_and_asks_only_the_task_list(ledger, hub, config_dir,
         "configs": "ok",
         "Fed Ledger": "ok",
         "clock": "ok",
+        "task types": "ok",
         "disk: journal": "ok",
         "disk: HF cache": "ok",
         "HF token": "ok",
@@ -303,3 +304,6 @@ def test_with_the_engine_down_every_check_that_needs_it_is_a_row(ledger, config_
         assert found == "skipped" and text.startswith("needs the Docker engine"), (check, text)
     assert rows["Fed Ledger"][0] == "ok" and rows["configs"][0] == "ok"
     assert rows["settings"] == ("ok", "task ids 12; FLOCK_API_KEY set")
+    # Task 12 is a lora task (`training`): run.py's doctor judges it as the validator would.
+    found, text = rows["task types"]
+    assert found == "failed" and "python run.py lora --task_ids 12" in text, text

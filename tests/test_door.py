@@ -39,6 +39,7 @@ from validator.spec import REPO_ROOT, find_module_folders, load_spec
 
 NOWHERE = "unix:///nonexistent/docker.sock"
 LOOKUP = "/api/v1/tasks/request-validation-assignment/12"
+TYPES = {"lora": "training", "rl": "rl"}  # each module's tasks in the Fed Ledger's list
 
 
 def run_py(*args: str, **env: str):
@@ -188,7 +189,7 @@ def test_a_green_doctor_is_followed_by_a_validator_that_starts(tmp_path, module)
         tmp_path, module, {"supported_base_models": ["tiny/base"]} if module == "lora" else {}
     )
     with (
-        Simulator({"tasks": [task(12, [])]}, tmp_path) as sim,
+        Simulator({"tasks": [task(12, [], task_type=TYPES[module])]}, tmp_path) as sim,
         LocalHub(tmp_path / "hub") as hub,
     ):
         hub.add_repo("tiny/base", {"config.json": b"{}"})

@@ -144,7 +144,8 @@ def pinned_module(root, github) -> dict[str, str]:
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text("from modules.fixture import MODULE  # noqa: F401\n")
     (folder / "module.yaml").write_text(
-        f"name: pinned\nprotocol:\n  repo: {REPO}\n  path: {FOLDER}\n  commit: '{PIN}'\n"
+        "name: pinned\ntask_type: pinned\n"
+        f"protocol:\n  repo: {REPO}\n  path: {FOLDER}\n  commit: '{PIN}'\n"
     )
     env = validator_env(root)
     env["PYTHONPATH"] = f"{root}{os.pathsep}{env['PYTHONPATH']}"
@@ -156,7 +157,7 @@ def pinned_module(root, github) -> dict[str, str]:
 def test_the_validator_starts_the_watch_and_the_flag_turns_it_off(github, tmp_path):
     github.add_commit(REPO, "5" * 40, "feat: scoring changed", [FOLDER + "/x.py"])
     env = pinned_module(tmp_path, github)
-    with Simulator({"tasks": [task(1, ["ok/a", "ok/b"])]}, tmp_path) as sim:
+    with Simulator({"tasks": [task(1, ["ok/a", "ok/b"], task_type="pinned")]}, tmp_path) as sim:
         args = loop_args("pinned", sim.api_url, "1", "--max-assignments", "1")
         first = run_validator(args, env)
         asked = len(github.requests)

@@ -4,17 +4,21 @@ engine reaches only with a registry (a base that vanishes between the check and 
 
 from __future__ import annotations
 
+import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 from docker.errors import ImageNotFound
 
 from devkit.validator_cli import REPO_ROOT
+from launcher import pulls
 from launcher.errors import LaunchError
 from launcher.images import (
     PRODUCTION_BASE,
     BuildSpec,
     base_unavailable,
+    ensure_given_image,
     ensure_image,
     input_files,
     pull_failure_reason,
@@ -97,7 +101,7 @@ class StandInAPI:
 
     def pull(self, repository: str, tag: str, **_kwargs):
         self.pulled.append((repository, tag))
-        yield from self.pull_chunks
+        yield from (json.dumps(chunk).encode() + b"\n" for chunk in self.pull_chunks)
 
 
 class StandInClient:
@@ -106,7 +110,11 @@ class StandInClient:
         self.api = StandInAPI(list(build_chunks), list(pull_chunks))
 
 
-def test_a_pull_error_in_the_stream_is_the_one_line_and_no_build_starts(tmp_path, capsys):
+def test_a_pull_error_in_the_stream_is_the_one_line_and_no_build_starts(
+    tmp_path, capsys, monkeypatch
+):
+    # The pull's own connection to the engine (launcher/pulls.py) is the stand-in's API.
+    monkeypatch.setattr(pulls, "own_api", lambda client: nullcontext(client.api))
     client = StandInClient(
         pull_chunks=[{"status": "Pulling from mambaorg/micromamba"}, {"error": "toomanyrequests"}],
         build_chunks=[{"stream": "Step 1/2 : FROM x\n"}],
@@ -115,6 +123,16 @@ def test_a_pull_error_in_the_stream_is_the_one_line_and_no_build_starts(tmp_path
         ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
     assert client.api.pulled == [("mambaorg/micromamba", "2.3.3-cuda12.6.3-ubuntu22.04")]
     assert "Step " not in capsys.readouterr().err
+
+
+def test_an_image_given_with_image_is_pulled_through_the_paced_pull(monkeypatch):
+    monkeypatch.setattr(pulls, "own_api", lambda client: nullcontext(client.api))
+    client = StandInClient(pull_chunks=[{"error": "manifest unknown"}])
+    with pytest.raises(
+        LaunchError, match=r"^image 'me/v:1' is not present and cannot be pulled \(no such tag\)$"
+    ):
+        ensure_given_image(client, "me/v:1")
+    assert client.api.pulled == [("me/v", "1")]
 
 
 def test_a_present_base_is_not_pulled(tmp_path):

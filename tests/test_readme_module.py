@@ -44,7 +44,7 @@ def test_readme_module_requires_the_secret_its_spec_declares(readme_module):
 
 
 def test_readme_module_validates_assignments(tmp_path, readme_module):
-    tasks = [task(5, ["alice/adapter", "no-slash"], context_length=26)]
+    tasks = [task(5, ["alice/adapter", "no-slash"], task_type="hello", context_length=26)]
     with Simulator({"tasks": tasks}, tmp_path) as sim:
         result = run_validator(
             loop_args("hello", sim.api_url, "5", "--max-assignments", "2"), readme_module

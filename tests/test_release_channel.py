@@ -2,8 +2,9 @@
 before any signature is checked (a mirror given with --release-channel, anyone on the path of a
 plain-http one), so what it sends is read through the validator's bounded reader: one overall
 deadline for a trickle, the `release.listing` and `release.asset` caps for padding, the bounded
-decoder for nesting. Each is "unavailable" (run.py builds here, the follower asks again), or for
-a signature "not a signature" (exit 3); never a traceback, never a wait past the deadline."""
+decoder for nesting. Each is "unavailable" (run.py --pull stops, exit 3; the follower asks
+again), or for a signature "not a signature" (exit 3); never a traceback, never a wait past the
+deadline."""
 
 from __future__ import annotations
 

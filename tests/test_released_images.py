@@ -2,8 +2,9 @@
 stand-in for the releases' channel (devkit/release_channel.py) with a release key the repo copy
 trusts: the image the checkout's release signed is pulled by digest, verified, and run without a
 build; an image substituted in the registry never runs (issue 40); a release that does not
-verify is one line and exit 3; a release the channel does not have, or a registry nobody
-answers at, is one line and a build here instead."""
+verify is one line and exit 3; and so is a release the channel does not have, a registry nobody
+answers at, or one that trickles: `--pull` runs a verified image or nothing, and nothing is
+built in its place."""
 
 from __future__ import annotations
 
@@ -22,18 +23,19 @@ from devkit.docker_env import launcher_env, make_module_repo, run_py_command
 from devkit.local_registry import LocalRegistry, free_port
 from devkit.local_registry import push_image as push
 from devkit.release_channel import LocalReleaseChannel, Release, ReleaseKey
-from launcher import published
-from launcher.errors import UsageError
+from launcher import pulls
+from launcher.errors import LaunchError, UsageError
 from launcher.follow import Follower
-from launcher.images import BuildSpec, source_hash
+from launcher.images import BuildSpec, ensure_base, source_hash
 from launcher.published import (
     DEFAULT_REGISTRY,
+    REGISTRY_ENV,
     checkout_version,
     published_image,
     pull_release,
     release_outputs,
 )
-from launcher.release import SIGNATURE, ReleaseManifest, trusted_keys
+from launcher.release import SIGNATURE, ReleaseManifest, ReleaseRefused, trusted_keys
 from launcher.release_channel import Channel
 from launcher.release_cli import deploy_files, write_files
 from tests.helpers.docker_env import require_engine
@@ -86,9 +88,13 @@ def substitute(engine, local_build) -> str:
     engine.images.remove(name, force=True)
 
 
-def run_py(repo, *args) -> subprocess.CompletedProcess[str]:
+def run_py(repo, *args, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        run_py_command(repo, *args), env=launcher_env(), capture_output=True, text=True, timeout=300
+        run_py_command(repo, *args),
+        env=launcher_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -197,36 +203,51 @@ def test_a_release_that_does_not_verify_is_one_line_and_exit_3(
 
 
 @pytest.mark.parametrize("where", ["unpublished", "closed"])
-def test_pull_falls_back_to_a_build_with_one_line(
+def test_a_release_that_cannot_be_had_runs_nothing_and_builds_nothing(
     engine, repo, registry, channel, local_build, where
 ):
+    # Before: one line, then "building it here", on a base by tag with installs not pinned by
+    # hash; the operator asked for the verified release.
     version = checkout_version(repo)
-    owner = f"{registry.address}/nobody"
     digest = "sha256:" + "c" * 64
-    if where == "closed":
+    env = {}
+    if where == "closed":  # a registry nobody answers at, set as a .env would set it
         owner = f"127.0.0.1:{free_port()}"
         channel.publish(KEY.release(version, {"fixture": digest}))
-    else:
+        args = ["fixture", "--pull", "--release-channel", channel.url, "--build-only"]
+        env = {REGISTRY_ENV: owner}
+    else:  # the channel answers 404
+        owner = registry.address
         channel.releases.pop(version, None)
-    result = run_py(repo, *pull_args(owner, channel, "--build-only"))
-    assert result.returncode == 0, result.stderr
-    lines = [
-        line for line in result.stderr.splitlines() if "release v" in line or "published" in line
-    ]
+        args = pull_args(owner, channel, "--build-only")
+    built = {
+        tag for image in engine.images.list(name="flock-validator-fixture") for tag in image.tags
+    }
+    asked_before = len(registry.requests())
+    result = run_py(repo, *args, **env)
+    assert result.returncode == 3, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    build = "to build this checkout's image here instead, run it without --pull"
     if where == "unpublished":
-        assert lines == [
-            f"[run.py] release v{version} not verified (not published): building the image here"
-        ]
+        assert errors == [
+            f"[run.py] error: release v{version} cannot be verified (not published): nothing "
+            f"was run; {build}"
+        ], result.stderr
     else:
-        released = f"{owner}/flock-validator-fixture@{digest}"
-        assert lines == [
-            f"[run.py] pulling the published image {released} (release v{version}, verified)",
-            f"[run.py] published image {released} not pulled (the registry cannot be reached): "
-            "building it here",
-        ]
-    # The build here: the image run.py builds without --pull (already built by the fixture).
-    assert result.stdout.strip().splitlines()[-1] == local_build
-    assert f"using image {local_build}" in result.stderr
+        assert errors == [
+            f"[run.py] error: published image {owner}/flock-validator-fixture@{digest} not "
+            "pulled (the registry cannot be reached): nothing was run; check --registry / "
+            f"{REGISTRY_ENV}, or {build}"
+        ], result.stderr
+    # Nothing built, nothing pulled by tag (the base included), nothing run.
+    assert result.stdout == ""
+    for said in ("building", "using image", "pulling the base", "starting fixture"):
+        assert said not in result.stderr, result.stderr
+    assert registry.requests()[asked_before:] == []
+    now = {
+        tag for image in engine.images.list(name="flock-validator-fixture") for tag in image.tags
+    }
+    assert now == built
 
 
 def trickled_image() -> tuple[str, dict[str, bytes], str]:
@@ -261,8 +282,9 @@ def test_a_trickling_registry_is_abandoned_and_the_engine_cancels_the_pull(
 ):
     # The registry serves the signed digest's manifest and config, then a byte of the layer
     # every 0.2 s (before: the pull, and run.py --pull or the follower with it, waited for as
-    # long as it kept trickling; a byte every 5 s was still being waited for after 150 s).
-    monkeypatch.setattr(published, "PULL_BASE_S", 2.0)
+    # long as it kept trickling; a byte every 5 s was still being waited for after 150 s; and
+    # the base's pull before a build had no deadline at all).
+    monkeypatch.setattr(pulls, "PULL_BASE_S", 2.0)
     digest, served, layer = trickled_image()
     kinds = ["Content-Type: application/vnd.docker.distribution.manifest.v2+json",
              f"Docker-Content-Digest: {digest}"]  # fmt: skip
@@ -289,19 +311,21 @@ def test_a_trickling_registry_is_abandoned_and_the_engine_cancels_the_pull(
     with HostileServer(respond) as registry, LocalReleaseChannel() as channel:
         owner = f"127.0.0.1:{registry.port}/fv-attack"
         image = f"{owner}/flock-validator-fixture@{digest}"
-        # run.py --pull's path: one line, then the build here.
+        # run.py --pull's path: exit 3 in one line, nothing built in its place.
         manifest = ReleaseManifest(
             version="0.1.1", commit="0" * 40, journal_schema=1, images={"fixture": digest}
         )
-        assert within(PULL_WAIT, lambda: pull_release(engine, owner, "fixture", manifest)) is None
+        refused = within(PULL_WAIT, lambda: pull_release(engine, owner, "fixture", manifest))
+        assert isinstance(refused, ReleaseRefused) and refused.exit_code == 3
         assert any(request.path.endswith(layer) for request in registry.requests)
         assert registry.cut_off.wait(30), "the engine went on reading the layer"
-        abandoned = (
-            rf"\[run.py\] published image {re.escape(image)} not pulled \(the pull: abandoned "
-            r"after \d+ s, 0 bytes of its layers in: slower than 512 KiB/s after its first 2 s\): "
+        slow = (
+            r"the pull: abandoned after \d+ s, 0 bytes of its layers in: slower than 512 KiB/s "
+            r"after its first 2 s"
         )
-        said_run_py = capsys.readouterr().err.splitlines()[-1]
-        assert re.fullmatch(abandoned + "building it here", said_run_py), said_run_py
+        abandoned = rf"\[run.py\] published image {re.escape(image)} not pulled \({slow}\): "
+        pattern = rf"published image {re.escape(image)} not pulled \({slow}\): nothing was run; .*"
+        assert re.fullmatch(pattern, str(refused)), str(refused)
         # The follower's: it stays on its release, and pulls again at its next look.
         channel.publish(key.release("0.1.1", {"fixture": digest}))
         worker, said = Worker(), []
@@ -314,8 +338,17 @@ def test_a_trickling_registry_is_abandoned_and_the_engine_cancels_the_pull(
         said_follower = capsys.readouterr().err.splitlines()[-1]
         staying = r"staying on v0\.1\.0, pulled again at the next look"
         assert re.fullmatch(abandoned + staying, said_follower), said_follower
-    with pytest.raises(ImageNotFound):
-        engine.images.get(image)
+        # A build's base, pulled by tag from the same registry: abandoned and named.
+        registry.cut_off.clear()
+        base = f"127.0.0.1:{registry.port}/fv-attack/base:1"
+        refused = within(PULL_WAIT, lambda: ensure_base(engine, base))
+        assert isinstance(refused, LaunchError) and refused.exit_code == 3
+        assert re.fullmatch(rf"base image '{re.escape(base)}' cannot be pulled \({slow}\); .*",
+                            str(refused)), str(refused)  # fmt: skip
+        assert registry.cut_off.wait(30), "the engine went on reading the base's layer"
+    for pulled in (image, base):
+        with pytest.raises(ImageNotFound):
+            engine.images.get(pulled)
 
 
 def progress(status: str, layer: str, current: object, total: object = None) -> dict:
@@ -323,9 +356,9 @@ def progress(status: str, layer: str, current: object, total: object = None) -> 
 
 
 def test_a_pull_earns_time_by_its_layers_bytes_never_past_their_sizes():
-    rate = published.PULL_MIN_RATE
-    pace = published.PullPace()
-    pace.started -= published.PULL_BASE_S + 10  # 10 s past its base, nothing in yet
+    rate = pulls.PULL_MIN_RATE
+    pace = pulls.PullPace()
+    pace.started -= pulls.PULL_BASE_S + 10  # 10 s past its base, nothing in yet
     assert "abandoned after" in (pace.over() or "")
     pace.add(progress("Downloading", "a", 5 * rate, 30 * rate))
     pace.add(progress("Downloading", "a", 20 * rate, 30 * rate))  # a layer's line replaces its last
@@ -344,9 +377,17 @@ PULL_WAIT = 60  # seconds: a pull abandoned at 2 s ends long before; one never a
 
 
 def within(seconds: float, call):
-    """What `call` returns, in a thread: a test fails, never hangs, on a call that never ends."""
+    """What `call` returns, or the LaunchError it raises, in a thread: a test fails, never
+    hangs, on a call that never ends."""
     ended = []
-    thread = threading.Thread(target=lambda: ended.append(call()), daemon=True)
+
+    def run() -> None:
+        try:
+            ended.append(call())
+        except LaunchError as exc:
+            ended.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(seconds)
     assert ended, f"still running after {seconds} s"

@@ -157,6 +157,11 @@ def test_a_scaffolded_spec_is_the_default_one_written_out(tmp_path):
         "secrets": {},
         "env": [],
         "volumes": {},
+        # Not known until a task list shows it: said, so that no module is left without one.
+        "task_type": {
+            "unknown": "no judge task of the Fed Ledger's task list seen yet",
+            "names": [],
+        },
         "test_venv": "shared",
     }
     assert (tmp_path / "requirements-judge.txt").is_file()  # its (empty) host requirements

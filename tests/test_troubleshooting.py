@@ -16,12 +16,12 @@ import click
 import pytest
 from docker.errors import APIError, ContainerError, DockerException, ImageNotFound
 
-from launcher import published
+from launcher import pulls
 from launcher.docker_errors import refused_to_run, unreachable
 from launcher.errors import LaunchError
 from launcher.fleet import FleetOptions, gpu_groups
 from launcher.images import base_unavailable
-from launcher.published import pull_release
+from launcher.published import pull_release, pull_verified
 from launcher.release import (
     MANIFEST,
     SIGNATURE,
@@ -30,6 +30,7 @@ from launcher.release import (
     trusted_keys,
     verify,
 )
+from launcher.release_channel import Channel
 from launcher.supervisor import EXIT_MESSAGES, KILLED_EXIT
 from validator import errors
 from validator.config import resolve_config
@@ -179,32 +180,41 @@ def _unverified(tmp_path: Path, change: str) -> Produced:
     return _launch(raised.value)
 
 
-class _RegistryWithout:
-    """An engine whose registry no longer holds the digest a release signed (what Docker's SDK
-    gives for it; the real registry's case is tests/test_released_images.py)."""
+class _Registry:
+    """An engine whose pull of a digest ends in `error` (what Docker's SDK gives for a registry
+    that no longer holds the digest a release signed, or that nobody answers at; the real
+    registry's cases are tests/test_released_images.py)."""
 
-    class images:  # noqa: N801 - the SDK's attribute
-        @staticmethod
-        def get(reference):
-            raise ImageNotFound(reference)
+    def __init__(self, error: str) -> None:
+        self.images, self.api = self, self
+        self.error = error
 
-    class api:  # noqa: N801
-        @staticmethod
-        def pull(name, tag, stream, decode):
-            error = f"manifest for {name}@{tag} not found: manifest unknown"
-            yield json.dumps({"error": error}).encode() + b"\n"
+    def get(self, reference):
+        raise ImageNotFound(reference)
+
+    def pull(self, name, tag, stream, decode):
+        yield json.dumps({"error": self.error.format(name=name, tag=tag)}).encode() + b"\n"
 
 
-def _removed_from_registry() -> Produced:
+def _not_pulled(error: str) -> Produced:
     from devkit.release_channel import ReleaseKey
 
     manifest = ReleaseManifest.model_validate_json(
         ReleaseKey().release("0.1.1", {"rl": DIGEST}).files[MANIFEST]
     )
     # The pull's own connection to the engine is the fake's API.
-    own_api = mock.patch.object(published, "_own_api", lambda client: nullcontext(client.api))
+    own_api = mock.patch.object(pulls, "own_api", lambda client: nullcontext(client.api))
     with own_api, pytest.raises(ReleaseRefused) as raised:
-        pull_release(_RegistryWithout(), "127.0.0.1:5000/flock", "rl", manifest)
+        pull_release(_Registry(error), "127.0.0.1:5000/flock", "rl", manifest)
+    return _launch(raised.value)
+
+
+def _release_not_had(monkeypatch) -> Produced:
+    """run.py --pull when this checkout trusts no release key yet (nothing is asked)."""
+    monkeypatch.setattr("launcher.release_channel.trusted_keys", dict)
+    channel = Channel("https://github.com/FLock-io/flock-validator")
+    with pytest.raises(ReleaseRefused) as raised:
+        pull_verified(None, "ghcr.io/flock-io", "rl", "0.1.0", channel)  # type: ignore[arg-type]
     return _launch(raised.value)
 
 
@@ -249,6 +259,24 @@ def _setup_fails() -> Produced:
 
     with pytest.raises(errors.OperatorError) as raised:
         check_module_setup(Refusing, "llm_judge", [BaseConfig()])
+    outcome = outcome_of(raised.value)
+    return f"{outcome.headline}: {raised.value}", int(outcome.exit_code)
+
+
+def _task_of_another_module() -> Produced:
+    """The validator's line for rl started on a lora task (validator/ledger/task_types.py)."""
+    import threading
+
+    from validator.ledger.answers import Task
+    from validator.ledger.task_types import check_task_types_at_start
+    from validator.spec import REPO_ROOT, find_modules
+
+    modules = find_modules(REPO_ROOT)
+    listed = [Task(id="56", task_type="training")]
+    with pytest.raises(errors.OperatorError) as raised:
+        check_task_types_at_start(
+            lambda: listed, ["56"], modules["rl"], modules, threading.Event(), 1.0
+        )
     outcome = outcome_of(raised.value)
     return f"{outcome.headline}: {raised.value}", int(outcome.exit_code)
 
@@ -308,7 +336,15 @@ PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
     "... is missing: every module has a spec": lambda tmp, _: _no_spec(tmp),
     "release v... which this checkout does not trust": lambda tmp, _: _unverified(tmp, "untrusted"),
     "... the signature ... is wrong": lambda tmp, _: _unverified(tmp, "tampered"),
-    "the registry holds no ...@sha256:...": lambda *_: _removed_from_registry(),
+    "the registry holds no ...@sha256:...": lambda *_: _not_pulled(
+        "manifest for {name}@{tag} not found: manifest unknown"
+    ),
+    "release v... cannot be verified (...): nothing was run; ...": lambda _, patch: (
+        _release_not_had(patch)
+    ),
+    "published image ... not pulled (...): nothing was run; ...": lambda *_: _not_pulled(
+        "Get https://127.0.0.1:5000/v2/: dial tcp 127.0.0.1:5000: connect: connection refused"
+    ),
     "No such option '--gpu'. (Did you mean one of: '--gpus', ...?)": lambda *_: _run_py_usage(
         "lora", "--gpu", "0", "--task_ids", "1", "--plan"
     ),
@@ -320,6 +356,8 @@ PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
         lambda _, patch: _old_driver(patch)
     ),
     "operator action needed: module <module>'s start-up checks: ...": lambda *_: _setup_fails(),
+    "operator action needed: task 56 has type 'training', the lora module's, not rl's: validate "
+    "it with python run.py lora --task_ids 56; ...": lambda *_: _task_of_another_module(),
     "... (compose.gpus.yaml's name before for a journal) is used by ...": lambda *_: _old_volume(
         True
     ),
@@ -335,9 +373,11 @@ PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
 }
 # Lines that end nothing by themselves: the exit column is empty, or a worker's own code.
 PASSED_ON = {
-    "published image ... not pulled (...): building it here": "",
     "published image ... not pulled (...): staying on v..., pulled again at the next look": "",
     "following releases: this look failed (...); looking again later": "",
+    "could not list tasks (...): no task is looked up before its type is checked; asking again "
+    "in ...": "",
+    "task ... has type '...', which no module declares (...): looked up all the same": "",
     "worker flock-validator-<module>-K stopped for good (exit N); ... go on": "N",
 }
 

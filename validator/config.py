@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from validator.errors import ConfigError, ModuleCannotStart, OperatorError, describe
 from validator.kit import BaseConfig, BaseValidationModule
-from validator.spec import ModuleSpec
+from validator.spec import TASK_TYPE, ModuleSpec
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,22 @@ def check_declared_schema(spec: ModuleSpec, module_cls: type[BaseValidationModul
             f"modules/{spec.name}/module.yaml: config_schema {spec.config_schema!r}, but "
             f"MODULE.config_schema is {schema.__module__}.{schema.__qualname__}"
         )
+
+
+def with_class_task_type(spec: ModuleSpec, module_cls: type[BaseValidationModule]) -> ModuleSpec:
+    """The spec, its `task_type` taken from the module's class where only the class sets one
+    (how a module declared it before the spec did): with a warning, as an alias. The spec's
+    own wins; the host, which cannot import the class, reads the spec alone."""
+    declared = getattr(module_cls, "task_type", "")
+    if not declared or not isinstance(declared, str):
+        return spec
+    log.warning(
+        "modules/%s: MODULE.task_type belongs in the spec: write `task_type: %s` in its "
+        "module.yaml and drop the class attribute (read until 0.3)", spec.name, declared,
+    )  # fmt: skip
+    if spec.task_type is not None or not TASK_TYPE.fullmatch(declared):
+        return spec
+    return spec.model_copy(update={"task_type": declared})
 
 
 # -- the module's own start-up checks ---------------------------------------------------------

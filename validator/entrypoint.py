@@ -16,7 +16,12 @@ from typing import Any
 import click
 
 from validator.check import run_check
-from validator.config import check_declared_schema, check_module_setup, resolved_configs
+from validator.config import (
+    check_declared_schema,
+    check_module_setup,
+    resolved_configs,
+    with_class_task_type,
+)
 from validator.errors import (
     ConfigError,
     ExitCode,
@@ -26,6 +31,7 @@ from validator.errors import (
     outcome_of,
 )
 from validator.ledger.client import FedLedgerClient
+from validator.ledger.task_types import check_task_types_at_start
 from validator.observe import telemetry
 from validator.observe.drift import start_drift_watch
 from validator.observe.logs import adopt_library_loggers, setup_logging
@@ -47,12 +53,12 @@ from validator.options import (
     task_ids_option,
 )
 from validator.outbound.deadline import set_stop_event
-from validator.registry import load_module_class, load_module_spec
+from validator.registry import load_module_class, load_module_spec, module_roots
 from validator.run_context import RunContext, install_run
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.shard import SHARD_ENV, describe_lookups, parse_shard, shard_task_ids
-from validator.spec import ModuleSpec
+from validator.spec import ModuleSpec, readable_modules
 from validator.state.journal import Journal
 from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env
@@ -246,6 +252,7 @@ def _validate(
     looked_up = shard_task_ids(task_ids, shard) if task_ids and options.check_input is None else []
     module_cls = load_module_class(options.module)
     check_declared_schema(spec, module_cls)
+    spec = with_class_task_type(spec, module_cls)
     pool = ModulePool(module_cls, options.module, options.config_dir)
     adopt_library_loggers()  # the module's imports (transformers) print through ours
     if options.check_input is not None:
@@ -259,15 +266,17 @@ def _validate(
 
 @dataclass(frozen=True)
 class Loop:
-    """The loop, ready to run: its runner (with the API client and the journal it closes) and
-    the status page it stops."""
+    """The loop, ready to run: its runner (with the API client and the journal it closes), the
+    status page it stops, and the check of the tasks' types its first lookup waits for."""
 
     runner: Runner
     server: StatusServer | None
+    check_types: Callable[[], None] = lambda: None
 
     def run(self) -> ExitCode:
         _install_signal_handlers(self.runner.stop)
         try:
+            self.check_types()  # OperatorError (exit 3) for a task of another module's
             return self.runner.run()
         finally:
             self.runner.journal.close()
@@ -317,7 +326,15 @@ def build_loop(
     # In the background: never fatal, never on the scoring thread (docs/operating.md).
     start_drift_watch(spec, options.state_dir, stop, options.protocol_watch)
     runner = Runner(settings, client, journal, pool, stop, observer)
-    return Loop(runner, _status_page(options, observer))
+    # Every task id, each worker of a shard alike: a task of another module stops them all.
+    modules = readable_modules(*module_roots())
+    task_ids = options.task_ids or looked_up
+    wait = options.time_sleep
+
+    def check_types() -> None:
+        check_task_types_at_start(client.list_tasks, task_ids, spec, modules, stop, wait)
+
+    return Loop(runner, _status_page(options, observer), check_types)
 
 
 def _status_page(options: RunOptions, observer: Observer) -> StatusServer | None:

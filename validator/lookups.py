@@ -97,10 +97,10 @@ class Lookups:
         self.client, self.hooks, self.stop = client, hooks, stop
         self._last: dict[str, str] = {}  # each task's last answer: a change is logged
 
-    def check_listed(self, task_type: str) -> None:
-        """At start-up: the task ids the API does not list are set aside; a warning for one
-        whose type is not the module's. A list the API cannot give, or an empty one, sets
-        nothing aside: the lookups then tell."""
+    def check_listed(self) -> None:
+        """At start-up: the task ids the API does not list are set aside (their types are
+        checked before, validator/ledger/task_types.py). A list the API cannot give, or an
+        empty one, sets nothing aside: the lookups then tell."""
         try:
             tasks = {task.id: task for task in self.client.list_tasks()}
         except TransientError as exc:
@@ -110,16 +110,8 @@ class Lookups:
             log.warning("the Fed Ledger lists no tasks; looking up %s all the same", self.task_ids)
             return
         for task_id in self.task_ids:
-            task = tasks.get(task_id)
-            if task is None:
+            if task_id not in tasks:
                 self._set_aside(task_id, NOT_LISTED)
-            elif task_type and task.task_type and task.task_type != task_type:
-                log.warning(
-                    "task %s has type %r, this module validates %r",
-                    task_id,
-                    task.task_type,
-                    task_type,
-                )
 
     def due(self) -> str | None:
         return self.schedule.due(self.clock.time())

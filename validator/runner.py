@@ -104,7 +104,7 @@ class Runner:
 
     def run(self) -> ExitCode:
         try:
-            self.lookups.check_listed(self.pool.module_cls.task_type)
+            self.lookups.check_listed()
             self._settle_interrupted()
             self.marks.watch_stop(self.stop)
             self.journal.report_backlog(self.module)

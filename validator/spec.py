@@ -66,6 +66,8 @@ ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 # A memory size as Kubernetes writes it, in the binary units a node's memory is counted in.
 MEMORY_SIZE = re.compile(r"([1-9][0-9]*)(Mi|Gi)")
 VOLUME_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+# A task type as the Fed Ledger's task list writes one (`training`).
+TASK_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 
 
 class MemorySpec(BaseModel):
@@ -98,6 +100,33 @@ def memory_bytes(size: str) -> int:
 
 
 DEFAULT_MEMORY = MemorySpec(request="2Gi", limit="8Gi")
+
+
+def _check_task_type(name: str) -> str:
+    if not TASK_TYPE.fullmatch(name):
+        raise ValueError(f"task type {name!r}: letters, digits and _.:- (64 at most)")
+    return name
+
+
+class UnknownTaskType(BaseModel):
+    """A module whose tasks' `task_type` in the Fed Ledger's task list is not yet known: why,
+    and the names the network's code gives those tasks, none confirmed by a task list. A
+    listed task of one of these names is taken for this module's: started under this module,
+    and refused under any other (validator/ledger/task_types.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    unknown: str = Field(min_length=1, max_length=600, description="why it is not known yet")
+    names: tuple[str, ...] = Field(
+        default=(), description="the names the network's code gives these tasks"
+    )
+
+    @field_validator("names")
+    @classmethod
+    def _names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            _check_task_type(name)
+        return names
 
 
 class ProtocolPin(BaseModel):
@@ -178,6 +207,13 @@ class ModuleSpec(BaseModel):
         description="the CUDA version of the module's GPU libraries (torch's wheel), e.g. "
         "13.0: run.py and the doctor check that the host's NVIDIA driver runs it",
     )
+    task_type: str | UnknownTaskType | None = Field(
+        default=None,
+        description="the `task_type` of this module's tasks in the Fed Ledger's task list "
+        "(`training`), or `{unknown: why, names: [...]}` while it is not known: the validator "
+        "and the doctor refuse a task whose type is another module's. None (not declared): "
+        "taken as unknown, with no names",
+    )
     penalty_rules: str = Field(
         default="",
         max_length=600,
@@ -191,6 +227,11 @@ class ModuleSpec(BaseModel):
         if not name.isidentifier() or name != name.lower():
             raise ValueError(f"{name!r} is not a lower-case Python identifier")
         return name
+
+    @field_validator("task_type")
+    @classmethod
+    def _task_type(cls, task_type: str | UnknownTaskType | None) -> str | UnknownTaskType | None:
+        return _check_task_type(task_type) if isinstance(task_type, str) else task_type
 
     @field_validator("environment")
     @classmethod
@@ -246,6 +287,13 @@ class ModuleSpec(BaseModel):
 
     def needs(self, secret: str) -> bool:
         return secret in CORE_SECRETS or secret in self.secrets
+
+    def task_type_names(self) -> frozenset[str]:
+        """The `task_type`s a listed task of this module may have: its declared one, or while
+        that is not known the names the network's code gives it (none when undeclared)."""
+        if isinstance(self.task_type, str):
+            return frozenset({self.task_type})
+        return frozenset(self.task_type.names if self.task_type else ())
 
 
 def _check_env_name(name: str, what: str) -> None:
@@ -316,6 +364,19 @@ def find_modules(*roots: Path) -> dict[str, ModuleSpec]:
     """The spec of every module under the roots (see `find_module_folders`), by name; raises
     ConfigError for the first spec that is not valid."""
     return {name: load_spec(folder) for name, folder in find_module_folders(*roots).items()}
+
+
+def readable_modules(*roots: Path) -> dict[str, ModuleSpec]:
+    """The spec of every module under the roots whose spec reads, by name: what the others
+    declare (their task types) must not depend on a third party's broken spec, which that
+    module's own commands report."""
+    found = {}
+    for name, folder in find_module_folders(*roots).items():
+        try:
+            found[name] = load_spec(folder)
+        except ConfigError:
+            continue
+    return found
 
 
 def module_folder(name: str, *roots: Path) -> Path:

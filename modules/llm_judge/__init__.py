@@ -62,7 +62,6 @@ class LlmJudgeModule(BaseValidationModule):
     config_schema = LlmJudgeConfig
     input_data_schema = LlmJudgeInput
     metrics_schema = LlmJudgeMetrics
-    task_type = ""  # the Fed Ledger's type for these tasks is not known here: no check
 
     @classmethod
     def check_setup(cls, config: LlmJudgeConfig) -> str:

@@ -46,7 +46,6 @@ class LoraModule(BaseValidationModule):
     config_schema = LoraConfig
     input_data_schema = LoraInput
     metrics_schema = LoraMetrics
-    task_type = "training"
 
     def __init__(self, config: LoraConfig) -> None:
         super().__init__(config)

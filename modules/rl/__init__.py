@@ -30,8 +30,6 @@ class RlModule(BaseValidationModule):
     config_schema = RlConfig
     input_data_schema = RlInput
     metrics_schema = RlMetrics
-    # The Fed Ledger's task type for rl tasks is not one this project has seen: no check.
-    task_type = ""
 
     def __init__(self, config: RlConfig) -> None:
         super().__init__(config)

@@ -45,7 +45,9 @@ def test_a_task_field_the_assignment_lacks_is_not_taken_from_the_submitter(tmp_p
     hub, local_set, env = world
     # A task without validation_set_url; the submitter names a file of the validator's host.
     submission = {"data": {"hg_repo_id": "alice/policy", "validation_set_url": str(local_set)}}
-    submitted, row = run_loop(tmp_path, [task(1, [submission], max_params=10**6)], env)
+    submitted, row = run_loop(
+        tmp_path, [task(1, [submission], task_type="rl", max_params=10**6)], env
+    )
     assert submitted["status"] == "failed"
     assert "validation_set_url" in row["error"] and "Field required" in row["error"]
     assert str(local_set) not in row["input"]
@@ -56,7 +58,9 @@ def test_the_assignment_wins_and_the_submitters_own_fields_still_count(tmp_path,
     url = f"{hub.endpoint}/flock/sets/resolve/main/val.npz"
     submission = {"data": {"hg_repo_id": "alice/policy", "max_params": 1, "revision": "main"}}
     submitted, _ = run_loop(
-        tmp_path, [task(1, [submission], validation_set_url=url, max_params=10**6)], env
+        tmp_path,
+        [task(1, [submission], task_type="rl", validation_set_url=url, max_params=10**6)],
+        env,
     )
     # Scored (not the -999 of a 1-parameter limit): max_params came from the task.
     assert submitted["status"] == "completed"
@@ -65,7 +69,11 @@ def test_the_assignment_wins_and_the_submitters_own_fields_still_count(tmp_path,
 
 def test_in_the_loop_a_validation_set_is_only_an_http_url(tmp_path, world):
     _, local_set, env = world
-    tasks = [task(1, ["alice/policy"], validation_set_url=str(local_set), max_params=10**6)]
+    tasks = [
+        task(
+            1, ["alice/policy"], task_type="rl", validation_set_url=str(local_set), max_params=10**6
+        )
+    ]
     submitted, row = run_loop(tmp_path, tasks, env)
     assert submitted["status"] == "failed"
     assert "is not an http(s) URL" in row["error"] and "--check" in row["error"]

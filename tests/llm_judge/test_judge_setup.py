@@ -48,7 +48,7 @@ def setup_row(env: dict[str, str], *args: str) -> tuple[str, str]:
 def test_an_unset_judge_url_stops_the_validator_before_any_lookup(world):
     """Before, the validator took assignment 1 and stopped only when the module started."""
     tmp_path, env = world
-    with Simulator({"tasks": [task(12, ["alice/model"])]}, tmp_path) as sim:
+    with Simulator({"tasks": [task(12, ["alice/model"], task_type="llm_judge")]}, tmp_path) as sim:
         args = loop_args("llm_judge", sim.api_url, "12", "--max-assignments", "1")
         result = run_validator(args, env, timeout=180)
         asked = sim.state()["requests"]
@@ -65,7 +65,7 @@ def test_the_judge_rows_of_the_doctor_and_a_start_that_follows_a_green_one(world
     tmp_path, env = world
     with (
         LocalJudge(["judge-a"], KEY) as judge,
-        Simulator({"tasks": [task(12, [])]}, tmp_path) as sim,
+        Simulator({"tasks": [task(12, [], task_type="llm_judge")]}, tmp_path) as sim,
     ):
         env = {**env, "OPENAI_BASE_URL": judge.endpoint}
         found, text = setup_row(env, "--judge-model", "judge-a")

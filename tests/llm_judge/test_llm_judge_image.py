@@ -54,7 +54,7 @@ def test_run_py_llm_judge_validates_assignments_in_its_image(engine, tmp_path):
             f'{{"supported_base_models": ["{BASE}"], "max_new_tokens": 8, '
             f'"prompt_source": "{texts.url}"}}'
         )
-        with Simulator({"tasks": [task(9, repos, **data)]}, tmp_path) as sim:
+        with Simulator({"tasks": [task(9, repos, task_type="llm_judge", **data)]}, tmp_path) as sim:
             state = f"fv-test-lj-state-{uuid.uuid4().hex[:8]}"
             cache = f"fv-test-lj-hf-{uuid.uuid4().hex[:8]}"
             env = launcher_env(

@@ -30,6 +30,7 @@ from validator.doctor.rows import Check, Row
 from validator.errors import AnswerTooLarge, ConfigError, JsonRefused, OperatorError
 from validator.kit import BaseConfig, BaseValidationModule
 from validator.ledger.answers import Task
+from validator.ledger.task_types import judge_task_types
 from validator.options import DEFAULT_API_URL, missing_settings
 from validator.outbound.bounded_reader import Answer, fetch_answer
 from validator.spec import ModuleSpec
@@ -40,6 +41,7 @@ SKEW_OK_SECONDS = 10.0
 DEFAULT_HF_MIN_FREE_GB = 40.0
 TASK_LIST = TypeAdapter(list[Task])
 SETUP = "module setup"
+TYPES = "task types"
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class Settings:
     # with the schema the spec names and runs the module's own checks in the image.
     module_cls: type[BaseValidationModule] | None = None
     folder: Path | None = None  # the module's folder, for the spec's config_schema
+    # Every module's spec, for the type each declares of its tasks (validator/ledger/task_types.py).
+    modules: Mapping[str, ModuleSpec] = field(default_factory=dict)
 
     @classmethod
     def given(
@@ -93,10 +97,7 @@ def service_checks(settings: Settings) -> list[Check]:
     checks = [
         Check(("settings",), lambda: [settings_row(settings)]),
         Check(("configs",), lambda: [configs_row(settings)]),
-        Check(
-            ("Fed Ledger", "clock"),
-            lambda: ledger_rows(settings.api_url, settings.flock_api_key, settings.task_ids),
-        ),
+        Check(("Fed Ledger", "clock", TYPES), lambda: ledger_rows(settings)),
     ]
     if settings.state_dir is not None:
         state_dir = settings.state_dir
@@ -205,23 +206,22 @@ def setup_row(settings: Settings) -> Row:
 # -- the Fed Ledger -------------------------------------------------------------------------
 
 
-def ledger_rows(api_url: str, api_key: str | None, task_ids: tuple[str, ...] = ()) -> list[Row]:
+def ledger_rows(settings: Settings) -> list[Row]:
     """GET /tasks/list with the key: the one read-only call of the API (a lookup would take an
-    assignment). Its Date header gives the clock's skew."""
+    assignment). Its Date header gives the clock's skew; its tasks' types, the task ids'."""
     name = "Fed Ledger"
-    clock_needs = "an answer from the Fed Ledger"
+    api_key, task_ids = settings.flock_api_key, settings.task_ids
+    after = [
+        Row.skipped("clock", "an answer from the Fed Ledger"),
+        Row.skipped(TYPES, "a task list"),
+    ]
     if not api_key:
-        return [
-            Row.failed(name, "no key", "set FLOCK_API_KEY (or --flock-api-key)"),
-            Row.skipped("clock", clock_needs),
-        ]
-    url = api_url.rstrip("/") + "/tasks/list"
+        return [Row.failed(name, "no key", "set FLOCK_API_KEY (or --flock-api-key)"), *after]
+    url = settings.api_url.rstrip("/") + "/tasks/list"
     try:
         response = _get_task_list(url, api_key)
     except AnswerTooLarge as exc:
-        return [Row.failed(name, str(exc), "check --api-url / FLOCK_API_URL"), Row.skipped(
-            "clock", clock_needs
-        )]  # fmt: skip
+        return [Row.failed(name, str(exc), "check --api-url / FLOCK_API_URL"), *after]
     except UNANSWERED as exc:
         return [
             Row.failed(
@@ -229,11 +229,28 @@ def ledger_rows(api_url: str, api_key: str | None, task_ids: tuple[str, ...] = (
                 f"{url} unreachable ({type(exc).__name__})",
                 "check the network, a proxy, or --api-url / FLOCK_API_URL",
             ),
-            Row.skipped("clock", clock_needs),
+            *after,
         ]
-    rows = [_ledger_answer(name, url, response, task_ids)]
-    rows.append(clock_row(response.headers.get("Date"), time.time()))
-    return rows
+    row, tasks = _ledger_answer(name, url, response, task_ids)
+    clock = clock_row(response.headers.get("Date"), time.time())
+    return [row, clock, after[1] if tasks is None else task_types_row(settings, tasks)]
+
+
+def task_types_row(settings: Settings, tasks: list[Task]) -> Row:
+    """Each task id's type in the list against the modules' (the check the validator makes
+    before its first lookup, validator/ledger/task_types.py)."""
+    if not settings.task_ids:
+        return Row.skipped(TYPES, "task ids", "give --task_ids or TASK_IDS")
+    verdicts = judge_task_types(tasks, settings.task_ids, settings.spec, settings.modules)
+    refusal = verdicts.refusal()
+    if refusal is not None:
+        return Row.failed(TYPES, refusal, "the validator stops there too, before any lookup")
+    if verdicts.warnings:
+        return Row.warning(TYPES, "; ".join(verdicts.warnings), "check TASK_IDS")
+    if not verdicts.fit:
+        return Row.skipped(TYPES, "task ids the Fed Ledger lists (see its row)")
+    unlisted = f"; {', '.join(verdicts.unlisted)} not listed" if verdicts.unlisted else ""
+    return Row.ok(TYPES, f"{', '.join(verdicts.fit)}: {settings.spec.name} tasks{unlisted}")
 
 
 def _get_task_list(url: str, api_key: str) -> Answer:
@@ -245,23 +262,27 @@ def _get_task_list(url: str, api_key: str) -> Answer:
     )  # fmt: skip
 
 
-def _ledger_answer(name: str, url: str, response: Answer, task_ids: tuple[str, ...]) -> Row:
+def _ledger_answer(
+    name: str, url: str, response: Answer, task_ids: tuple[str, ...]
+) -> tuple[Row, list[Task] | None]:
+    """The Fed Ledger's row, and the tasks listed (None: no task list)."""
     status = response.status_code
     if status in (401, 403):
         return Row.failed(
             name,
             f"HTTP {status}: the API refused the key",
             "check FLOCK_API_KEY (or --flock-api-key): the key of your validator account",
-        )
+        ), None
     fix = "check --api-url / FLOCK_API_URL; retry later if the API is down"
     if status != 200:
-        return Row.failed(name, f"GET {url}: HTTP {status}, not a task list", fix)
+        return Row.failed(name, f"GET {url}: HTTP {status}, not a task list", fix), None
     try:
         tasks = TASK_LIST.validate_python(response.json())  # decoded within the cap's values
     except JsonRefused as exc:
-        return Row.failed(name, f"GET {url}: HTTP 200, not a task list: {exc}", fix)
+        return Row.failed(name, f"GET {url}: HTTP 200, not a task list: {exc}", fix), None
     except ValidationError as exc:
-        return Row.failed(name, f"GET {url}: HTTP 200, not a task list: {_first(exc)}", fix)
+        why = _first(exc)
+        return Row.failed(name, f"GET {url}: HTTP 200, not a task list: {why}", fix), None
     listed = {task.id for task in tasks}
     missing = [task_id for task_id in task_ids if task_id not in listed]
     if missing:
@@ -269,8 +290,8 @@ def _ledger_answer(name: str, url: str, response: Answer, task_ids: tuple[str, .
             name,
             f"key accepted; task {', '.join(missing[:5])} not in the API's {len(listed)} tasks",
             "check TASK_IDS",
-        )
-    return Row.ok(name, f"key accepted; {len(listed)} tasks listed")
+        ), tasks
+    return Row.ok(name, f"key accepted; {len(listed)} tasks listed"), tasks
 
 
 def _first(exc: ValidationError) -> str:

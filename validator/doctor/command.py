@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from validator.config import with_class_task_type
 from validator.doctor.checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_checks
 from validator.doctor.rows import (
     DEFAULT_DEADLINE,
@@ -38,7 +39,7 @@ from validator.options import (
 )
 from validator.registry import load_module_class, load_module_spec, module_roots
 from validator.run_context import RunContext, running
-from validator.spec import module_folder
+from validator.spec import module_folder, readable_modules
 
 DEADLINE_OPTION = click.option(
     "--timeout",
@@ -136,6 +137,8 @@ def main(
     except Exception as exc:  # noqa: BLE001 - its row says why the module's checks cannot run
         print(f"warning: {exc}", file=sys.stderr)
         module_cls = None
+    if module_cls is not None:
+        spec = with_class_task_type(spec, module_cls)
     settings = Settings.given(
         spec,
         secrets,
@@ -149,6 +152,7 @@ def main(
         judge_models=tuple(judge_models),
         module_cls=module_cls,
         folder=module_folder(module, *module_roots()),
+        modules=readable_modules(*module_roots()),
     )
     checks = [c for c in service_checks(settings) if not only or set(c.names) & set(only)]
     # The module's checks read the state dir and their secrets from the run context, as in a

@@ -45,6 +45,8 @@ class BaseValidationModule(ABC):
     config_schema: ClassVar[type[BaseConfig]] = BaseConfig
     input_data_schema: ClassVar[type[BaseInputData]] = BaseInputData
     metrics_schema: ClassVar[type[BaseMetrics]] = BaseMetrics
+    # The tasks' Fed Ledger type is the spec's (module.yaml `task_type`); a class that still sets
+    # this is read where the spec declares none, with a warning (validator/config.py).
     task_type: ClassVar[str] = ""
 
     def __init__(self, config: BaseConfig) -> None:

@@ -43,8 +43,8 @@ ANSWER_CAPS: dict[str, Cap] = {
             "ledger.tasks",
             2 * MIB,
             100_000,
-            "transient: GET /tasks/list fails (at start: one warning, the loop goes on), not tried "
-            "again within the call",
+            "transient: GET /tasks/list fails (at start: one warning, and it is asked again after "
+            "`--time-sleep` before any lookup), not tried again within the call",
         ),
         Cap(
             "ledger.lookup",
@@ -117,14 +117,15 @@ ANSWER_CAPS: dict[str, Cap] = {
             "release.asset",
             64 * KIB,
             None,  # decoded by verify alone: the signature within 16 values, the manifest signed
-            "the release is unavailable (its signature: 4 KiB): --pull builds the image here, "
-            "--follow-releases asks again at its next look",
+            "the release is unavailable (its signature: 4 KiB): --pull stops (exit 3, nothing "
+            "built), --follow-releases asks again at its next look",
         ),
         Cap(
             "registry.pull",
             64 * KIB,
             1_000,
-            "a line of the engine's pull progress: the pull fails, run.py builds the image",
+            "a line of the engine's pull progress: the pull fails (run.py --pull, a build's base, "
+            "an `--image`: one line, exit 3)",
         ),
     )
 }
