@@ -28,8 +28,9 @@ way:
 - a seccomp filter (validator/sandbox/child_seccomp.py, after the Landlock rules): no socket but a
   Unix one (no MPTCP, UDP) and no connection at all (a path-bound Unix socket such as the
   Docker engine's included), no new process (threads only: its memory limit is its whole memory),
-  no change of a file's mode, owner, times, flags or extended attributes. Without seccomp, one
-  warning line;
+  no change of a file's mode, owner, times, flags or extended attributes, and no call that acts
+  on another process (limits, priority, affinity, signals, pidfds: its own process only).
+  Without seccomp, one warning line;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
   SIGKILL, or one that dies any other way, takes the child with it (through the server, which
   has its own);
@@ -116,6 +117,10 @@ CHILD_SOCKET_FAMILIES = (socket.AF_UNIX,)
 CHILD_NO_CONNECT = True
 CHILD_NO_PROCESSES = True
 CHILD_NO_METADATA = True
+# No call that acts on another process (limits, priority, scheduling, signals, pidfds, another's
+# memory): a child of the validator's user could otherwise cut the validator's open-file or CPU
+# limit, renice it or pin it to one CPU for good. Its own process still takes them.
+CHILD_NO_OTHERS = True
 
 
 class ChildOutcome(Enum):
@@ -198,7 +203,11 @@ def syscall_filter() -> dict | None:
     """The child's seccomp filter, which validator/sandbox/child_entry.py installs right after the
     Landlock rules; None where seccomp is not available (one warning line per process)."""
     return child_seccomp.rules(
-        CHILD_SOCKET_FAMILIES, CHILD_NO_PROCESSES, CHILD_NO_METADATA, CHILD_NO_CONNECT
+        CHILD_SOCKET_FAMILIES,
+        CHILD_NO_PROCESSES,
+        CHILD_NO_METADATA,
+        CHILD_NO_CONNECT,
+        CHILD_NO_OTHERS,
     )
 
 
