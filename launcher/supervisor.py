@@ -232,10 +232,7 @@ class Supervisor:
         if code == ExitCode.OK:
             self.say(f"the validator finished (exit {code})")
         elif signalled > MAX_SIGNAL_RESTARTS:
-            self.say(
-                f"the validator was killed by {signal_of(code)} (exit {code}) {signalled} times "
-                "in a row; see its log above"
-            )
+            self.say(killed_in_a_row(code, signalled))
         else:
             self.say(
                 EXIT_MESSAGES.get(code, f"the validator crashed (exit {code}); see its log above")
@@ -273,6 +270,12 @@ class PrefixedOutput:
         with self.lock:
             stream.buffer.write(text)
             stream.flush()
+
+
+def killed_in_a_row(code: int, times: int) -> str:
+    """The line when signal deaths in a row have spent the restarts."""
+    killed = f"the validator was killed by {signal_of(code)} (exit {code})"
+    return f"{killed} {times} times in a row; see its log above"
 
 
 def signal_of(code: int) -> str | None:

@@ -61,30 +61,33 @@ class ProcessContainer(FakeContainer):
 
 
 class FakeContainers:
-    def __init__(self, codes: list[int | str], refusal: APIError | None = None) -> None:
+    def __init__(self, codes: list, refusal: APIError | None = None, make=FakeContainer) -> None:
         self.codes = codes
         self.refusal = refusal
+        self.make = make  # a container from its entry of `codes`
         self.created: list[FakeContainer] = []
 
     def create(self, **_kwargs) -> FakeContainer:
         if self.refusal is not None:
             raise self.refusal
-        code = self.codes[len(self.created)]
-        self.created.append(
-            ProcessContainer(code) if isinstance(code, str) else FakeContainer(code)
-        )
+        self.created.append(self.make(self.codes[len(self.created)]))
         return self.created[-1]
 
 
 class FakeClient:
-    def __init__(self, codes: list[int | str], refusal: APIError | None = None) -> None:
-        self.containers = FakeContainers(codes, refusal)
+    def __init__(self, codes: list, refusal: APIError | None = None, make=FakeContainer) -> None:
+        self.containers = FakeContainers(codes, refusal, make)
+
+
+def real_or_fake(entry: int | str) -> FakeContainer:
+    """A real process for an entry that is code, a stand-in for an exit code."""
+    return ProcessContainer(entry) if isinstance(entry, str) else FakeContainer(entry)
 
 
 def supervise(
-    codes: list[int | str], refusal: APIError | None = None, check_file: Path | None = None
+    codes: list, refusal: APIError | None = None, check_file: Path | None = None, make=FakeContainer
 ) -> tuple[int, FakeClient]:
-    client = FakeClient(codes, refusal)
+    client = FakeClient(codes, refusal, make)
     spec = ContainerSpec(
         image="flock-validator-fixture:test",
         module="fixture",
@@ -140,7 +143,7 @@ SIGXCPU_DEATH = "import os, signal; os.kill(os.getpid(), signal.SIGXCPU)"
 
 
 def test_a_validator_killed_by_a_signal_run_py_did_not_send_is_restarted(capsys):
-    code, client = supervise([SIGXCPU_DEATH, ExitCode.OK])
+    code, client = supervise([SIGXCPU_DEATH, ExitCode.OK], make=real_or_fake)
     assert code == ExitCode.OK
     assert len(client.containers.created) == 2
     err = capsys.readouterr().err
