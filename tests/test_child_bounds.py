@@ -55,8 +55,9 @@ def test_a_bound_above_the_hard_limit_stops_the_start_with_one_line(tmp_path, cl
         "operator action needed: module fixture's child_memory_bytes: a bounded child needs an "
         f"address space of {4 * GIB} bytes on top of its interpreter's, more than this "
         f"process's hard RLIMIT_AS of {HARD_AS} bytes leaves, and a child cannot raise it: "
-        "raise that hard limit where the validator starts (`ulimit -Hv` shows it; a "
-        "container's --ulimit) or lower child_memory_bytes in configs/fixture.json"
+        "raise that hard limit where the validator starts (`ulimit -Hv` shows it; in a "
+        "container, the Docker daemon's own (its unit's LimitAS=): --ulimit has no address "
+        "space) or lower child_memory_bytes in configs/fixture.json"
     ) in last, last
 
 

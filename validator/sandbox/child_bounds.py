@@ -35,6 +35,7 @@ class Bound:
     what: str  # the bound in words, with {n}
     unit: str  # the limit's
     ulimit: str  # the shell's command that shows it
+    container: str  # where a container's comes from
 
 
 BOUNDS = (
@@ -48,6 +49,7 @@ BOUNDS = (
         "an address space of {n} bytes on top of its interpreter's",
         "bytes",
         "ulimit -Hv",
+        "the Docker daemon's own (its unit's LimitAS=): --ulimit has no address space",
     ),
     # Its CPU seconds after the preloads, plus cpu_seconds, one more, and the margin to SIGKILL.
     Bound(
@@ -58,6 +60,7 @@ BOUNDS = (
         "{n:g} CPU seconds (and {room} more)",
         "s",
         "ulimit -Ht",
+        "--ulimit cpu=",
     ),
     Bound(
         "RLIMIT_FSIZE",
@@ -67,6 +70,7 @@ BOUNDS = (
         "files of {n} bytes",
         "bytes",
         "ulimit -Hf",
+        "--ulimit fsize=",
     ),
 )
 
@@ -97,8 +101,8 @@ def unfit(source: str, limits: ChildLimits, lower: str | None) -> str | None:
         return (
             f"{source}: a bounded child needs {what}, more than this process's hard "
             f"{bound.name} of {hard} {bound.unit} leaves, and a child cannot raise it: raise "
-            f"that hard limit where the validator starts (`{bound.ulimit}` shows it; a "
-            "container's --ulimit)" + (f" or lower {lower}" if lower else "")
+            f"that hard limit where the validator starts (`{bound.ulimit}` shows it; in a "
+            f"container, {bound.container})" + (f" or lower {lower}" if lower else "")
         )
     return None
 
@@ -118,6 +122,7 @@ def refused(said: str) -> ChildBoundUnfit:
     no submission is at fault)."""
     return ChildBoundUnfit(
         f"a bounded child could not take its limits: {said}; raise this process's hard limits "
-        "where the validator starts (`ulimit -H`, a container's --ulimit) or lower the module's "
-        "bound; no submission is at fault, the assignment is kept"
+        "where the validator starts (`ulimit -H`; in a container, the Docker daemon's own or "
+        "--ulimit) or lower the module's bound; no submission is at fault, the assignment is "
+        "kept"
     )
