@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from devkit import FIXTURE_MODULES, REPO_ROOT
@@ -72,8 +73,13 @@ def loop_args(module: str, api_url: str, task_ids: str, *extra: str) -> list[str
 
 
 def run_validator(
-    args: list[str], env: dict[str, str], timeout: float = 60
+    args: list[str],
+    env: dict[str, str],
+    timeout: float = 60,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """`python -m validator *args` to its end; `preexec_fn` runs in the child before the exec
+    (a lowered hard limit, dropped capabilities)."""
     return subprocess.run(
         [sys.executable, "-m", "validator", *args],
         cwd=REPO_ROOT,
@@ -81,6 +87,7 @@ def run_validator(
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=preexec_fn,  # noqa: PLW1509 - a test's, in a process of one thread
     )
 
 

@@ -1,5 +1,6 @@
 """Runs the validator's container until it exits for good: streams its logs, restarts it with
-backoff when it asks for a restart, stops it on Ctrl-C/SIGTERM, and explains every other exit.
+backoff when it asks for a restart or a signal run.py did not send ended it, stops it on
+Ctrl-C/SIGTERM, and explains every other exit.
 A fleet (launcher/fleet_run.py) runs one Supervisor per worker, each in its own thread.
 """
 
@@ -24,6 +25,10 @@ HEALTHY_RUN = 600.0  # a run this long resets the restart backoff
 # What Docker reports for a container ended by a signal: 128 + its number.
 STOPPED_EXIT = 128 + signal.SIGTERM
 KILLED_EXIT = 128 + signal.SIGKILL
+# A validator ended by a signal that run.py did not send (SIGXCPU of a limit cut from outside,
+# the kernel's OOM kill, a crash in native code) is a fault a new process may recover from:
+# restarted, this many times in a row at most (a run of HEALTHY_RUN starts the count again).
+MAX_SIGNAL_RESTARTS = 5
 
 EXIT_MESSAGES = {
     ExitCode.USAGE: (
@@ -49,8 +54,8 @@ def say(message: str) -> None:
 
 
 class Supervisor:
-    """Runs the container until it exits for good; restarts it on ExitCode.RESTART (and, for a
-    fleet's worker, when it was killed from outside)."""
+    """Runs the container until it exits for good; restarts it on ExitCode.RESTART and when a
+    signal run.py did not send ended it (MAX_SIGNAL_RESTARTS in a row; a fleet's worker always)."""
 
     def __init__(
         self,
@@ -70,8 +75,8 @@ class Supervisor:
         # A fleet's worker: its lines name it and its output lines carry its name.
         self.worker = worker
         # A fleet's worker killed from outside (OOM, docker kill) starts again on its own, as
-        # the others go on; its journal counts the assignment it was killed in, which fails
-        # after its restarts like any other fault.
+        # the others go on, however often; its journal counts the assignment it was killed in,
+        # which fails after its restarts like any other fault.
         self.restart_killed = restart_killed
         self.stop_requested = threading.Event()
         # --follow-releases (launcher/follow.py): the image to start on once this one stopped.
@@ -125,6 +130,7 @@ class Supervisor:
 
     def run(self) -> int:
         delay = self.restart_delay
+        signalled = 0  # signal deaths in a row
         while True:
             started = time.monotonic()
             code = self._run_once()
@@ -135,17 +141,25 @@ class Supervisor:
                 self.say(f"the validator stopped (exit {code}); starting it on {self.spec.image}")
                 delay = self.restart_delay
                 continue
-            restarted = code == ExitCode.RESTART or (self.restart_killed and code == KILLED_EXIT)
+            if time.monotonic() - started > HEALTHY_RUN:
+                delay, signalled = self.restart_delay, 0
+            killed = signal_of(code)
+            signalled = signalled + 1 if killed else 0
+            restarted = code == ExitCode.RESTART or (
+                killed is not None and (signalled <= MAX_SIGNAL_RESTARTS or self.restart_killed)
+            )
             # A --check scores one input: a restart would score it again, and fault again.
             if not restarted or self.spec.check_file is not None:
-                return self._report(code)
-            if time.monotonic() - started > HEALTHY_RUN:
-                delay = self.restart_delay
-            if code == KILLED_EXIT:
-                why = f"the validator was killed (exit {code})"
+                return self._report(code, signalled)
+            if killed is not None:
+                self.say(
+                    f"the validator was killed (exit {code}); restarting in {delay:g}s ({killed}, "
+                    "not sent by run.py)"
+                )
             else:
-                why = f"the validator asked for a restart (exit {code})"
-            self.say(f"{why}; restarting in {delay:g}s")
+                self.say(
+                    f"the validator asked for a restart (exit {code}); restarting in {delay:g}s"
+                )
             if self.stop_requested.wait(delay):
                 return ExitCode.OK
             delay = min(delay * 2, MAX_RESTART_DELAY)
@@ -214,9 +228,11 @@ class Supervisor:
         except APIError as exc:
             raise refused_to_run(exc) from exc
 
-    def _report(self, code: int) -> int:
+    def _report(self, code: int, signalled: int = 0) -> int:
         if code == ExitCode.OK:
             self.say(f"the validator finished (exit {code})")
+        elif signalled > MAX_SIGNAL_RESTARTS:
+            self.say(killed_in_a_row(code, signalled))
         else:
             self.say(
                 EXIT_MESSAGES.get(code, f"the validator crashed (exit {code}); see its log above")
@@ -254,6 +270,23 @@ class PrefixedOutput:
         with self.lock:
             stream.buffer.write(text)
             stream.flush()
+
+
+def killed_in_a_row(code: int, times: int) -> str:
+    """The line when signal deaths in a row have spent the restarts."""
+    killed = f"the validator was killed by {signal_of(code)} (exit {code})"
+    return f"{killed} {times} times in a row; see its log above"
+
+
+def signal_of(code: int) -> str | None:
+    """The signal's name when `code` is what Docker reports for a container ended by one (128 +
+    its number); None for a code of the validator's own (ExitCode.INTERRUPTED is 130)."""
+    if code in {int(c) for c in ExitCode} or not 128 < code < 128 + signal.NSIG:
+        return None
+    try:
+        return signal.Signals(code - 128).name
+    except ValueError:
+        return f"signal {code - 128}"
 
 
 def _quietly(action, **kwargs) -> None:

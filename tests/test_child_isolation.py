@@ -17,7 +17,6 @@ server; the fresh-process fallback):
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -28,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from devkit.validator_cli import API_KEY, validator_env, write_config
-from tests.helpers.children import wait_until
+from tests.helpers.children import drop_capabilities, wait_until
 from validator.sandbox import child_seccomp, child_server
 from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
 
@@ -73,17 +72,6 @@ fresh = snoop({work!r} + "/fresh")
 caps = [line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff:")]
 print(json.dumps({{"served": served, "fresh": fresh, "caps": caps[0]}}))
 """
-PR_CAPBSET_DROP = 24
-
-
-def drop_capabilities() -> None:
-    """In the stand-in validator before it starts (a root test run): no capability survives
-    its exec."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-    for cap in range(last + 1):
-        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            os._exit(99)  # the test then fails on the exit code
 
 
 def test_a_child_cannot_read_the_validators_environment_or_memory(tmp_path):

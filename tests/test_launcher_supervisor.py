@@ -3,6 +3,9 @@ client whose containers exit with the codes a test gives."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ from docker.errors import APIError, DockerException
 from launcher.containers import ContainerSpec
 from launcher.docker_errors import docker_client, refused_to_run
 from launcher.errors import LaunchError
-from launcher.supervisor import Supervisor
+from launcher.supervisor import MAX_SIGNAL_RESTARTS, Supervisor
 from validator.errors import ExitCode
 
 
@@ -39,28 +42,52 @@ class FakeContainer:
         pass
 
 
+class ProcessContainer(FakeContainer):
+    """A container whose validator is a real process running `code`; its exit is what Docker
+    reports, 128 + the signal's number for one ended by a signal."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(0)
+        self.source = code
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", self.source])
+
+    def wait(self) -> dict:
+        assert self.process is not None
+        code = self.process.wait(timeout=60)
+        return {"StatusCode": 128 - code if code < 0 else code}
+
+
 class FakeContainers:
-    def __init__(self, codes: list[int], refusal: APIError | None = None) -> None:
+    def __init__(self, codes: list, refusal: APIError | None = None, make=FakeContainer) -> None:
         self.codes = codes
         self.refusal = refusal
+        self.make = make  # a container from its entry of `codes`
         self.created: list[FakeContainer] = []
 
     def create(self, **_kwargs) -> FakeContainer:
         if self.refusal is not None:
             raise self.refusal
-        self.created.append(FakeContainer(self.codes[len(self.created)]))
+        self.created.append(self.make(self.codes[len(self.created)]))
         return self.created[-1]
 
 
 class FakeClient:
-    def __init__(self, codes: list[int], refusal: APIError | None = None) -> None:
-        self.containers = FakeContainers(codes, refusal)
+    def __init__(self, codes: list, refusal: APIError | None = None, make=FakeContainer) -> None:
+        self.containers = FakeContainers(codes, refusal, make)
+
+
+def real_or_fake(entry: int | str) -> FakeContainer:
+    """A real process for an entry that is code, a stand-in for an exit code."""
+    return ProcessContainer(entry) if isinstance(entry, str) else FakeContainer(entry)
 
 
 def supervise(
-    codes: list[int], refusal: APIError | None = None, check_file: Path | None = None
+    codes: list, refusal: APIError | None = None, check_file: Path | None = None, make=FakeContainer
 ) -> tuple[int, FakeClient]:
-    client = FakeClient(codes, refusal)
+    client = FakeClient(codes, refusal, make)
     spec = ContainerSpec(
         image="flock-validator-fixture:test",
         module="fixture",
@@ -100,7 +127,6 @@ def test_a_check_is_never_restarted(capsys, tmp_path):
     [
         (ExitCode.USAGE, "rejected its options or configuration (exit 2); fix them and rerun"),
         (ExitCode.OPERATOR, "needs operator action (exit 3): see its last error above"),
-        (137, "the validator was killed (exit 137): out of memory, or killed from outside"),
         (ExitCode.BUG, "the validator crashed (exit 1); see its log above"),
     ],
 )
@@ -109,6 +135,43 @@ def test_other_exits_stop_with_an_explanation(capsys, code, message):
     assert got == code
     assert len(client.containers.created) == 1
     assert message in capsys.readouterr().err
+
+
+# A validator whose CPU limit a process of its user cut (prlimit64 to its usage + 2 s): the
+# kernel's SIGXCPU, sent here by the process itself so that no second of CPU is spent on it.
+SIGXCPU_DEATH = "import os, signal; os.kill(os.getpid(), signal.SIGXCPU)"
+
+
+def test_a_validator_killed_by_a_signal_run_py_did_not_send_is_restarted(capsys):
+    code, client = supervise([SIGXCPU_DEATH, ExitCode.OK], make=real_or_fake)
+    assert code == ExitCode.OK
+    assert len(client.containers.created) == 2
+    err = capsys.readouterr().err
+    assert err.count("[run.py] ") == 2, err
+    assert (
+        "[run.py] the validator was killed (exit 152); restarting in 0s (SIGXCPU, not sent by "
+        "run.py)"
+    ) in err
+    assert "[run.py] the validator finished (exit 0)" in err
+
+
+def test_signal_deaths_in_a_row_stop_once_the_restarts_are_spent(capsys):
+    killed = 128 + signal.SIGKILL  # the kernel's OOM killer, each time
+    code, client = supervise([killed] * (MAX_SIGNAL_RESTARTS + 1))
+    assert code == killed
+    assert len(client.containers.created) == MAX_SIGNAL_RESTARTS + 1
+    err = capsys.readouterr().err
+    assert (
+        err.count("killed (exit 137); restarting in 0s (SIGKILL, not sent") == MAX_SIGNAL_RESTARTS
+    )
+    assert f"killed by SIGKILL (exit 137) {MAX_SIGNAL_RESTARTS + 1} times in a row" in err
+
+
+def test_the_validators_own_interrupted_exit_is_not_a_signal_death(capsys):
+    # 130 is ExitCode.INTERRUPTED (a second stop signal cut scoring short), as 128 + SIGINT.
+    code, client = supervise([ExitCode.INTERRUPTED])
+    assert code == ExitCode.INTERRUPTED
+    assert len(client.containers.created) == 1
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,14 @@ KIT = VALIDATOR / "kit"
 SANDBOX = VALIDATOR / "sandbox"
 # The files a bounded child loads without the validator (child_entry.py, `python -I`), and the
 # scripts run as children: the standard library and each other only.
-CHILD_SIDE = ("child_entry", "child_landlock", "child_seccomp", "child_reaper", "kernel")
+CHILD_SIDE = (
+    "child_entry",
+    "child_landlock",
+    "child_limits",
+    "child_seccomp",
+    "child_reaper",
+    "kernel",
+)
 CHILD_SCRIPTS = ("pattern_child",)
 # Each room below the loop, and the validator modules and rooms it may import besides its own.
 BELOW = {

@@ -31,7 +31,7 @@ from launcher.release import (
     verify,
 )
 from launcher.release_channel import Channel
-from launcher.supervisor import EXIT_MESSAGES, KILLED_EXIT
+from launcher.supervisor import EXIT_MESSAGES, KILLED_EXIT, killed_in_a_row
 from validator import errors
 from validator.config import resolve_config
 from validator.errors import ExitCode, outcome_of
@@ -281,6 +281,42 @@ def _task_of_another_module() -> Produced:
     return f"{outcome.headline}: {raised.value}", int(outcome.exit_code)
 
 
+def _unfit_bound(monkeypatch) -> Produced:
+    """The line at start when a child's bound is above the validator's hard RLIMIT_AS (this
+    process's own cannot be lowered and raised back: the hard limit the check reads stands in;
+    tests/test_child_bounds.py lowers a real one)."""
+    from validator.config import check_module_setup
+    from validator.kit.base import BaseConfig, BaseValidationModule
+    from validator.sandbox import child_bounds
+    from validator.sandbox.child_result import ChildLimits
+
+    class Bounded(BaseValidationModule):
+        @classmethod
+        def child_limits(cls, config):
+            return {"inference_memory_bytes": ChildLimits(60, memory_bytes=8 * 1024**3)}
+
+    monkeypatch.setattr(child_bounds, "may_raise_hard_limits", lambda: False)
+    monkeypatch.setattr(child_bounds.resource, "getrlimit", lambda _: (8 * 1024**3,) * 2)
+    with pytest.raises(errors.OperatorError) as raised:
+        check_module_setup(Bounded, "rl", [BaseConfig()])
+    outcome = outcome_of(raised.value)
+    return f"{outcome.headline}: {raised.value}", int(outcome.exit_code)
+
+
+def _refused_limit() -> Produced:
+    """The line when a child's set-up could not take its limit (what it said, then the rest)."""
+    from validator.sandbox.child_bounds import refused
+
+    said = "RLIMIT_AS of 8606711808 bytes (its 16777216 after the preloads, and memory_bytes) is "
+    said += "above the hard limit of 8589934592 it inherited (not allowed to raise maximum limit)"
+
+    def child() -> None:
+        raise refused(said)
+
+    line, code = _validator(child)
+    return f"assignment 1 kept for a retry after you fix this: {line}", code
+
+
 class _Engine:
     """An engine holding an old-named journal that a container still uses, or whose copy into
     the worker's volume is refused (the real engine's case: tests/test_docker_volumes.py)."""
@@ -366,6 +402,12 @@ PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
         EXIT_MESSAGES[ExitCode.RESTART],
         int(ExitCode.RESTART),
     ),
+    "operator action needed: ...: a bounded child needs ..., more than this process's hard ... "
+    "leaves": lambda _, patch: _unfit_bound(patch),
+    "... a bounded child could not take its limits: ...": lambda *_: _refused_limit(),
+    "the validator was killed by SIGXCPU (exit 152) ... times in a row; see its log above": (
+        lambda *_: (killed_in_a_row(152, 6), 152)
+    ),
     "the validator was killed (exit 137): out of memory, or killed from outside": lambda *_: (
         EXIT_MESSAGES[KILLED_EXIT],
         KILLED_EXIT,
@@ -379,6 +421,7 @@ PASSED_ON = {
     "in ...": "",
     "task ... has type '...', which no module declares (...): looked up all the same": "",
     "worker flock-validator-<module>-K stopped for good (exit N); ... go on": "N",
+    "the validator was killed (exit N); restarting in ...s (SIG..., not sent by run.py)": "",
 }
 
 

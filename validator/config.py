@@ -184,9 +184,11 @@ def with_class_task_type(spec: ModuleSpec, module_cls: type[BaseValidationModule
 def check_module_setup(
     module_cls: type[BaseValidationModule], module: str, configs: Iterable[BaseConfig]
 ) -> list[str]:
-    """`check_setup` of each config (docs/module-api.md): what each checked, in a few words.
-    Raises ModuleCannotStart (exit 3) naming what failed: the validator and the doctor run
-    this same code."""
+    """`check_setup` of each config (docs/module-api.md), then the children's bounds against
+    this process's hard limits: what each checked, in a few words. Raises ModuleCannotStart or
+    ChildBoundUnfit (exit 3) naming what failed: the validator and the doctor run this same
+    code."""
+    configs = list(configs)
     checked = []
     for config in configs:
         try:
@@ -198,4 +200,22 @@ def check_module_setup(
             raise ModuleCannotStart(f"module {module}'s start-up checks: {why}") from exc
         if said:
             checked.append(said)
+    checked.append(check_child_bounds(module_cls, module, configs))
     return checked
+
+
+def check_child_bounds(
+    module_cls: type[BaseValidationModule], module: str, configs: Iterable[BaseConfig]
+) -> str:
+    """The bounds of the module's children (its `child_limits`, and the kit's own) under each
+    config against this process's hard limits; ChildBoundUnfit (exit 3) with the line of the
+    first that no child could take. What was checked, in a few words."""
+    # Here: run.py imports this file on the host, without the sandbox's needs.
+    from validator.kit import SUBMISSION_LIMITS  # noqa: PLC0415
+
+    SUBMISSION_LIMITS.check_fits("the kit's submission readers (SUBMISSION_LIMITS)")
+    for config in configs:
+        for keys, limits in module_cls.child_limits(config).items():
+            lower = f"{keys} in configs/{module}.json (or the task's config)"
+            limits.check_fits(f"module {module}'s {keys}", lower)
+    return "children's bounds fit this process's hard limits"

@@ -85,6 +85,13 @@ class JournalUnwritable(OperatorError):
     free-space floor, or the journal is locked or broken. Exit code 3."""
 
 
+class ChildBoundUnfit(OperatorError):
+    """A bounded child's bound (its address space, CPU time or file size) that this process's
+    hard limits leave no room for: a child cannot raise a hard limit it inherits, whatever its
+    submission. Found at start and by the doctor; a child that still meets it says so in its
+    set-up, before any submission byte, and the validator stops (exit 3, the assignment kept)."""
+
+
 class JournalLocked(JournalUnwritable):
     """Another program has held the journal's write lock for longer than the bound."""
 

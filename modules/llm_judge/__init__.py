@@ -44,6 +44,7 @@ from modules.llm_judge.templating import (
 )
 from validator.kit import (
     BaseValidationModule,
+    ChildLimits,
     ConfigError,
     OperatorError,
     PenaltyKind,
@@ -78,6 +79,11 @@ class LlmJudgeModule(BaseValidationModule):
             raise OperatorError("; ".join(problems))
         texts, judge = found
         return f"judge texts from {texts.source}; {judge.base_url} lists {len(judge.models)} models"
+
+    @classmethod
+    def child_limits(cls, config: LlmJudgeConfig) -> dict[str, ChildLimits]:
+        keys = "template_cpu_seconds, template_memory_bytes and template_max_output_bytes"
+        return {keys: TemplateLimits.of(config).for_items(0)}  # more CPU per item on top
 
     def __init__(self, config: LlmJudgeConfig) -> None:
         super().__init__(config)

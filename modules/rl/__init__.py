@@ -11,7 +11,7 @@ import numpy as np
 
 from modules.rl.hub import fetch_policy
 from modules.rl.inference import run_policy
-from modules.rl.policy import inspect_policy
+from modules.rl.policy import inspect_policy, reader_limits
 from modules.rl.reward import average_reward, rewards
 from modules.rl.schemas import PENALTY_REWARD, RlConfig, RlInput, RlMetrics
 from modules.rl.validation_set import load_validation_set
@@ -26,6 +26,13 @@ from validator.kit import (
 log = logging.getLogger(__name__)
 
 
+def inference_limits(config: RlConfig) -> ChildLimits:
+    """The policy's child: its wall clock and its memory."""
+    return ChildLimits(
+        wall_seconds=config.inference_seconds, memory_bytes=config.inference_memory_bytes
+    )
+
+
 class RlModule(BaseValidationModule):
     config_schema = RlConfig
     input_data_schema = RlInput
@@ -33,10 +40,15 @@ class RlModule(BaseValidationModule):
 
     def __init__(self, config: RlConfig) -> None:
         super().__init__(config)
-        self.limits = ChildLimits(
-            wall_seconds=config.inference_seconds, memory_bytes=config.inference_memory_bytes
-        )
+        self.limits = inference_limits(config)
         self._work = WorkArea("rl", config.work_dir)
+
+    @classmethod
+    def child_limits(cls, config: RlConfig) -> dict[str, ChildLimits]:
+        return {
+            "inference_memory_bytes": inference_limits(config),
+            "max_model_bytes (its policy reader)": reader_limits(config.max_model_bytes),
+        }
 
     def validate(self, data: RlInput) -> RlMetrics:
         config = self.config

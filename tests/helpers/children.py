@@ -4,7 +4,9 @@ Every wait is for a state, bounded by a generous timeout."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import signal
 import subprocess
 import time
@@ -14,6 +16,18 @@ from pathlib import Path
 from validator.sandbox import child_server
 from validator.sandbox.child_files import RECORD_PREFIX, RECORD_SUFFIX
 from validator.sandbox.child_process import ChildLimits, ChildOutcome, run_child
+
+PR_CAPBSET_DROP = 24
+
+
+def drop_capabilities() -> None:
+    """In a stand-in validator before it starts (a root test run; a `preexec_fn`): no
+    capability survives its exec, as in the module image (uid 10001, none)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for cap in range(last + 1):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            os._exit(99)  # the test then fails on the exit code
 
 
 def alive(pid: int, token: str | None = None) -> bool:

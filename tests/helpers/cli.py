@@ -9,6 +9,7 @@ place of the same imports from devkit.validator_cli in every file that runs the 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,10 @@ class LoopCli:
         """The loop's arguments (a quick --time-sleep and lookup interval), then `extra`."""
         return loop_args(MODULE, api_url, task_ids, *extra)
 
-    def run(self, args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return run_validator(args, self.env, timeout)
+    def run(
+        self, args: list[str], timeout: float = 60, preexec_fn: Callable[[], None] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return run_validator(args, self.env, timeout, preexec_fn)
 
     def start(self, args: list[str], log: str | Path) -> subprocess.Popen:
         """The validator in the background, its output into `log` (a name: under tmp_path)."""

@@ -8,9 +8,12 @@ config and calls `validate()` once per assignment, then `cleanup()`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from validator.sandbox.child_result import ChildLimits
 
 
 class BaseConfig(BaseModel):
@@ -62,6 +65,17 @@ class BaseValidationModule(ABC):
         Cheap: seconds at most, no base model loaded. Returns what was checked, in a few
         words, for the doctor's row; None: nothing to check (the default)."""
         return None
+
+    @classmethod
+    def child_limits(cls, config: BaseConfig) -> dict[str, ChildLimits]:
+        """The bounds of the module's own bounded children (`run_child`) under one resolved
+        config, each keyed by the config keys that set it (`{"inference_memory_bytes": ...}`).
+        The validator checks them, with the kit's own children's (`SUBMISSION_LIMITS`),
+        against its hard limits before it asks for any assignment, and the doctor in its
+        module setup row: a bound no child could take (a child cannot raise a hard limit it
+        inherits) stops the validator (exit 3) with one line naming it and what to set. A
+        bound that grows with an assignment: its smallest. Default: none of its own."""
+        return {}
 
     @abstractmethod
     def validate(self, data: BaseInputData) -> BaseMetrics:

@@ -13,8 +13,10 @@ standard library (and the trusted preloads), never the validator's code.
 
 A request comes on the control socket (SOCK_SEQPACKET) as one JSON message with two file
 descriptors: the caller's own connection for this child, and the child's stderr file. On that
-connection the server answers `{"pid": N}` once the child is in its own session, then
-`{"code": C, "cpu": S}` when it has ended (its group killed, the leader reaped). `kill` on the
+connection the server answers `{"pid": N}` once the child is set up (in its own session,
+confined, its limits armed), then `{"code": C, "cpu": S}` when it has ended (its group killed,
+the leader reaped), with `"refused"` when the child could not take a limit: its set-up says so
+on a pipe that the script never holds, so no script can claim it. `kill` on the
 connection, or the connection closing, kills the child's group. The control socket closing, or
 the validator's death, ends the server and every child it runs.
 
@@ -35,7 +37,6 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import resource
 import runpy
 import select
 import signal
@@ -58,14 +59,13 @@ if not __package__:
     sys.modules[__package__] = _package
 
 from . import child_landlock as landlock  # noqa: E402 - after the package exists
+from . import child_limits as limits  # noqa: E402
 from . import child_reaper as reaper  # noqa: E402
 from . import child_seccomp as seccomp  # noqa: E402
 
 # The exit code of a script that ran out of memory (child_reaper.EXIT_ORPHAN: of a set-up whose
-# parent was already gone).
+# parent was already gone; child_limits.EXIT_LIMITS: of one whose limit was refused).
 EXIT_MEMORY = 86
-# A child past its CPU limit gets SIGXCPU; if it survives that, SIGKILL this much later.
-CPU_HARD_MARGIN = 2
 # The server's argument that a forked child overwrites with its token, in its own copy of the
 # memory, so that /proc/<pid>/cmdline names it as a fresh child's does (kill_strays reads it).
 PLACEHOLDER = "-" * 32
@@ -83,29 +83,6 @@ WARM = {
 }
 
 
-def arm_limits(spec: dict) -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU's default action dumps core
-    if spec.get("cpu_seconds") is not None:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        soft = int(usage.ru_utime + usage.ru_stime + float(spec["cpu_seconds"])) + 1
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + CPU_HARD_MARGIN))
-    if spec.get("memory_bytes") is not None:
-        limit = address_space() + int(spec["memory_bytes"])
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    if spec.get("file_bytes") is not None:
-        # Past it a write fails (SIGXFSZ is ignored, so the write raises instead).
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (int(spec["file_bytes"]),) * 2)
-
-
-def address_space() -> int:
-    with open("/proc/self/status", encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def preload(names: list[str]) -> None:
     for name in names:
         module = importlib.import_module(name)
@@ -120,12 +97,13 @@ def run_fresh(spec_path: str) -> None:
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     reaper.set_parent_death_signal(int(spec["parent"]))
-    reaper.stay_as_reaper()  # returns in the script's process only
+    status = int(spec["status"])
+    reaper.stay_as_reaper(handed=(status,))  # returns in the script's process only
     for name in spec["preload"]:
         importlib.import_module(name)
     landlock.apply(spec.get("confine"))  # before the first byte of the submission
     seccomp.apply(spec.get("syscalls"))  # after the preloads: their imports may open sockets
-    arm_limits(spec)
+    limits.arm_and_tell(spec, status)
     sys.argv = [spec["script"], *spec["args"]]
     try:
         runpy.run_path(spec["script"], run_name="__main__")
@@ -227,12 +205,10 @@ def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # the server's /tmp, cached by a preload: TMPDIR is read again
-        os.write(ready, b"1")
-        os.close(ready)
         _drop_server_exit_handlers()
         landlock.apply(request.get("confine"))  # before the first byte of the submission
         seccomp.apply(request.get("syscalls"))
-        arm_limits(request)
+        limits.arm_and_tell(request, ready)  # the server answers the caller once this is said
         sys.argv = [request["script"], *request["args"]]
         code = _run_script(request["script"])
     except MemoryError:
@@ -257,6 +233,7 @@ class _Server:
         self.poller.register(self.wake_r, select.POLLIN)
         self.keep = reaper.child_pids()  # none, normally: what the preloads started is not a stray
         self.children: dict[int, socket.socket] = {}  # pid -> the caller's connection
+        self.refused: dict[int, str] = {}  # pid -> the limit its set-up could not take
         self.by_fd: dict[int, int] = {}  # the connection's fd -> pid
 
     def serve(self) -> None:
@@ -313,9 +290,13 @@ class _Server:
             os.close(ready_r)
             _child(request, fds, ready_w, os.getppid(), held)
         os.close(ready_w)
-        # Answer only once the child is in its own session: a kill of its group reaches it.
+        # Answer only once the child is set up (in its own session: a kill of its group reaches
+        # it; confined, filtered, its limits armed or refused).
         ready, _, _ = select.select([ready_r], [], [], SETUP_SECONDS)
-        if not ready or not os.read(ready_r, 1):
+        said = os.read(ready_r, limits.STATUS_BYTES + 1) if ready else b""
+        if said[:1] == b"L":
+            self.refused[pid] = said[1:].decode("utf-8", "replace")
+        elif said != b"1":
             _kill(pid)  # stuck, or dead in its set-up: its end is reported as any other
         os.close(ready_r)
         return pid
@@ -354,8 +335,10 @@ class _Server:
         # What it left (ours as subreaper) dies before its end is told: then nothing of it runs.
         # Another running child's strays go too: no child needs one.
         reaper.kill_orphans(self.keep | self.children.keys())
-        code = os.waitstatus_to_exitcode(status)
-        _send(conn, {"code": code, "cpu": usage.ru_utime + usage.ru_stime})
+        ended = {"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}
+        if pid in self.refused:
+            ended["refused"] = self.refused.pop(pid)
+        _send(conn, ended)
         conn.close()
 
 

@@ -28,8 +28,9 @@ way:
 - a seccomp filter (validator/sandbox/child_seccomp.py, after the Landlock rules): no socket but a
   Unix one (no MPTCP, UDP) and no connection at all (a path-bound Unix socket such as the
   Docker engine's included), no new process (threads only: its memory limit is its whole memory),
-  no change of a file's mode, owner, times, flags or extended attributes. Without seccomp, one
-  warning line;
+  no change of a file's mode, owner, times, flags or extended attributes, and no call that acts
+  on another process (limits, priority, affinity, signals, pidfds: its own process only).
+  Without seccomp, one warning line;
 - a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
   SIGKILL, or one that dies any other way, takes the child with it (through the server, which
   has its own);
@@ -66,13 +67,11 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import TypeVar
 
 from validator.sandbox import child_landlock, child_seccomp, child_server
-from validator.sandbox.child_entry import EXIT_MEMORY
+from validator.sandbox.child_bounds import refused
 from validator.sandbox.child_files import (
     RECORD_PREFIX,
     RECORD_SUFFIX,
@@ -83,6 +82,9 @@ from validator.sandbox.child_files import (
     write_new,
     write_record,
 )
+from validator.sandbox.child_result import ChildLimits as ChildLimits
+from validator.sandbox.child_result import ChildOutcome as ChildOutcome
+from validator.sandbox.child_result import ChildResult, judge
 
 T = TypeVar("T")
 Heartbeat = Callable[[], None]
@@ -90,9 +92,6 @@ Heartbeat = Callable[[], None]
 POLL_SECONDS = 0.05
 HEARTBEAT_SECONDS = 5.0
 STDERR_TAIL = 2000
-# What a child killed by a signal (an abort) wrote last when an allocation failed at its memory
-# limit: Python, C++, glibc, and Rust's "memory allocation of N bytes failed" (tokenizers).
-MEMORY_MARKS = ("MemoryError", "bad_alloc", "Cannot allocate", "memory allocation of")
 # How long the server may take to fork a child beyond its wall clock, and to kill one; how long
 # the fresh path's first process may take to kill the script's and what it left.
 START_GRACE = 30.0
@@ -116,46 +115,10 @@ CHILD_SOCKET_FAMILIES = (socket.AF_UNIX,)
 CHILD_NO_CONNECT = True
 CHILD_NO_PROCESSES = True
 CHILD_NO_METADATA = True
-
-
-class ChildOutcome(Enum):
-    OK = "finished"
-    OVER_CPU = "exceeded its CPU time limit"
-    OVER_MEMORY = "exceeded its memory limit"
-    OVER_TIME = "exceeded its wall-clock limit"
-    CRASHED = "crashed"
-
-
-@dataclass(frozen=True)
-class ChildLimits:
-    wall_seconds: float  # the parent kills the group after this long
-    cpu_seconds: float | None = None  # CPU time after the preload imports
-    memory_bytes: int | None = None  # address space after the preload imports
-    file_bytes: int | None = None  # the largest file the child may write (its stderr too)
-
-
-@dataclass(frozen=True)
-class ChildResult:
-    outcome: ChildOutcome
-    exit_code: int  # negative: the signal that ended it
-    stderr_tail: str  # the last STDERR_TAIL characters of its stderr
-    limits: ChildLimits
-
-    def describe(self) -> str:
-        """The outcome in words, with the limit it hit: "exceeded its CPU time limit (60 s)"."""
-        if self.outcome is ChildOutcome.CRASHED:
-            last = self.stderr_tail.strip().splitlines()[-1:] or ["no error output"]
-            return f"crashed (exit {self.exit_code}): {last[0][-300:]}"
-        limit = {
-            ChildOutcome.OVER_CPU: self.limits.cpu_seconds,
-            ChildOutcome.OVER_TIME: self.limits.wall_seconds,
-            ChildOutcome.OVER_MEMORY: self.limits.memory_bytes,
-        }.get(self.outcome)
-        if limit is None:
-            return self.outcome.value
-        if self.outcome is ChildOutcome.OVER_MEMORY:
-            return f"{self.outcome.value} ({limit} bytes)"
-        return f"{self.outcome.value} ({limit:g} s)"
+# No call that acts on another process (limits, priority, scheduling, signals, pidfds, another's
+# memory): a child of the validator's user could otherwise cut the validator's open-file or CPU
+# limit, renice it or pin it to one CPU for good. Its own process still takes them.
+CHILD_NO_OTHERS = True
 
 
 def run_child(
@@ -198,7 +161,11 @@ def syscall_filter() -> dict | None:
     """The child's seccomp filter, which validator/sandbox/child_entry.py installs right after the
     Landlock rules; None where seccomp is not available (one warning line per process)."""
     return child_seccomp.rules(
-        CHILD_SOCKET_FAMILIES, CHILD_NO_PROCESSES, CHILD_NO_METADATA, CHILD_NO_CONNECT
+        CHILD_SOCKET_FAMILIES,
+        CHILD_NO_PROCESSES,
+        CHILD_NO_METADATA,
+        CHILD_NO_CONNECT,
+        CHILD_NO_OTHERS,
     )
 
 
@@ -282,8 +249,10 @@ def _run_served(
     finally:
         os.close(stderr)
         discard(stderr_path)
+    if ended.get("refused"):
+        raise refused(str(ended["refused"]))
     code, cpu = int(ended["code"]), float(ended["cpu"])
-    return ChildResult(_outcome(code, last, timed_out, cpu, limits), code, last, limits)
+    return ChildResult(judge(code, last, timed_out, cpu, limits), code, last, limits)
 
 
 def _receive(conn: socket.socket, deadline: float, heartbeat: Heartbeat) -> dict | None:
@@ -327,32 +296,48 @@ def _run_fresh(
     """The path without a server: a fresh `python -I` that imports the preloads itself."""
     token, record, stderr_path = _paths(cwd)
     spec_path = cwd / f"{RECORD_PREFIX}{token}.json"
-    request = _request(script, args, cwd, limits, parent=os.getpid(), preload=list(preload))
-    write_new(spec_path, json.dumps(request).encode())
+    # The set-up's word on its limits (child_limits.arm_and_tell): the script never holds it.
+    status, status_w = os.pipe()
+    os.set_blocking(status, False)
+    request = _request(
+        script, args, cwd, limits, parent=os.getpid(), preload=list(preload), status=status_w
+    )
     command = [sys.executable, "-I", str(child_server.ENTRY), "run", str(spec_path), token]
-    stderr = open_stderr(stderr_path)
     try:
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except BaseException:
-        os.close(stderr)
-        raise
-    ended: tuple[int, float] | None = None
-    try:
-        write_record(record, process.pid, token)
-        ended = _wait(time.monotonic() + limits.wall_seconds, heartbeat, _reaped(process.pid))
+        write_new(spec_path, json.dumps(request).encode())
+        stderr = open_stderr(stderr_path)
+        try:
+            process = subprocess.Popen(
+                command, cwd=cwd, env=child_env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+                close_fds=True, pass_fds=(status_w,),
+            )  # fmt: skip
+        except BaseException:
+            os.close(stderr)
+            raise
+        finally:
+            os.close(status_w)
+        ended: tuple[int, float] | None = None
+        try:
+            write_record(record, process.pid, token)
+            ended = _wait(time.monotonic() + limits.wall_seconds, heartbeat, _reaped(process.pid))
+        finally:
+            code, last = _end_fresh(process, ended, stderr, (record, spec_path, stderr_path))
+        said = _said(status)
     finally:
-        code, last = _end_fresh(process, ended, stderr, (record, spec_path, stderr_path))
+        os.close(status)
+    if said.startswith(b"L"):
+        raise refused(said[1:].decode("utf-8", "replace"))
     timed_out, cpu = ended is None, ended[1] if ended is not None else 0.0
-    return ChildResult(_outcome(code, last, timed_out, cpu, limits), code, last, limits)
+    return ChildResult(judge(code, last, timed_out, cpu, limits), code, last, limits)
+
+
+def _said(status: int) -> bytes:
+    """What the fresh child's set-up wrote on its status pipe (b"" if it died before)."""
+    try:
+        return os.read(status, 4096)
+    except BlockingIOError:
+        return b""
 
 
 def _reaped(pid: int) -> Callable[[float], tuple[int, float] | None]:
@@ -402,23 +387,3 @@ def _stop_fresh(pid: int) -> int | None:
         pass  # ended meanwhile, not yet reaped
     ended = _wait(time.monotonic() + STOP_WAIT_SECONDS, lambda: None, _reaped(pid))
     return ended[0] if ended is not None else None
-
-
-def _outcome(
-    code: int, tail: str, timed_out: bool, cpu: float, limits: ChildLimits
-) -> ChildOutcome:
-    if timed_out:
-        return ChildOutcome.OVER_TIME
-    if code == 0:
-        return ChildOutcome.OK
-    over_cpu = limits.cpu_seconds is not None and cpu >= limits.cpu_seconds
-    if code == -signal.SIGXCPU or (code == -signal.SIGKILL and over_cpu):
-        return ChildOutcome.OVER_CPU  # SIGKILL: RLIMIT_CPU's hard limit, if SIGXCPU was survived
-    if code == EXIT_MEMORY or code == -signal.SIGKILL:
-        # SIGKILL that the parent did not send, under the CPU limit: the kernel's OOM killer.
-        return ChildOutcome.OVER_MEMORY
-    if code < 0 and any(mark in tail for mark in MEMORY_MARKS):
-        return ChildOutcome.OVER_MEMORY
-    if code == 1 and tail.rstrip().endswith("MemoryError"):
-        return ChildOutcome.OVER_MEMORY
-    return ChildOutcome.CRASHED

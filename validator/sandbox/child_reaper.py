@@ -104,11 +104,12 @@ def kill_orphans(keep: set[int]) -> None:
                 pass
 
 
-def stay_as_reaper() -> None:
+def stay_as_reaper(handed: tuple[int, ...] = ()) -> None:
     """The fresh path's first process: forks the script's process and returns in it only (with
     a parent-death signal from here). Here: waits for it, kills what it left, then ends as it
     ended (the same code, or the same signal), so that the validator reads the same outcome.
-    SIGTERM (the validator's stop: over time, interrupted) kills the script's process first."""
+    SIGTERM (the validator's stop: over time, interrupted) kills the script's process first.
+    `handed`: descriptors that only the script's process keeps (closed here after the fork)."""
     make_undumpable()
     become_subreaper()
     keep = child_pids()
@@ -127,6 +128,8 @@ def stay_as_reaper() -> None:
         set_parent_death_signal(reaper)
         return
     state["script"] = pid
+    for fd in handed:
+        os.close(fd)
     if state["stopped"]:  # stopped before the fork returned
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)

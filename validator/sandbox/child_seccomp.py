@@ -17,14 +17,29 @@ submission's first byte: it closes what Landlock leaves open (issue 32, the seco
 - processes: fork, vfork, and clone without CLONE_THREAD fail with EPERM; clone3 answers ENOSYS
   (glibc then starts threads with clone). Threads still start; so RLIMIT_AS, per process,
   bounds a child's memory whole, and there is no fork bomb;
+- other processes (the validator, its child server, the fresh path's first process, any process
+  of the same user): every call that acts on another process fails with EPERM. Limits
+  (`prlimit64`), priority (`setpriority`, `ioprio_set`), scheduling and affinity
+  (`sched_set*`), memory placement (`migrate_pages`, `move_pages`) and a robust list
+  (`get_robust_list`) are allowed on the child itself only (pid 0 or its own); signals (`kill`,
+  `tkill`, `tgkill`, `rt_sigqueueinfo`, `rt_tgsigqueueinfo`) and `pidfd_open` to its own pid
+  only (no process group: pid 0 and negative pids are groups, -1 every process it may signal;
+  `tgkill` names its thread group, so any of its own threads); a file's owner for SIGIO
+  (`fcntl` F_SETOWN) only itself, F_SETOWN_EX and the owner ioctls never; and never
+  `pidfd_send_signal` (it also takes a /proc/<pid> folder), `pidfd_getfd`, `process_vm_*`,
+  `process_madvise`, `process_mrelease`, `kcmp`, `perf_event_open` or `ptrace`. The pid is
+  compared as the kernel reads it, the argument's low 32 bits; the child's own is known when it
+  installs the filter (a fork's child installs its own). Threads acting on themselves by their
+  thread id (`pthread_setaffinity_np` from a worker thread) get EPERM too: no filter can tell
+  another thread id of its own from the validator's;
 - a foreign architecture (i386's `int 0x80` on x86_64) kills the process; x86_64's x32 calls
-  answer ENOSYS.
+  answer ENOSYS: every rule above holds on each entry path.
 
 The filter reaches the process's threads (TSYNC: the fresh path's preloads may have started
 some) and everything it would start. Standard library only: validator/sandbox/child_entry.py, run
 as `python -I`, loads this file by its path. What is denied is decided in one place,
 validator/sandbox/child_process.py (CHILD_SOCKET_FAMILIES, CHILD_NO_CONNECT, CHILD_NO_PROCESSES,
-CHILD_NO_METADATA).
+CHILD_NO_METADATA, CHILD_NO_OTHERS).
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import logging
+import os
 import platform
 import struct
 import sys
@@ -52,13 +68,17 @@ CLONE_THREAD = 0x00010000
 # The ioctls that set a file's flags (FS_IOC_SETFLAGS, its 32-bit twin, FS_IOC_FSSETXATTR): on a
 # file of this user's, even one opened read-only, and Landlock does not see them.
 SET_FLAGS_IOCTLS = (0x40086602, 0x40046602, 0x401C5820)
+# The ioctls that make a process the owner of a file's SIGIO (FIOSETOWN, SIOCSPGRP): a pid behind
+# a pointer, which a filter cannot read.
+OWNER_IOCTLS = (0x8901, 0x8902)
+F_SETOWN, F_SETOWN_EX = 8, 15
 X32_BIT = 0x40000000
 
 # BPF opcodes: load a word at an offset of struct seccomp_data, jump on equal / >= / bits set,
 # return. seccomp_data: nr at 0, arch at 4, args at 16 + 8 * i (the low half first: both arches
 # are little-endian).
 LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
-NR, ARCH, ARG0, ARG1 = 0, 4, 16, 24
+NR, ARCH, ARG0, ARG1, ARG2 = 0, 4, 16, 24, 32
 ARG4_LOW, ARG4_HIGH = 48, 52  # sendto's dest_addr: a pointer, both halves
 
 # Per architecture: the AUDIT_ARCH value, the seccomp syscall's number, and the numbers of the
@@ -103,6 +123,17 @@ TABLES = {
             469,
         ),  # fmt: skip
         "ioctl": 16,
+        # On another process: prlimit64 sched_setaffinity sched_setparam sched_setscheduler
+        # sched_setattr migrate_pages move_pages get_robust_list (pid 0: itself);
+        # kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open (its own pid only);
+        # setpriority and ioprio_set, with their "a process" value of `which`;
+        # pidfd_send_signal pidfd_getfd process_vm_readv process_vm_writev process_madvise
+        # process_mrelease kcmp perf_event_open ptrace (never)
+        "self_or_zero": (302, 203, 142, 144, 314, 256, 279, 274),
+        "self_only": (62, 200, 234, 129, 297, 434),
+        "which_who": ((141, 0), (251, 1)),
+        "never": (424, 438, 310, 311, 440, 448, 312, 298, 101),
+        "fcntl": 72,
         "x32": True,
     },
     "aarch64": {
@@ -121,6 +152,11 @@ TABLES = {
         # removexattrat file_setattr
         "metadata": (52, 53, 452, 55, 54, 88, 5, 6, 7, 14, 15, 16, 463, 466, 469),
         "ioctl": 29,
+        "self_or_zero": (261, 122, 118, 119, 274, 238, 239, 100),
+        "self_only": (129, 130, 131, 138, 240, 434),
+        "which_who": ((140, 0), (30, 1)),
+        "never": (424, 438, 270, 271, 440, 448, 272, 241, 117),
+        "fcntl": 25,
         "x32": False,
     },
 }
@@ -152,7 +188,11 @@ _probe = {"lock": threading.Lock(), "available": None}
 
 
 def rules(
-    families: tuple[int, ...], no_processes: bool, no_metadata: bool, no_connect: bool = False
+    families: tuple[int, ...],
+    no_processes: bool,
+    no_metadata: bool,
+    no_connect: bool = False,
+    no_others: bool = False,
 ) -> dict | None:
     """The validator's side: what `apply` gets in the child; None where seccomp filters are not
     available, said in one warning line per process (probed once)."""
@@ -169,16 +209,24 @@ def rules(
         "no_processes": no_processes,
         "no_metadata": no_metadata,
         "no_connect": no_connect,
+        "no_others": no_others,
     }
 
 
 def program(
-    arch: str, families: list[int], no_processes: bool, no_metadata: bool, no_connect: bool = False
+    arch: str,
+    families: list[int],
+    no_processes: bool,
+    no_metadata: bool,
+    no_connect: bool = False,
+    own_pid: int | None = None,
 ) -> list:
     """The filter as (code, jt, jf, k) instructions. Each rule is a test on the syscall's
-    number that skips its own short block when it does not match: all jumps are short."""
+    number that skips its own short block when it does not match: all jumps are short.
+    `own_pid`: the process that installs it, the only one its calls may act on (None: no such
+    rule)."""
     table = TABLES[arch]
-    kill, allow = RET_KILL_PROCESS, RET_ALLOW
+    kill = RET_KILL_PROCESS
     code = [(LD_ABS, 0, 0, ARCH), (JEQ, 1, 0, table["audit_arch"]), (RET, 0, 0, kill)]
     code.append((LD_ABS, 0, 0, NR))
     if table["x32"]:
@@ -196,27 +244,65 @@ def program(
     for number in table["socket"]:
         block = [(LD_ABS, 0, 0, ARG0)]
         for family in families:
-            block += [(JEQ, 0, 1, family), (RET, 0, 0, allow)]
+            block += [(JEQ, 0, 1, family), (RET, 0, 0, RET_ALLOW)]
         when(number, [*block, (RET, 0, 0, RET_ERRNO | errno.EACCES)])
     if no_connect:
-        refused = (RET, 0, 0, RET_ERRNO | errno.EACCES)
         deny([table["connect"], *table["sendmsg"]], errno.EACCES)
         # sendto without an address (what send() is) goes on; with one, refused.
-        no_address = [(LD_ABS, 0, 0, ARG4_LOW), (JEQ, 0, 3, 0), (LD_ABS, 0, 0, ARG4_HIGH)]
-        when(table["sendto"], [*no_address, (JEQ, 0, 1, 0), (RET, 0, 0, allow), refused])
+        when(table["sendto"], _no_address())
     if no_processes:
         deny(table["process"], errno.EPERM)
         deny([table["clone3"]], errno.ENOSYS)
-        thread = [(LD_ABS, 0, 0, ARG0), (JSET, 0, 1, CLONE_THREAD), (RET, 0, 0, allow)]
+        thread = [(LD_ABS, 0, 0, ARG0), (JSET, 0, 1, CLONE_THREAD), (RET, 0, 0, RET_ALLOW)]
         when(table["clone"], [*thread, (RET, 0, 0, RET_ERRNO | errno.EPERM)])
     if no_metadata:
         deny(table["metadata"], errno.EPERM)
+    if own_pid is not None:
+        deny(table["never"], errno.EPERM)
+        for number, block in _others(table, own_pid):
+            when(number, block)
+    requests = (SET_FLAGS_IOCTLS if no_metadata else ()) + (
+        OWNER_IOCTLS if own_pid is not None else ()
+    )
+    if requests:
+        refused = [(JEQ, 0, 1, request) for request in requests]
         block = [(LD_ABS, 0, 0, ARG1)]
-        for request in SET_FLAGS_IOCTLS:
-            block += [(JEQ, 0, 1, request), (RET, 0, 0, RET_ERRNO | errno.EPERM)]
-        when(table["ioctl"], [*block, (RET, 0, 0, allow)])
-    code.append((RET, 0, 0, allow))
+        for test in refused:
+            block += [test, (RET, 0, 0, RET_ERRNO | errno.EPERM)]
+        when(table["ioctl"], [*block, (RET, 0, 0, RET_ALLOW)])
+    code.append((RET, 0, 0, RET_ALLOW))
     return code
+
+
+def _no_address() -> list:
+    """sendto's block: allowed without a destination address (both halves of the pointer 0)."""
+    refused = (RET, 0, 0, RET_ERRNO | errno.EACCES)
+    no_address = [(LD_ABS, 0, 0, ARG4_LOW), (JEQ, 0, 3, 0), (LD_ABS, 0, 0, ARG4_HIGH)]
+    return [*no_address, (JEQ, 0, 1, 0), (RET, 0, 0, RET_ALLOW), refused]
+
+
+def _allowed_if(offset: int, values: tuple[int, ...]) -> list:
+    """A block: allowed when the word at `offset` is one of `values`, else EPERM."""
+    block = [(LD_ABS, 0, 0, offset)]
+    block += [(JEQ, len(values) - i, 0, value) for i, value in enumerate(values)]
+    return [*block, (RET, 0, 0, RET_ERRNO | errno.EPERM), (RET, 0, 0, RET_ALLOW)]
+
+
+def _others(table: dict, own: int) -> list[tuple[int, list]]:
+    """(syscall, block) for each call that names a process: allowed on `own` only. A pid
+    argument is compared as the kernel reads it, its low 32 bits."""
+    blocks = [(number, _allowed_if(ARG0, (own, 0))) for number in table["self_or_zero"]]
+    blocks += [(number, _allowed_if(ARG0, (own,))) for number in table["self_only"]]
+    for number, which in table["which_who"]:
+        # `which` must say "a process" (not a group or a user: who 0 is every process of the
+        # user), then `who` must be itself; the jump lands on the refusal.
+        blocks.append(
+            (number, [(LD_ABS, 0, 0, ARG0), (JEQ, 0, 3, which), *_allowed_if(ARG1, (own, 0))])
+        )
+    # fcntl: F_SETOWN_EX refused, F_SETOWN only to itself (or none), any other command allowed.
+    owner = [(LD_ABS, 0, 0, ARG1), (JEQ, 4, 0, F_SETOWN_EX), (JEQ, 0, 4, F_SETOWN)]
+    blocks.append((table["fcntl"], [*owner, *_allowed_if(ARG2, (own, 0))]))
+    return blocks
 
 
 def apply(given: dict | None) -> None:
@@ -229,6 +315,7 @@ def apply(given: dict | None) -> None:
     code = program(
         arch, [int(f) for f in given["families"]], bool(given["no_processes"]),
         bool(given["no_metadata"]), bool(given.get("no_connect")),
+        os.getpid() if given.get("no_others") else None,
     )  # fmt: skip
     raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
     buffer = ctypes.create_string_buffer(raw, len(raw))
