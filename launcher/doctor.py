@@ -1,6 +1,7 @@
 """`python run.py doctor [MODULE]`: the host's rows (the Docker engine, Compose v2, the NVIDIA
 driver against the module's CUDA, the NVIDIA runtime and a GPU seen from inside the module's
-image, the image, the disk under Docker's volumes), then the rows the validator would check
+image, the image, the images its validators run (Compose's and run.py's), the disk under
+Docker's volumes), then the rows the validator would check
 itself (validator/doctor/checks.py): the settings, the configs, the Fed Ledger and the
 key, the clock, the Hub, and the module's own start-up checks, run in its image. A check that
 cannot run here is a row that says what it needs. One table, within the deadline whatever the
@@ -17,7 +18,14 @@ from pathlib import Path
 import click
 import docker
 
-from launcher.build_options import base_image_option, env_installer_option, pip_options_option
+from launcher.build_options import (
+    base_image_option,
+    env_installer_option,
+    lock_option,
+    pip_options_option,
+)
+from launcher.doctor_images import NAME as IMAGES_ROW
+from launcher.doctor_images import deployed_images_row
 from launcher.doctor_rows import (
     compose_row,
     docker_disk_row,
@@ -30,7 +38,7 @@ from launcher.doctor_rows import (
     setup_in_image,
 )
 from launcher.errors import UsageError
-from launcher.images import DEFAULT_INSTALLER, PRODUCTION_BASE, BuildSpec, source_hash
+from launcher.images import DEFAULT_INSTALLER, DEFAULT_LOCK, PRODUCTION_BASE, BuildSpec, source_hash
 from validator.doctor.checks import SETUP, Settings, service_checks
 from validator.doctor.command import (
     DEADLINE_OPTION,
@@ -51,9 +59,12 @@ def image_tag(
     base_image: str = PRODUCTION_BASE,
     installer: str = DEFAULT_INSTALLER,
     pip_options: str = "",
+    lock: str = DEFAULT_LOCK,
 ) -> str:
     """The content-hash tag run.py would build or reuse for these sources (launcher/images.py)."""
-    build = BuildSpec(spec.name, REPO_ROOT, base_image, installer, pip_options, spec.environment)
+    build = BuildSpec(
+        spec.name, REPO_ROOT, base_image, installer, pip_options, spec.environment, lock
+    )
     return f"flock-validator-{spec.name.lower()}:{source_hash(build)[:12]}"
 
 
@@ -99,6 +110,7 @@ def host_checks(
     checks.append(with_engine("GPU", lambda c: gpu_row(c, spec, present(c), min_gpu_gb)))
     if spec is not None and tag is not None:
         checks.append(with_engine("image", lambda c: image_row(c, spec, tag)))
+        checks.append(with_engine(IMAGES_ROW, lambda c: deployed_images_row(c, spec)))
     checks.append(with_engine("disk: Docker volumes", lambda c: docker_disk_row(c, min_free_mb)))
     if spec is not None:
         checks.append(with_engine("journal volumes", lambda c: journals_row(c, spec)))
@@ -112,6 +124,7 @@ def host_checks(
 @base_image_option("The base run.py builds the module's image on (names the image checked).")
 @env_installer_option("As run.py's (names the image checked).")
 @pip_options_option("As run.py's (names the image checked).")
+@lock_option("As run.py's (names the image checked).")
 @hf_free_gb_option("--min-free-gb", "Free space Docker's volumes (the HF cache, the journal) need.")
 @click.option(
     "--min-gpu-gb",
@@ -144,6 +157,7 @@ def doctor(
     base_image: str,
     env_installer: str,
     pip_options: str,
+    lock: str,
     min_free_gb: float,
     min_gpu_gb: float,
     judge_models: tuple[str, ...],
@@ -155,7 +169,7 @@ def doctor(
         secret_names(spec) if spec else ["FLOCK_API_KEY", "HF_TOKEN"], flock_api_key, hf_token
     )
     engine = Once(lambda: engine_row(deadline))
-    tag = image_tag(spec, base_image, env_installer, pip_options) if spec else None
+    tag = image_tag(spec, base_image, env_installer, pip_options, lock) if spec else None
     checks = host_checks(spec, tag, engine, min_gpu_gb, int(min_free_gb * 1024))
     if spec is None or tag is None:
         return run_checks(checks, deadline), list(secrets.values())
