@@ -83,7 +83,12 @@ class Once:
 
 
 def host_checks(
-    spec: ModuleSpec | None, tag: str | None, engine: Once, min_gpu_gb: float, min_free_mb: int
+    spec: ModuleSpec | None,
+    tag: str | None,
+    engine: Once,
+    min_gpu_gb: float,
+    min_free_mb: int,
+    pip_options: str = "",
 ) -> list[Check]:
     """The host's checks: the engine first, the rows that need it after it (or skipped)."""
     engine_fix = "check the Docker engine (systemctl status docker)"
@@ -110,7 +115,7 @@ def host_checks(
     checks.append(with_engine("GPU", lambda c: gpu_row(c, spec, present(c), min_gpu_gb)))
     if spec is not None and tag is not None:
         checks.append(with_engine("image", lambda c: image_row(c, spec, tag)))
-        checks.append(with_engine(IMAGES_ROW, lambda c: deployed_images_row(c, spec)))
+        checks.append(with_engine(IMAGES_ROW, lambda c: deployed_images_row(c, spec, pip_options)))
     checks.append(with_engine("disk: Docker volumes", lambda c: docker_disk_row(c, min_free_mb)))
     if spec is not None:
         checks.append(with_engine("journal volumes", lambda c: journals_row(c, spec)))
@@ -170,7 +175,7 @@ def doctor(
     )
     engine = Once(lambda: engine_row(deadline))
     tag = image_tag(spec, base_image, env_installer, pip_options, lock) if spec else None
-    checks = host_checks(spec, tag, engine, min_gpu_gb, int(min_free_gb * 1024))
+    checks = host_checks(spec, tag, engine, min_gpu_gb, int(min_free_gb * 1024), pip_options)
     if spec is None or tag is None:
         return run_checks(checks, deadline), list(secrets.values())
     settings = Settings.given(

@@ -3,10 +3,10 @@ started from this checkout, and each run.py started, against this checkout's sou
 
 Every image holds the source hash of what it was built from (/app/source-hash, computed by the
 build; run.py's and the release's also in a label) and the build arguments it was built with
-(labels): the checkout's hash for those arguments says whether a container runs this checkout's
-code. A container on an older build (an upgrade whose `docker compose up -d` was not run yet, or
-a `docker compose start` of the old container) is a failed row with the command that replaces
-it.
+(labels; the pip options are the operator's, --pip-options / VALIDATOR_PIP_OPTIONS): the
+checkout's hash for those arguments says whether a container runs this checkout's code. A
+container on an older build (an upgrade whose `docker compose up -d` was not run yet, or a
+`docker compose start` of the old container) is a failed row with the command that replaces it.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from validator.spec import REPO_ROOT, ModuleSpec
 NAME = "deployed images"
 COMPOSE_SERVICE = "com.docker.compose.service"
 COMPOSE_DIR = "com.docker.compose.project.working_dir"
-# The build arguments an image was built with (docker/Dockerfile), by BuildSpec field.
+# The build arguments an image was built with (docker/Dockerfile), by BuildSpec field; its pip
+# options are not in it (they may hold an index's credentials): the operator's are taken.
 BUILD_LABELS = {
     "base_image": "org.flock-validator.build.base-image",
     "env_installer": "org.flock-validator.build.env-installer",
-    "pip_options": "org.flock-validator.build.pip-options",
     "environment": "org.flock-validator.build.env-file",
     "lock": "org.flock-validator.build.lock",
 }
 
 
-def deployed_images_row(client: docker.DockerClient, spec: ModuleSpec) -> Row:
+def deployed_images_row(client: docker.DockerClient, spec: ModuleSpec, pip_options: str) -> Row:
     found = _containers(client, spec.name)
     if not found:
         return Row.ok(
@@ -46,7 +46,7 @@ def deployed_images_row(client: docker.DockerClient, spec: ModuleSpec) -> Row:
         )
     current, stale = [], []
     for who, container in found:
-        verdict = _verdict(client, container)
+        verdict = _verdict(client, container, pip_options)
         (current if verdict is None else stale).append(f"{who}: {verdict or 'this checkout'}")
     if not stale:
         return Row.ok(NAME, "; ".join(current))
@@ -72,7 +72,7 @@ def _containers(client: docker.DockerClient, module: str) -> list[tuple[str, Con
     return found
 
 
-def _verdict(client: docker.DockerClient, container: Container) -> str | None:
+def _verdict(client: docker.DockerClient, container: Container, pip_options: str) -> str | None:
     """None when the container's image is this checkout's build, else what it is."""
     try:
         image = client.images.get(container.attrs["Image"])
@@ -85,7 +85,8 @@ def _verdict(client: docker.DockerClient, container: Container) -> str | None:
     given = {field: labels.get(label) for field, label in BUILD_LABELS.items()}
     if any(value is None for value in given.values()):
         return f"source {built[:12]}, an image of unknown build arguments"
-    expected = source_hash(BuildSpec(labels.get(LABEL_MODULE, ""), REPO_ROOT, **given))
+    module = labels.get(LABEL_MODULE, "")
+    expected = source_hash(BuildSpec(module, REPO_ROOT, pip_options=pip_options, **given))
     if built == expected:
         return None
     return f"source {built[:12]}, not this checkout's {expected[:12]} (an older or other build)"

@@ -209,7 +209,7 @@ def base_unavailable(base: str, error: str) -> LaunchError:
     """The one line an operator gets for a base image the engine cannot get."""
     return LaunchError(
         f"base image {base!r} cannot be pulled ({pull_failure_reason(error)}); pick another "
-        "with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA tag, see "
+        "with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA image by digest, see "
         'docs/images.md "The base image")'
     )
 
