@@ -118,7 +118,8 @@ demo: install wheels
 		echo "== demo: $$module"; \
 		export VALIDATOR_BASE_IMAGE=$${VALIDATOR_BASE_IMAGE:-local/base:bookworm} \
 		VALIDATOR_ENV_INSTALLER=$${VALIDATOR_ENV_INSTALLER:-pip} \
-		VALIDATOR_PIP_OPTIONS="$${VALIDATOR_PIP_OPTIONS:---no-index --find-links /opt/flock/wheels}"; \
+		VALIDATOR_PIP_OPTIONS="$${VALIDATOR_PIP_OPTIONS:---no-index --find-links /opt/flock/wheels}" \
+		VALIDATOR_LOCK=$${VALIDATOR_LOCK:-cpu}; \
 		python=$(PY); [ -x .venv-$$module/bin/python ] && python=.venv-$$module/bin/python; \
 		$$python -m scripts.demo$$([ "$$module" = lora ] || echo _$$module) || exit 1; \
 	done
@@ -173,19 +174,23 @@ up:
 simulator: install
 	$(PY) -m devkit.simulator --data $(DATA) --port 8765
 
-# Wheels of the orchestrator's requirements and of every module's environment (the `pip:`
-# section of its environment.yml), for image builds that cannot reach PyPI (CI); torch comes as
-# the CPU build where pip finds one locally. wheels/ is read by the image build's first stage
-# only: no module image holds it, and no image tag depends on it.
+# The wheels of every module's CPU image (modules/<name>/locks/cpu.txt: the files its lock names,
+# checked against their hashes), for image builds that cannot reach PyPI (CI); torch's CPU build
+# is found where pip's find-links point (PIP_FIND_LINKS). wheels/ is read by the image build's
+# first stage only: no module image holds it, and no image tag depends on it.
 wheels: install
-	@for module in $(MODULES); do \
-		$(PY) docker/pip_requirements.py modules/$$module/environment.yml \
-			> wheels/requirements-$$module.txt 2>/dev/null || exit 1; done
-	$(PY) -m pip download --quiet --only-binary=:all: -d wheels -r requirements.txt
 	@# One module at a time: their stacks may pin different versions of one package.
-	@for module in $(MODULES); do \
-		$(PY) -m pip download --quiet --only-binary=:all: -d wheels \
-			-r wheels/requirements-$$module.txt || exit 1; done
+	@for lock in $(wildcard modules/*/locks/cpu.txt devkit/fixtures/modules/*/locks/cpu.txt); do \
+		$(PY) -m pip download --quiet --only-binary=:all: --require-hashes --no-deps \
+			-d wheels -r $$lock || exit 1; done
+
+# The hash locks (devkit/lock.py, with uv): requirements-host.lock for the host's venv and each
+# module's modules/<name>/locks/{production,cpu}.txt for its image. Resolves only the locks
+# whose inputs changed (a test fails on a stale one), keeping their other versions; UPGRADE=1
+# resolves every lock at the newest versions its inputs allow. Review the diff like code.
+.PHONY: lock
+lock: install
+	$(PY) -m devkit.lock $(if $(UPGRADE),--upgrade)
 
 base-image:
 	bash scripts/local-base-image.sh

@@ -52,6 +52,7 @@ def launcher_env(**extra: str) -> dict[str, str]:
         "VALIDATOR_BASE_IMAGE": LOCAL_BASE,
         "VALIDATOR_ENV_INSTALLER": "pip",
         "VALIDATOR_PIP_OPTIONS": "--no-index --find-links /opt/flock/wheels",
+        "VALIDATOR_LOCK": "cpu",  # torch's CPU build, which the wheelhouse holds
     }
     return env_with_test_secrets(**{**defaults, **extra})
 

@@ -1,7 +1,7 @@
 """The options that choose how a module's image is built, on run.py and on its doctor.
 
 The doctor names the image it checks by the same content hash run.py builds (launcher/images.py),
-so both commands must read these three the same way: one declaration each, with the command's
+so both commands must read these four the same way: one declaration each, with the command's
 own help.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import click
 
-from launcher.images import DEFAULT_INSTALLER, PRODUCTION_BASE
+from launcher.images import DEFAULT_INSTALLER, DEFAULT_LOCK, LOCKS, PRODUCTION_BASE
 from validator.options import F
 
 
@@ -41,3 +41,15 @@ def env_installer_option(help: str) -> Callable[[F], F]:
 def pip_options_option(help: str) -> Callable[[F], F]:
     """`--pip-options` / VALIDATOR_PIP_OPTIONS: extra pip options, none unless given."""
     return click.option("--pip-options", envvar="VALIDATOR_PIP_OPTIONS", default="", help=help)
+
+
+def lock_option(help: str) -> Callable[[F], F]:
+    """`--lock` / VALIDATOR_LOCK: which of the module's hash locks the image installs."""
+    return click.option(
+        "--lock",
+        envvar="VALIDATOR_LOCK",
+        default=DEFAULT_LOCK,
+        type=click.Choice(list(LOCKS)),
+        show_default=True,
+        help=help,
+    )

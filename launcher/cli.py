@@ -20,7 +20,12 @@ import click
 import docker
 from docker.errors import DockerException
 
-from launcher.build_options import base_image_option, env_installer_option, pip_options_option
+from launcher.build_options import (
+    base_image_option,
+    env_installer_option,
+    lock_option,
+    pip_options_option,
+)
 from launcher.containers import (
     PASSED_ENV,
     ContainerSpec,
@@ -37,7 +42,7 @@ from launcher.follow import Follower
 from launcher.follow import check_options as check_follow
 from launcher.follow import interval as follow_interval
 from launcher.forwarded import LauncherCommand, forwarded_options, launch_values
-from launcher.images import BuildSpec, ensure_given_image, ensure_image
+from launcher.images import DEFAULT_LOCK, BuildSpec, ensure_given_image, ensure_image
 from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, checkout_version, pull_verified
 from launcher.release_channel import CHANNEL_ENV, DEFAULT_CHANNEL, Channel
 from launcher.report import run_reports, worker_volumes
@@ -161,6 +166,10 @@ def check_configs(spec: ModuleSpec, config_dir: Path, task_ids: list[str]) -> No
 @base_image_option("Base of the module image.")
 @env_installer_option("How the module's environment.yml is installed (pip: bases without conda).")
 @pip_options_option("Extra pip options for image builds (e.g. a local wheelhouse).")
+@lock_option(
+    "The module's lock the image installs (modules/MODULE/locks/): production (torch's CUDA "
+    "build) or cpu (torch's CPU build, for the stand-in base of CI)."
+)
 @config_dir_option("Mounted read-only as the validator's configs.")
 @click.option("--state-volume", help="Journal volume [default: flock-validator-MODULE-state].")
 @click.option(
@@ -250,6 +259,7 @@ class LaunchOptions:
     registry: str = DEFAULT_REGISTRY
     release_channel: str = DEFAULT_CHANNEL
     follow_releases: bool = False
+    lock: str = DEFAULT_LOCK
 
     def build_spec(self, spec: ModuleSpec) -> BuildSpec:
         return BuildSpec(
@@ -259,6 +269,7 @@ class LaunchOptions:
             self.env_installer,
             self.pip_options,
             spec.environment,
+            self.lock,
         )
 
     def secrets(self, spec: ModuleSpec) -> dict[str, str | None]:

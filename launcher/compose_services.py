@@ -11,11 +11,10 @@ from typing import Any
 import yaml
 
 from launcher.containers import state_volume_name, volume_name
-from launcher.images import DOCKERFILE, PRODUCTION_BASE
-from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, checkout_version, repository
+from launcher.images import DEFAULT_INSTALLER, DEFAULT_LOCK, DOCKERFILE, PRODUCTION_BASE
+from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, repository
 from validator.spec import (
     CONFIG_PATH,
-    REPO_ROOT,
     SPEC_FILE,
     STATE_PATH,
     ModuleSpec,
@@ -48,11 +47,17 @@ CORE_ENVIRONMENT = {
     "TIME_SLEEP": "${TIME_SLEEP:-180}",
     "ASSIGNMENT_LOOKUP_INTERVAL": "${ASSIGNMENT_LOOKUP_INTERVAL:-180}",
 }
+# run.py's build options, read from the same variables (launcher/build_options.py), so that an
+# image Compose builds has the source hash run.py computes for them.
 BUILD_ARGS = {
     "BASE_IMAGE": f"${{VALIDATOR_BASE_IMAGE:-{PRODUCTION_BASE}}}",
-    "ENV_INSTALLER": "${VALIDATOR_ENV_INSTALLER:-micromamba}",
+    "ENV_INSTALLER": f"${{VALIDATOR_ENV_INSTALLER:-{DEFAULT_INSTALLER}}}",
     "PIP_OPTIONS": "${VALIDATOR_PIP_OPTIONS:-}",
+    "LOCK": f"${{VALIDATOR_LOCK:-{DEFAULT_LOCK}}}",
 }
+# The name of the image Compose builds from the checkout: a local name, never a registry's (a
+# push or a pull by that name cannot mistake it for a release).
+COMPOSE_TAG = "compose"
 GPU_RESERVATION = {
     "resources": {
         "reservations": {"devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}
@@ -78,11 +83,11 @@ def service(spec: ModuleSpec, digests: Mapping[str, str] | None = None) -> dict[
         **{name: None for name in [*spec.secrets, *spec.env]},
     }
     body: dict[str, Any] = {
-        # The released image of this checkout's version (docs/images.md "Released images"),
-        # pulled when the engine lacks it; where it cannot be pulled (no such tag, no registry
-        # reachable) Compose warns and builds it from `build:` instead.
-        "image": released_image(spec.name),
-        "pull_policy": "missing",
+        # The checkout's own image, built by every `up` (`pull_policy: build`; a cached build
+        # when nothing changed), so that after an upgrade at the same version `up` runs the new
+        # code, never an older build under the same name (docs/compose.md "Which image runs").
+        "image": checkout_image(spec.name),
+        "pull_policy": "build",
         "build": {
             "context": ".",
             "dockerfile": DOCKERFILE,
@@ -103,6 +108,7 @@ def service(spec: ModuleSpec, digests: Mapping[str, str] | None = None) -> dict[
     }
     if digests is not None:
         body["image"] = released_image(spec.name, digests[spec.name])
+        body["pull_policy"] = "missing"
         del body["build"]
     if spec.gpu:
         body["deploy"] = GPU_RESERVATION
@@ -112,12 +118,16 @@ def service(spec: ModuleSpec, digests: Mapping[str, str] | None = None) -> dict[
     return {**body, **spec.compose}
 
 
-def released_image(module: str, digest: str | None = None) -> str:
-    """`${VALIDATOR_IMAGE_REGISTRY:-ghcr.io/flock-io}/flock-validator-<module>:<version>`, or
-    `...-<module>@<digest>`: a mirror may serve it, but only the image the release signed."""
+def checkout_image(module: str) -> str:
+    """`flock-validator-<module>:compose`: the image Compose builds from this checkout."""
+    return f"flock-validator-{module.lower()}:{COMPOSE_TAG}"
+
+
+def released_image(module: str, digest: str) -> str:
+    """`${VALIDATOR_IMAGE_REGISTRY:-ghcr.io/flock-io}/flock-validator-<module>@<digest>`: a
+    mirror may serve it, but only the image the release signed."""
     name = repository(DEFAULT_REGISTRY, module).removeprefix(DEFAULT_REGISTRY)
-    at = f"@{digest}" if digest else f":{checkout_version(REPO_ROOT)}"
-    return f"${{{REGISTRY_ENV}:-{DEFAULT_REGISTRY}}}{name}{at}"
+    return f"${{{REGISTRY_ENV}:-{DEFAULT_REGISTRY}}}{name}@{digest}"
 
 
 def healthcheck(port: int) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """`python run.py doctor [MODULE]`: the host's rows (the Docker engine, Compose v2, the NVIDIA
 driver against the module's CUDA, the NVIDIA runtime and a GPU seen from inside the module's
-image, the NVIDIA Container Toolkit's version against its escape fixes, the image, the disk
-under Docker's volumes), then the rows the validator would check itself
-(validator/doctor/checks.py): the settings, the configs, the Fed Ledger and the key, the clock,
-the task types, the Hub, and the module's own start-up checks, run in its image. A check that
+image, the NVIDIA Container Toolkit's version against its escape fixes, the image, the images
+its validators run (Compose's and run.py's), the disk under Docker's volumes), then the rows the
+validator would check itself (validator/doctor/checks.py): the settings, the configs, the Fed
+Ledger and the key, the clock, the task types, the Hub, and the module's own start-up checks,
+run in its image. A check that
 cannot run here is a row that says what it needs. One table, within the deadline whatever the
 servers do; exit 0 when nothing failed, 1 otherwise, 2 for usage."""
 
@@ -18,7 +19,14 @@ from pathlib import Path
 import click
 import docker
 
-from launcher.build_options import base_image_option, env_installer_option, pip_options_option
+from launcher.build_options import (
+    base_image_option,
+    env_installer_option,
+    lock_option,
+    pip_options_option,
+)
+from launcher.doctor_images import NAME as IMAGES_ROW
+from launcher.doctor_images import deployed_images_row
 from launcher.doctor_rows import (
     compose_row,
     docker_disk_row,
@@ -31,7 +39,13 @@ from launcher.doctor_rows import (
     setup_in_image,
 )
 from launcher.errors import UsageError
-from launcher.images import DEFAULT_INSTALLER, PRODUCTION_BASE, BuildSpec, source_hash
+from launcher.images import (
+    DEFAULT_INSTALLER,
+    DEFAULT_LOCK,
+    PRODUCTION_BASE,
+    BuildSpec,
+    source_hash,
+)
 from launcher.toolkit import NAME as TOOLKIT
 from launcher.toolkit import toolkit_row
 from validator.doctor.checks import SETUP, Settings, service_checks
@@ -54,9 +68,12 @@ def image_tag(
     base_image: str = PRODUCTION_BASE,
     installer: str = DEFAULT_INSTALLER,
     pip_options: str = "",
+    lock: str = DEFAULT_LOCK,
 ) -> str:
     """The content-hash tag run.py would build or reuse for these sources (launcher/images.py)."""
-    build = BuildSpec(spec.name, REPO_ROOT, base_image, installer, pip_options, spec.environment)
+    build = BuildSpec(
+        spec.name, REPO_ROOT, base_image, installer, pip_options, spec.environment, lock
+    )
     return f"flock-validator-{spec.name.lower()}:{source_hash(build)[:12]}"
 
 
@@ -75,7 +92,12 @@ class Once:
 
 
 def host_checks(
-    spec: ModuleSpec | None, tag: str | None, engine: Once, min_gpu_gb: float, min_free_mb: int
+    spec: ModuleSpec | None,
+    tag: str | None,
+    engine: Once,
+    min_gpu_gb: float,
+    min_free_mb: int,
+    pip_options: str = "",
 ) -> list[Check]:
     """The host's checks: the engine first, the rows that need it after it (or skipped)."""
     engine_fix = "check the Docker engine (systemctl status docker)"
@@ -109,6 +131,7 @@ def host_checks(
     checks.append(Check((TOOLKIT,), toolkit, "check `nvidia-ctk --version`"))
     if spec is not None and tag is not None:
         checks.append(with_engine("image", lambda c: image_row(c, spec, tag)))
+        checks.append(with_engine(IMAGES_ROW, lambda c: deployed_images_row(c, spec, pip_options)))
     checks.append(with_engine("disk: Docker volumes", lambda c: docker_disk_row(c, min_free_mb)))
     if spec is not None:
         checks.append(with_engine("journal volumes", lambda c: journals_row(c, spec)))
@@ -122,6 +145,7 @@ def host_checks(
 @base_image_option("The base run.py builds the module's image on (names the image checked).")
 @env_installer_option("As run.py's (names the image checked).")
 @pip_options_option("As run.py's (names the image checked).")
+@lock_option("As run.py's (names the image checked).")
 @hf_free_gb_option("--min-free-gb", "Free space Docker's volumes (the HF cache, the journal) need.")
 @click.option(
     "--min-gpu-gb",
@@ -154,6 +178,7 @@ def doctor(
     base_image: str,
     env_installer: str,
     pip_options: str,
+    lock: str,
     min_free_gb: float,
     min_gpu_gb: float,
     judge_models: tuple[str, ...],
@@ -165,8 +190,8 @@ def doctor(
         secret_names(spec) if spec else ["FLOCK_API_KEY", "HF_TOKEN"], flock_api_key, hf_token
     )
     engine = Once(lambda: engine_row(deadline))
-    tag = image_tag(spec, base_image, env_installer, pip_options) if spec else None
-    checks = host_checks(spec, tag, engine, min_gpu_gb, int(min_free_gb * 1024))
+    tag = image_tag(spec, base_image, env_installer, pip_options, lock) if spec else None
+    checks = host_checks(spec, tag, engine, min_gpu_gb, int(min_free_gb * 1024), pip_options)
     if spec is None or tag is None:
         return run_checks(checks, deadline), list(secrets.values())
     settings = Settings.given(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,20 +15,39 @@ from docker.utils import parse_repository_tag
 
 from launcher.errors import LaunchError
 from launcher.pulls import pull
+from validator.spec import REPO_ROOT
 
 DOCKERFILE = "docker/Dockerfile"
 SOURCE_LABEL = "org.flock-validator.source-hash"  # the whole source hash (docker/Dockerfile)
+# The same hash, computed by the build from the files it was given: in every image, whoever
+# built it (Compose passes no SOURCE_HASH, so its images' label is empty).
+SOURCE_FILE = "/app/source-hash"
 # micromamba 2.x on NVIDIA's CUDA 12 base for Ubuntu 22.04 (docs/images.md "The base image").
+# A build needs its base named by digest (require_pinned_base): `python -m launcher.release_cli
+# pin-base` writes it here, in docker/Dockerfile and in docs/images.md.
 PRODUCTION_BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
+DIGEST_REFERENCE = re.compile(r"@sha256:[0-9a-f]{64}$")
 # How the module's environment.yml is installed on it (docker/install-env.sh; pip: bases
 # without conda).
 DEFAULT_INSTALLER = "micromamba"
-# What goes into an image, besides the module's own folder (see .dockerignore). configs/ is
-# baked in as the defaults of hosts that cannot mount it (pods); run.py mounts it over them.
-# Not wheels/ (the offline wheelhouse, read by the build's `env` stage only: where to get a
-# package from, not what the image holds) nor devkit/ (never sent to a build).
-SHARED_INPUTS = ("configs", "docker", "requirements.txt", "validator")
-SKIPPED_PARTS = ("__pycache__",)
+# Which of the module's locks (modules/<name>/locks/<lock>.txt, `make lock`) the image installs:
+# production (PyPI's packages, torch's CUDA build) or cpu (torch's CPU build: CI's stand-in).
+DEFAULT_LOCK = "production"
+LOCKS = (DEFAULT_LOCK, "cpu")
+
+
+def _load_hasher():
+    """docker/source_hash.py: the one implementation, which the image build runs too."""
+    path = REPO_ROOT / "docker" / "source_hash.py"
+    loaded = importlib.util.spec_from_file_location("flock_source_hash", path)
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module
+
+
+_HASHER = _load_hasher()
+SHARED_INPUTS: tuple[str, ...] = _HASHER.SHARED_INPUTS
 # What the engine's pull errors mean, first match wins: (any of these texts, what to say).
 PULL_FAILURES = (
     (("invalid reference format",), "not a valid image name"),
@@ -60,6 +80,7 @@ class BuildSpec:
     env_installer: str = DEFAULT_INSTALLER
     pip_options: str = ""
     environment: str = "environment.yml"  # the spec's environment file, in the module folder
+    lock: str = DEFAULT_LOCK
 
     def build_args(self) -> dict[str, str]:
         return {
@@ -68,30 +89,19 @@ class BuildSpec:
             "BASE_IMAGE": self.base_image,
             "ENV_INSTALLER": self.env_installer,
             "PIP_OPTIONS": self.pip_options,
+            "LOCK": self.lock,
         }
 
 
 def input_files(spec: BuildSpec) -> Iterator[Path]:
-    """The files whose content the image's tag stands for: what the build copies into it."""
-    roots = [spec.repo_root / name for name in SHARED_INPUTS]
-    roots.append(spec.repo_root / "modules" / spec.module)
-    for root in roots:
-        paths = [root] if root.is_file() else sorted(root.rglob("*"))
-        for path in paths:
-            skipped = path.suffix == ".pyc" or any(part in SKIPPED_PARTS for part in path.parts)
-            if path.is_file() and not skipped:
-                yield path
+    """The files whose content the image's tag stands for: what the build copies into it
+    (configs/ is baked in as the defaults of hosts that cannot mount it; run.py mounts it)."""
+    return _HASHER.input_files(spec.repo_root, spec.module)
 
 
 def source_hash(spec: BuildSpec) -> str:
     """Changes whenever anything that goes into the image, or a build argument, changes."""
-    digest = hashlib.sha256()
-    for key, value in sorted(spec.build_args().items()):
-        digest.update(f"arg {key}={value}\n".encode())
-    for path in input_files(spec):
-        digest.update(f"file {path.relative_to(spec.repo_root).as_posix()}\n".encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
+    return _HASHER.source_hash(spec.repo_root, spec.module, spec.build_args())
 
 
 def ensure_image(client: docker.DockerClient, spec: BuildSpec, rebuild: bool = False) -> str:
@@ -111,6 +121,7 @@ def ensure_image(client: docker.DockerClient, spec: BuildSpec, rebuild: bool = F
         if found is not None:
             say = f"[run.py] image {tag} is not this checkout's build: building it"
             print(say, file=sys.stderr, flush=True)
+    require_pinned_base(client, spec.base_image)
     ensure_base(client, spec.base_image)
     print(
         f"[run.py] building image {tag} from {DOCKERFILE} (base {spec.base_image})",
@@ -146,6 +157,29 @@ def _build(client: docker.DockerClient, spec: BuildSpec, tag: str, digest: str) 
         raise LaunchError(f"building {tag} failed: {exc}", exit_code=1) from exc
 
 
+def require_pinned_base(client: docker.DockerClient, base: str) -> None:
+    """A base named by digest, or an image this machine made (no registry holds it: the CI
+    stand-in); a tag is what a registry can move, so two builds of one checkout would differ."""
+    if DIGEST_REFERENCE.search(base):
+        return
+    try:
+        image = client.images.get(base)
+    except ImageNotFound:
+        image = None
+    except APIError as exc:  # e.g. an invalid reference
+        raise base_unavailable(base, _explanation(exc)) from exc
+    held = (image.attrs.get("RepoDigests") or []) if image is not None else []
+    if image is not None and not held:
+        return
+    known = f" (this engine holds it as {held[0]})" if held else ""
+    raise LaunchError(
+        f"base image {base!r} is named by tag, which its registry can move{known}: name it by "
+        "digest with --base-image / VALIDATOR_BASE_IMAGE NAME@sha256:... (the production base: "
+        "`python -m launcher.release_cli pin-base` where its registry can be reached, then "
+        'make compose; docs/images.md "The base image")'
+    )
+
+
 def ensure_base(client: docker.DockerClient, base: str) -> None:
     """Pulls `base` unless the engine has it, so that a wrong or unreachable base is one clear
     line before any build output, not a build error at its FROM step; within the pace of
@@ -173,7 +207,7 @@ def base_unavailable(base: str, error: str) -> LaunchError:
     """The one line an operator gets for a base image the engine cannot get."""
     return LaunchError(
         f"base image {base!r} cannot be pulled ({pull_failure_reason(error)}); pick another "
-        "with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA tag, see "
+        "with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA image by digest, see "
         'docs/images.md "The base image")'
     )
 

@@ -19,6 +19,7 @@ from devkit.docker_env import (
 )
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import API_KEY, HF_TOKEN, wait_for
+from launcher.images import PRODUCTION_BASE
 from tests.helpers.docker_env import require_engine
 
 LABEL = "org.flock-validator.module=fixture"
@@ -143,7 +144,11 @@ def test_the_image_holds_the_product_only(engine, repo):
     built = run_py(repo, "fixture", "--build-only")
     assert built.returncode == 0, built.stderr
     tag = built.stdout.strip()
-    assert found_in(engine, tag, "ls /app") == ["configs", "modules", "validator"]
+    # The code, the configs, and the hash of the sources the build computed.
+    assert found_in(engine, tag, "ls /app") == ["configs", "modules", "source-hash", "validator"]
+    [source] = found_in(engine, tag, "cat /app/source-hash")
+    assert source == engine.images.get(tag).labels["org.flock-validator.source-hash"]
+    assert source.startswith(tag.partition(":")[2])
     # The base's own (Debian's python3-venv keeps pip's and setuptools' wheels) and no more.
     leftovers = found_in(engine, tag, FIND_BUILD_LEFTOVERS)
     assert set(leftovers) == set(found_in(engine, LOCAL_BASE, FIND_BUILD_LEFTOVERS))
@@ -160,6 +165,19 @@ def test_the_image_holds_the_product_only(engine, repo):
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == tag
     assert "(already built)" in again.stderr
+
+
+def test_a_base_named_by_tag_is_refused_before_any_pull_or_build(engine, repo):
+    # The checkout's production base until a maintainer pins it: a tag its registry can move.
+    env = launcher_env(VALIDATOR_BASE_IMAGE=PRODUCTION_BASE)
+    result = run_py(repo, "fixture", "--build-only", env=env)
+    assert result.returncode == 3
+    assert result.stderr.splitlines() == [
+        f"[run.py] error: base image {PRODUCTION_BASE!r} is named by tag, which its registry can "
+        "move: name it by digest with --base-image / VALIDATOR_BASE_IMAGE NAME@sha256:... (the "
+        "production base: `python -m launcher.release_cli pin-base` where its registry can be "
+        'reached, then make compose; docs/images.md "The base image")'
+    ]
 
 
 def test_code_change_rebuilds_without_reinstalling_the_environment(engine, repo, tmp_path):
@@ -331,7 +349,8 @@ def test_operator_mistakes_get_clear_errors(engine, repo, args, env_change, code
 
 @pytest.mark.parametrize("by", ["option", "environment"])
 def test_a_base_that_cannot_be_pulled_is_one_line_naming_it(engine, repo, by):
-    base = "local/does-not-exist:nope"  # no registry has it, and CI reaches none: fails fast
+    # By digest, as a build needs it; no registry has it, and CI reaches none: fails fast.
+    base = f"local/does-not-exist@sha256:{'0' * 64}"
     args, env = ["fixture", "--build-only"], launcher_env(VALIDATOR_BASE_IMAGE=base)
     if by == "option":
         args, env = [*args, "--base-image", base], launcher_env()
@@ -342,7 +361,7 @@ def test_a_base_that_cannot_be_pulled_is_one_line_naming_it(engine, repo, by):
     assert errors[0].startswith(f"[run.py] error: base image '{base}' cannot be pulled (")
     assert errors[0].endswith(
         "; pick another with --base-image / VALIDATOR_BASE_IMAGE (a mambaorg/micromamba CUDA "
-        'tag, see docs/images.md "The base image")'
+        'image by digest, see docs/images.md "The base image")'
     )
     assert "Traceback" not in result.stderr
     assert "Step " not in result.stderr  # refused before the build, not at its FROM step

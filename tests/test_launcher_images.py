@@ -26,6 +26,8 @@ from launcher.images import (
 )
 
 BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
+# The same base named by a digest: what a build needs (a tag is what a registry can move).
+PINNED = f"{BASE}@sha256:{'a' * 64}"
 
 
 def test_the_production_base_is_one_tag_everywhere():
@@ -80,14 +82,21 @@ def test_the_message_is_one_line_naming_the_tag_and_the_way_out():
     assert 'docs/images.md "The base image"' in message
 
 
-class StandInImages:
-    def __init__(self, present: set[str]) -> None:
-        self.present = present
+class StandInImage:
+    def __init__(self, repo_digests: list[str]) -> None:
+        self.attrs = {"RepoDigests": repo_digests}
 
-    def get(self, name: str) -> object:
+
+class StandInImages:
+    def __init__(self, present: set[str], pulled_from: dict[str, str]) -> None:
+        self.present = present
+        self.pulled_from = pulled_from  # name -> the digest reference a registry gave it
+
+    def get(self, name: str) -> StandInImage:
         if name not in self.present:
             raise ImageNotFound(f"No such image: {name}")
-        return object()
+        held = self.pulled_from.get(name)
+        return StandInImage([held] if held else [])
 
 
 class StandInAPI:
@@ -105,8 +114,8 @@ class StandInAPI:
 
 
 class StandInClient:
-    def __init__(self, present=(), build_chunks=(), pull_chunks=()) -> None:
-        self.images = StandInImages(set(present))
+    def __init__(self, present=(), build_chunks=(), pull_chunks=(), pulled_from=None) -> None:
+        self.images = StandInImages(set(present), pulled_from or {})
         self.api = StandInAPI(list(build_chunks), list(pull_chunks))
 
 
@@ -120,8 +129,8 @@ def test_a_pull_error_in_the_stream_is_the_one_line_and_no_build_starts(
         build_chunks=[{"stream": "Step 1/2 : FROM x\n"}],
     )
     with pytest.raises(LaunchError, match=r"^base image '.*' cannot be pulled \(the registry's"):
-        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
-    assert client.api.pulled == [("mambaorg/micromamba", "2.3.3-cuda12.6.3-ubuntu22.04")]
+        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=PINNED))
+    assert client.api.pulled == [(BASE, f"sha256:{'a' * 64}")]  # the engine pulls the digest
     assert "Step " not in capsys.readouterr().err
 
 
@@ -135,29 +144,56 @@ def test_an_image_given_with_image_is_pulled_through_the_paced_pull(monkeypatch)
     assert client.api.pulled == [("me/v", "1")]
 
 
+def test_a_base_named_by_tag_is_refused_before_any_pull_or_build(tmp_path, capsys):
+    client = StandInClient(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    with pytest.raises(LaunchError) as caught:
+        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
+    assert caught.value.exit_code == 3
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"base image {BASE!r} is named by tag, which its registry can move")
+    assert "python -m launcher.release_cli pin-base" in message
+    assert client.api.pulled == []
+    assert "Step " not in capsys.readouterr().err
+
+
+def test_a_base_pulled_by_tag_is_refused_naming_the_digest_it_was_pulled_as(tmp_path):
+    held = f"mambaorg/micromamba@sha256:{'b' * 64}"
+    client = StandInClient(present={BASE}, pulled_from={BASE: held})
+    with pytest.raises(LaunchError, match=rf"this engine holds it as {held}\)"):
+        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
+
+
+def test_a_base_made_on_this_machine_needs_no_digest(tmp_path):
+    # The CI stand-in (scripts/local-base-image.sh) comes from no registry: nothing can move it.
+    client = StandInClient(present={"local/base:bookworm"}, build_chunks=[{"stream": "ok\n"}])
+    tag = ensure_image(client, BuildSpec("fixture", tmp_path, base_image="local/base:bookworm"))
+    assert tag.startswith("flock-validator-fixture:")
+
+
 def test_a_present_base_is_not_pulled(tmp_path):
-    client = StandInClient(present={BASE}, build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
-    tag = ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
+    client = StandInClient(present={PINNED}, build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    tag = ensure_image(client, BuildSpec("fixture", tmp_path, base_image=PINNED))
     assert tag.startswith("flock-validator-fixture:")
     assert client.api.pulled == []
 
 
 def test_a_failing_from_step_names_the_base(tmp_path):
     client = StandInClient(
-        present={BASE},
+        present={PINNED},
         build_chunks=[
             {"stream": "Step 2/21 : FROM ${BASE_IMAGE}\n"},
             {"error": "manifest for x not found: manifest unknown"},
         ],
     )
     with pytest.raises(LaunchError) as caught:
-        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
-    assert str(caught.value).startswith(f"base image {BASE!r} cannot be pulled (no such tag); ")
+        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=PINNED))
+    assert str(caught.value).startswith(f"base image {PINNED!r} cannot be pulled (no such tag); ")
 
 
 def test_a_failing_later_step_is_a_build_failure(tmp_path):
     client = StandInClient(
-        present={BASE},
+        present={PINNED},
         build_chunks=[
             {"stream": "Step 2/21 : FROM ${BASE_IMAGE}\n"},
             {"stream": "Step 9/21 : RUN sh /opt/flock/install-env.sh\n"},
@@ -165,7 +201,7 @@ def test_a_failing_later_step_is_a_build_failure(tmp_path):
         ],
     )
     with pytest.raises(LaunchError) as caught:
-        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
+        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=PINNED))
     assert caught.value.exit_code == 1
     assert str(caught.value).startswith("building flock-validator-fixture:")
 

@@ -6,6 +6,7 @@ with a pip dependency of its own, tested in its own venv)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -28,7 +29,9 @@ def run(repo, *args, env=None, timeout=300):
 @pytest.fixture(scope="module")
 def scaffolded(tmp_path_factory):
     repo = make_module_repo(tmp_path_factory.mktemp("scaffold") / "repo")
-    result = run(repo, sys.executable, "-m", "devkit.scaffold", NAME)
+    # Its image's locks resolved from the wheelhouse alone, as a host without an index would.
+    offline = {**os.environ, "UV_OFFLINE": "1", "UV_FIND_LINKS": str(repo / "wheels")}
+    result = run(repo, sys.executable, "-m", "devkit.scaffold", NAME, env=offline)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     return repo, result.stdout
@@ -40,6 +43,8 @@ def test_it_writes_the_module_its_config_example_and_tests(scaffolded):
         path = repo / target.format(name=NAME)
         assert path.is_file(), path
         assert f"wrote {target.format(name=NAME)}" in output
+    for lock in ("production", "cpu"):
+        assert f"wrote modules/{NAME}/locks/{lock}.txt" in output
     assert f"validator-{NAME}:" in (repo / "compose.yaml").read_text()
 
 

@@ -5,7 +5,8 @@ Right after it, with no edit: `python -m validator NAME --check modules/NAME/exa
 prints metrics, `pytest tests/NAME` passes (in .venv-NAME after `make install` for a module
 with `--own-venv`), `python run.py NAME --build-only` builds its image and `docker compose
 config` lists `validator-NAME`: what derives from the specs (requirements-NAME.txt, the Compose
-files, deploy/kubernetes/ where the repo has it) is rewritten.
+files, deploy/kubernetes/ where the repo has it) is rewritten, and its image's hash locks are
+written (uv resolves them from the package index, or offline from UV_FIND_LINKS with UV_OFFLINE).
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from devkit.lock import all_locks, default_find_links
+from devkit.lock import write as write_locks
 from devkit.requirements import write as write_requirements
 from launcher.compose import main as write_compose
 from launcher.kubernetes import OUTPUT_DIR as KUBERNETES_DIR
 from launcher.kubernetes import main as write_kubernetes
+from validator.errors import ConfigError
 from validator.spec import REPO_ROOT
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -118,6 +122,10 @@ def scaffold(
         path.write_text(environment.get_template(template).render(values), encoding="utf-8")
         written.append(path)
     written += write_requirements(repo)
+    try:  # its image installs its hash locks: resolved by uv, from the index
+        written += write_locks(all_locks(repo, name), default_find_links())
+    except (ConfigError, OSError) as exc:  # no uv or index here; a repo without the runtime's
+        print(f"warning: {exc}; `make lock` writes its locks", file=sys.stderr)
     write_compose(["--repo", str(repo)])
     # A module author's scratch repo has no deploy/kubernetes: none is started there.
     if (repo / KUBERNETES_DIR).is_dir():
