@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,13 +39,13 @@ from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_h
 from launcher.fleet_run import FleetSupervisor, worker_containers
 from launcher.follow import Follower
 from launcher.follow import check_options as check_follow
-from launcher.follow import interval as follow_interval
 from launcher.forwarded import LauncherCommand, forwarded_options, launch_values
 from launcher.images import DEFAULT_LOCK, BuildSpec, ensure_given_image, ensure_image
 from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, checkout_version, pull_verified
 from launcher.release_channel import CHANNEL_ENV, DEFAULT_CHANNEL, Channel
 from launcher.report import run_reports, worker_volumes
 from launcher.supervisor import Supervisor, say
+from launcher.takeover import take_over
 from launcher.volumes import adopt_old_volumes
 from validator.config import declared_schema, resolved_configs
 from validator.errors import ConfigError, ExitCode
@@ -393,30 +392,43 @@ def launch(options: LaunchOptions) -> int:
     if container is None:
         print(tag)
         return ExitCode.OK
+    return run_workers(options, client, spec, replace(container, image=tag), workers)
+
+
+def run_workers(
+    options: LaunchOptions,
+    client: docker.DockerClient,
+    spec: ModuleSpec,
+    container: ContainerSpec,
+    workers: list[Worker],
+) -> int:
+    """Supervises the workers of `container`'s image (or the release followed) until they end."""
+    module, tag, follower = options.module, container.image, None
+    if options.follow_releases:  # from the checkout's release
+        channel, version = Channel(options.release_channel), checkout_version(REPO_ROOT)
+        follower = Follower(client, options.registry, module, channel, version, [])
+        tag = follower.start_on(tag)  # a restart resumes the newest release that verifies
     container = replace(container, image=tag)
-    if container.check_file is None:
-        adopt_old_volumes(client, tag, module, workers)  # before any worker starts on its own
     stop_timeout = options.stop_timeout or spec.stop_grace_seconds
+    if container.check_file is None:
+        # Before any worker starts on its own: a worker a killed run.py left running is
+        # stopped first, then the journals under earlier names are moved into theirs.
+        take_over(client, [worker.name for worker in workers], stop_timeout, say)
+        adopt_old_volumes(client, tag, module, workers)
     if len(workers) > 1:
         fleet = FleetSupervisor(
             client, worker_containers(container, workers), options.restart_delay, stop_timeout
         )
         fleet.install_signal_handlers()
         say(f"starting {len(workers)} {module} workers in {tag}")
-        follow_releases(options, client, module, fleet.supervisors)
+        if follower is not None:
+            follower.follow(fleet.supervisors)
         return fleet.run()
     if container.check_file is None:  # a one-off check runs nameless, as before
         container = worker_containers(container, workers)[0][1]
     supervisor = Supervisor(client, container, options.restart_delay, stop_timeout)
     supervisor.install_signal_handlers()
     say(f"starting {module} in {tag} (gpus: {container.gpus})")
-    follow_releases(options, client, module, [supervisor])
+    if follower is not None:
+        follower.follow([supervisor])
     return supervisor.run()
-
-
-def follow_releases(options: LaunchOptions, client, module: str, targets: list) -> None:
-    """--follow-releases: a thread that moves the workers to newer verified releases."""
-    if options.follow_releases:
-        channel, version = Channel(options.release_channel), checkout_version(REPO_ROOT)
-        follower = Follower(client, options.registry, module, channel, version, targets)
-        follower.start(follow_interval(), threading.Event())

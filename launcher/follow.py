@@ -11,6 +11,11 @@ image with the same journal volume. A release that does not verify, whose schema
 whose image the registry does not hold is refused in one line, once, and the worker keeps the
 release it runs. The launcher's own code stays the checkout's: a new major version, or a
 release refused here, is an upgrade by hand.
+
+A start looks at once, before any worker starts (`start_on`): a restart resumes the newest
+release that verifies (the one it followed, unless a newer one came), verified and pulled by
+digest again, rather than the checkout's release for an interval. A release that signs the
+image already running is followed without a move.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import docker
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from launcher.errors import UsageError
+from launcher.fault_hook import kill_point
 from launcher.published import pull_release
 from launcher.release import ReleaseRefused
 from launcher.release_channel import Channel, ReleaseUnavailable, fetch_release, newer_versions
@@ -72,12 +78,13 @@ class Follower:
         targets: Sequence[Upgradable],
         *,
         journal_schema: int = SCHEMA_VERSION,
+        image: str | None = None,  # the image running, when known
         tell: Callable[[str], None] = say,
         keys: dict[str, Ed25519PublicKey] | None = None,  # None: this checkout's
     ) -> None:
         self.client, self.registry, self.module, self.channel = client, registry, module, channel
         self.version, self.journal_schema = version, journal_schema  # the release running
-        self.targets = targets
+        self.targets, self.image = targets, image
         self.tell, self.keys = tell, keys
         self.refused: set[str] = set()  # said once each
 
@@ -90,6 +97,20 @@ class Follower:
         except Exception as exc:  # noqa: BLE001 - the thread must outlive any one look
             self.tell(f"following releases: this look failed ({_why(exc)}); looking again later")
 
+    def start_on(self, image: str) -> str:
+        """The image to start the workers on: `image` (the checkout's release, or its build),
+        or the newest newer release that verifies, looked for now."""
+        self.image = image
+        try:
+            found = self.check()
+        except Exception as exc:  # noqa: BLE001 - a failed look keeps the checkout's release
+            self.tell(f"following releases: this look failed ({_why(exc)}); looking again later")
+            return image
+        if found is None:
+            return image
+        self.tell(f"following releases: starting on release v{self.version}, {found}")
+        return found
+
     def check(self) -> str | None:
         """The image of the release moved to, or None (nothing newer that verifies)."""
         try:
@@ -100,7 +121,7 @@ class Follower:
             if version in self.refused:
                 continue
             image = self._take(version)
-            if image is not None:
+            if image is not None or self.version == version:  # followed, moved or not
                 return image
         return None
 
@@ -123,11 +144,25 @@ class Follower:
             return None
         if image is None:
             return None  # the registry could not be reached: tried again at the next look
-        why = f"release v{version} verified (was v{self.version})"
+        was, self.version, self.journal_schema = self.version, version, manifest.journal_schema
+        if image == self.image:
+            self.tell(
+                f"release v{version} verified (was v{was}); it signs the image already "
+                f"running, {image}: nothing to move"
+            )
+            return None
+        kill_point("switch:pulled")
+        why = f"release v{version} verified (was v{was})"
         for target in self.targets:
             target.upgrade(image, why)
-        self.version, self.journal_schema = version, manifest.journal_schema
+        self.image = image
+        kill_point("switch:asked")
         return image
+
+    def follow(self, targets: Sequence[Upgradable]) -> threading.Thread:
+        """Moves `targets` from now on: a look every VALIDATOR_FOLLOW_INTERVAL seconds."""
+        self.targets = targets
+        return self.start(interval(), threading.Event())
 
     def start(self, every: float, stop: threading.Event) -> threading.Thread:
         def watch() -> None:

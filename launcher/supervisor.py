@@ -18,6 +18,8 @@ from docker.errors import APIError, NotFound
 from launcher.containers import LABEL_LAUNCHER, ContainerSpec
 from launcher.docker_errors import refused_to_run
 from launcher.errors import LaunchError
+from launcher.fault_hook import kill_point
+from launcher.takeover import owner_labels
 from validator.errors import ExitCode
 
 MAX_RESTART_DELAY = 300.0
@@ -137,6 +139,7 @@ class Supervisor:
             if self.stop_requested.is_set():
                 return self._stopped(code)
             if self.next_image is not None and self.next_image != self.spec.image:
+                kill_point("switch:stopped")
                 self.spec = replace(self.spec, image=self.next_image)
                 self.say(f"the validator stopped (exit {code}); starting it on {self.spec.image}")
                 delay = self.restart_delay
@@ -202,7 +205,7 @@ class Supervisor:
 
     def _create(self):
         try:
-            return self.client.containers.create(**self.spec.run_kwargs())
+            return self.client.containers.create(**self._run_kwargs())
         except APIError as exc:
             if exc.status_code != 409 or not self.spec.name:
                 raise refused_to_run(exc) from exc
@@ -224,9 +227,16 @@ class Supervisor:
         if found is not None:
             _quietly(found.remove, force=True)
         try:
-            return self.client.containers.create(**self.spec.run_kwargs())
+            return self.client.containers.create(**self._run_kwargs())
         except APIError as exc:
             raise refused_to_run(exc) from exc
+
+    def _run_kwargs(self) -> dict:
+        """The spec's, and the label naming this process, which a later start reads to take
+        the container over if this process dies (launcher/takeover.py)."""
+        kwargs = self.spec.run_kwargs()
+        kwargs["labels"] = {**kwargs["labels"], **owner_labels()}
+        return kwargs
 
     def _report(self, code: int, signalled: int = 0) -> int:
         if code == ExitCode.OK:

@@ -14,7 +14,7 @@ from unittest import mock
 
 import click
 import pytest
-from docker.errors import APIError, ContainerError, DockerException, ImageNotFound
+from docker.errors import APIError, DockerException, ImageNotFound
 
 from launcher import pulls
 from launcher.docker_errors import refused_to_run, unreachable
@@ -318,18 +318,31 @@ def _refused_limit() -> Produced:
 
 
 class _Engine:
-    """An engine holding an old-named journal that a container still uses, or whose copy into
-    the worker's volume is refused (the real engine's case: tests/test_docker_volumes.py)."""
+    """An engine holding an old-named journal that a container still uses, or whose move into
+    the worker's volume fails (the real engine's moves: tests/faults/test_moves.py)."""
 
     def __init__(self, used: bool) -> None:
         self.used = used
         self.containers = self
 
-    def list(self, **_):
-        return [type("Container", (), {"name": "flock-validator-lora-gpu0-1"})] if self.used else []
+    def list(self, filters=None, **_):
+        if "label" in (filters or {}):  # no move of it left by an earlier start
+            return []
+        found = type("Container", (), {"name": "flock-validator-lora-gpu0-1", "labels": {}})
+        return [found] if self.used else []
 
-    def run(self, image, *_args, **_kwargs):
-        raise ContainerError("c", 5, "python", image, b"")
+    def create(self, *_args, **_kwargs):
+        return _FailedMove()
+
+
+class _FailedMove:
+    """The move's container, which answers that the worker's volume has no room."""
+
+    def attach(self, **_):
+        return iter([(b'{"outcome": "failed", "problem": "No space left on device"}\n', None)])
+
+    def start(self) -> None:
+        pass
 
 
 def _old_volume(used: bool) -> Produced:
@@ -420,6 +433,8 @@ PASSED_ON = {
     "could not list tasks (...): no task is looked up before its type is checked; asking again "
     "in ...": "",
     "task ... has type '...', which no module declares (...): looked up all the same": "",
+    "... cannot be opened whole (...): its ... readable rows are moved into ...": "",
+    "...: a validator left running by a run.py that ended without stopping it (...)": "",
     "worker flock-validator-<module>-K stopped for good (exit N); ... go on": "N",
     "the validator was killed (exit N); restarting in ...s (SIG..., not sent by run.py)": "",
 }
