@@ -23,8 +23,9 @@ SOURCE_LABEL = "org.flock-validator.source-hash"  # the whole source hash (docke
 # built it (Compose passes no SOURCE_HASH, so its images' label is empty).
 SOURCE_FILE = "/app/source-hash"
 # micromamba 2.x on NVIDIA's CUDA 12 base for Ubuntu 22.04 (docs/images.md "The base image").
-# A build needs its base named by digest (require_pinned_base): `python -m launcher.release_cli
-# pin-base` writes it here, in docker/Dockerfile and in docs/images.md.
+# Named by tag until a maintainer pins its digest (`python -m launcher.release_cli pin-base`
+# writes it here, in docker/Dockerfile and docs/images.md); meanwhile a build stands on the
+# digest the engine holds it as (pinned_base).
 PRODUCTION_BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
 DIGEST_REFERENCE = re.compile(r"@sha256:[0-9a-f]{64}$")
 # How the module's environment.yml is installed on it (docker/install-env.sh; pip: bases
@@ -121,25 +122,24 @@ def ensure_image(client: docker.DockerClient, spec: BuildSpec, rebuild: bool = F
         if found is not None:
             say = f"[run.py] image {tag} is not this checkout's build: building it"
             print(say, file=sys.stderr, flush=True)
-    require_pinned_base(client, spec.base_image)
-    ensure_base(client, spec.base_image)
+    base = pinned_base(client, spec.base_image)
     print(
-        f"[run.py] building image {tag} from {DOCKERFILE} (base {spec.base_image})",
+        f"[run.py] building image {tag} from {DOCKERFILE} (base {base})",
         file=sys.stderr,
         flush=True,
     )
-    _build(client, spec, tag, digest)
+    _build(client, spec, tag, digest, base)
     return tag
 
 
-def _build(client: docker.DockerClient, spec: BuildSpec, tag: str, digest: str) -> None:
+def _build(client: docker.DockerClient, spec: BuildSpec, tag: str, digest: str, base: str) -> None:
     step = ""
     try:
         for chunk in client.api.build(
             path=str(spec.repo_root),
             dockerfile=DOCKERFILE,
             tag=tag,
-            buildargs={**spec.build_args(), "SOURCE_HASH": digest},
+            buildargs={**spec.build_args(), "BASE_FROM": base, "SOURCE_HASH": digest},
             rm=True,
             forcerm=True,
             decode=True,
@@ -157,27 +157,30 @@ def _build(client: docker.DockerClient, spec: BuildSpec, tag: str, digest: str) 
         raise LaunchError(f"building {tag} failed: {exc}", exit_code=1) from exc
 
 
-def require_pinned_base(client: docker.DockerClient, base: str) -> None:
-    """A base named by digest, or an image this machine made (no registry holds it: the CI
-    stand-in); a tag is what a registry can move, so two builds of one checkout would differ."""
+def pinned_base(client: docker.DockerClient, base: str) -> str:
+    """What the build's FROM names: `base` when it is a digest, or an image this machine made
+    (no registry holds it: the CI stand-in); for a tag, the digest the engine holds it as, pulled
+    once when missing (ensure_base) and never pulled by tag again while the engine keeps it, so
+    that every build on this host stands on the same bytes, with one line naming them."""
+    ensure_base(client, base)
     if DIGEST_REFERENCE.search(base):
-        return
+        return base
     try:
-        image = client.images.get(base)
-    except ImageNotFound:
-        image = None
-    except APIError as exc:  # e.g. an invalid reference
+        held = client.images.get(base).attrs.get("RepoDigests") or []
+    except (ImageNotFound, APIError) as exc:
         raise base_unavailable(base, _explanation(exc)) from exc
-    held = (image.attrs.get("RepoDigests") or []) if image is not None else []
-    if image is not None and not held:
-        return
-    known = f" (this engine holds it as {held[0]})" if held else ""
-    raise LaunchError(
-        f"base image {base!r} is named by tag, which its registry can move{known}: name it by "
-        "digest with --base-image / VALIDATOR_BASE_IMAGE NAME@sha256:... (the production base: "
-        "`python -m launcher.release_cli pin-base` where its registry can be reached, then "
-        'make compose; docs/images.md "The base image")'
+    repository = parse_repository_tag(base)[0]
+    pinned = [ref for ref in held if ref.split("@")[0] in (repository, f"docker.io/{repository}")]
+    if not pinned:
+        return base
+    print(
+        f"[run.py] base {base} is named by tag: building on the digest this engine holds it as, "
+        f"{pinned[0]} (pin it for every host: --base-image NAME@sha256:..., docs/images.md "
+        '"The base image")',
+        file=sys.stderr,
+        flush=True,
     )
+    return pinned[0]
 
 
 def ensure_base(client: docker.DockerClient, base: str) -> None:

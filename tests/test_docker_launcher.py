@@ -19,7 +19,6 @@ from devkit.docker_env import (
 )
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import API_KEY, HF_TOKEN, wait_for
-from launcher.images import PRODUCTION_BASE
 from tests.helpers.docker_env import require_engine
 
 LABEL = "org.flock-validator.module=fixture"
@@ -165,19 +164,6 @@ def test_the_image_holds_the_product_only(engine, repo):
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == tag
     assert "(already built)" in again.stderr
-
-
-def test_a_base_named_by_tag_is_refused_before_any_pull_or_build(engine, repo):
-    # The checkout's production base until a maintainer pins it: a tag its registry can move.
-    env = launcher_env(VALIDATOR_BASE_IMAGE=PRODUCTION_BASE)
-    result = run_py(repo, "fixture", "--build-only", env=env)
-    assert result.returncode == 3
-    assert result.stderr.splitlines() == [
-        f"[run.py] error: base image {PRODUCTION_BASE!r} is named by tag, which its registry can "
-        "move: name it by digest with --base-image / VALIDATOR_BASE_IMAGE NAME@sha256:... (the "
-        "production base: `python -m launcher.release_cli pin-base` where its registry can be "
-        'reached, then make compose; docs/images.md "The base image")'
-    ]
 
 
 def test_code_change_rebuilds_without_reinstalling_the_environment(engine, repo, tmp_path):

@@ -104,8 +104,10 @@ class StandInAPI:
         self.build_chunks = build_chunks
         self.pull_chunks = pull_chunks
         self.pulled: list[tuple[str, str]] = []
+        self.built: list[dict] = []
 
-    def build(self, **_kwargs):
+    def build(self, **kwargs):
+        self.built.append(kwargs)
         yield from self.build_chunks
 
     def pull(self, repository: str, tag: str, **_kwargs):
@@ -144,24 +146,21 @@ def test_an_image_given_with_image_is_pulled_through_the_paced_pull(monkeypatch)
     assert client.api.pulled == [("me/v", "1")]
 
 
-def test_a_base_named_by_tag_is_refused_before_any_pull_or_build(tmp_path, capsys):
-    client = StandInClient(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
-    with pytest.raises(LaunchError) as caught:
-        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
-    assert caught.value.exit_code == 3
-    message = str(caught.value)
-    assert "\n" not in message
-    assert message.startswith(f"base image {BASE!r} is named by tag, which its registry can move")
-    assert "python -m launcher.release_cli pin-base" in message
-    assert client.api.pulled == []
-    assert "Step " not in capsys.readouterr().err
-
-
-def test_a_base_pulled_by_tag_is_refused_naming_the_digest_it_was_pulled_as(tmp_path):
+def test_a_base_named_by_tag_is_built_on_the_digest_the_engine_holds_it_as(tmp_path, capsys):
+    # A tag is what its registry can move: every build on this host stands on the bytes the
+    # engine pulled once, named by digest, and says so.
     held = f"mambaorg/micromamba@sha256:{'b' * 64}"
-    client = StandInClient(present={BASE}, pulled_from={BASE: held})
-    with pytest.raises(LaunchError, match=rf"this engine holds it as {held}\)"):
-        ensure_image(client, BuildSpec("fixture", tmp_path, base_image=BASE))
+    client = StandInClient(
+        present={BASE}, pulled_from={BASE: held}, build_chunks=[{"stream": "ok\n"}]
+    )
+    spec = BuildSpec("fixture", tmp_path, base_image=BASE)
+    tag = ensure_image(client, spec)
+    assert tag == f"flock-validator-fixture:{source_hash(spec)[:12]}"
+    (built,) = client.api.built
+    assert built["buildargs"]["BASE_FROM"] == held
+    assert built["buildargs"]["BASE_IMAGE"] == BASE  # the hash, and so the tag, name the tag
+    assert client.api.pulled == []
+    assert f"building on the digest this engine holds it as, {held}" in capsys.readouterr().err
 
 
 def test_a_base_made_on_this_machine_needs_no_digest(tmp_path):
