@@ -20,7 +20,7 @@ from enum import Enum, IntEnum
 
 import requests
 
-from validator._moved import renamed
+from validator._moved import moved_name
 from validator.text import MAX_REASON, bounded, one_line
 
 # --- exceptions --------------------------------------------------------------------------------
@@ -39,8 +39,7 @@ class SubmissionRejected(ValidatorError, ValueError):
 class OperatorError(ValidatorError):
     """A problem on the validator's side that the operator can fix (missing token, a base model
     the token cannot read, a missing dependency, disk full). The assignment is not marked failed;
-    it stays in the journal for a retry after the fix, and the process exits with code 3.
-    (Its earlier name, `RecoverableException`, imports with a warning until 0.3.)"""
+    it stays in the journal for a retry after the fix, and the process exits with code 3."""
 
 
 class ConfigError(OperatorError):
@@ -319,8 +318,4 @@ def sqlite_result(exc: BaseException, codes: Collection[int], messages: Collecti
 
 
 def __getattr__(name: str) -> object:
-    # An earlier name of one of these classes (validator/_moved.py): the class, with a warning.
-    new = renamed(__name__, name)
-    if new is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return globals()[new]
+    return moved_name(__name__, name)  # an earlier name of one of these classes

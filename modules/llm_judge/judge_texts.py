@@ -55,6 +55,7 @@ from validator.kit import (
     Cap,
     ConfigError,
     OperatorError,
+    alias,
     capped_session,
     overall_deadline,
     quoted,
@@ -168,8 +169,8 @@ def load_judge_texts(
     prompt_files: Mapping[int, str] | None = None,
 ) -> JudgeTexts:
     """The judge texts `prompt_source` names; `cache_dir` (the state dir) keeps fetched ones
-    for when the source cannot be reached. `prompt_files` (deprecated config key) replaces
-    rubrics with operator files in `$` syntax. ConfigError for a value that names nothing;
+    for when the source cannot be reached. `prompt_files` (an alias, validator/_moved.py)
+    replaces rubrics with operator files in `$` syntax. ConfigError for a value that names nothing;
     OperatorError when the texts cannot be had or do not have the expected shape."""
     try:
         kind, where = source_location(prompt_source)
@@ -338,16 +339,14 @@ def read_cache(cache_dir: Path, folder: str) -> JudgeTexts | None:
         return None
 
 
-# --- prompt_files, the deprecated alias --------------------------------------------------------
+# --- prompt_files, an alias --------------------------------------------------------------------
 
 
 def _with_files(texts: JudgeTexts, prompt_files: Mapping[int, str]) -> JudgeTexts:
     """`texts` with the rubrics the operator's files replace (string.Template `$` syntax:
     $conversation, $answer, $reference, $tools), as `prompt_files` did before prompt_source."""
     log.warning(
-        "judge texts: prompt_files is deprecated; it replaces rubrics %s with your files, in "
-        "`$` syntax (use prompt_source for the texts' origin)",
-        sorted(prompt_files),
+        "judge texts: %s: rubrics %s", alias("llm_judge's prompt_files").line, sorted(prompt_files)
     )
     rubrics, template_ids = dict(texts.rubrics), set(texts.template_ids)
     for prompt_id, name in sorted(prompt_files.items()):

@@ -368,6 +368,4 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
 def __getattr__(name: str) -> Any:
-    # A base model's fetch is kit/base_models.py's now (it imports this module): the old place
-    # still gives it, with a warning (validator/_moved.py).
-    return moved_name(__name__, name)
+    return moved_name(__name__, name)  # fetch_base_model, from kit/base_models.py
