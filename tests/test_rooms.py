@@ -24,6 +24,7 @@ CHILD_SIDE = (
     "child_seccomp",
     "child_reaper",
     "kernel",
+    "protocol",
 )
 CHILD_SCRIPTS = ("pattern_child",)
 # Each room below the loop, and the validator modules and rooms it may import besides its own.

@@ -57,7 +57,6 @@ rejection.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -68,9 +67,9 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
-from validator.sandbox import child_landlock, child_seccomp, child_server
+from validator.sandbox import child_landlock, child_seccomp, child_server, protocol
 from validator.sandbox.child_bounds import refused
 from validator.sandbox.child_files import (
     RECORD_PREFIX,
@@ -151,13 +150,13 @@ def run_child(
     return _run_fresh(script, args, cwd, limits, child_env, preload, heartbeat)
 
 
-def confinement(cwd: Path) -> dict | None:
+def confinement(cwd: Path) -> protocol.Confinement | None:
     """The child's Landlock rules, which validator/sandbox/child_entry.py applies before it runs the
     script; None where there is no Landlock (one warning line per process)."""
     return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP, CHILD_SCOPED)
 
 
-def syscall_filter() -> dict | None:
+def syscall_filter() -> protocol.SyscallRules | None:
     """The child's seccomp filter, which validator/sandbox/child_entry.py installs right after the
     Landlock rules; None where seccomp is not available (one warning line per process)."""
     return child_seccomp.rules(
@@ -175,19 +174,18 @@ def _paths(cwd: Path) -> tuple[str, Path, Path]:
     return token, record, cwd / f"{RECORD_PREFIX}{token}.stderr"
 
 
-def _request(script: Path, args: list[str], cwd: Path, limits: ChildLimits, /, **more) -> dict:
+def _request(script: Path, args: list[str], cwd: Path, limits: ChildLimits) -> protocol.Request:
     """What the child's side (child_entry.py) is told on either path: the script, the Landlock
-    rules and seccomp filter it applies, and the limits it arms; `more` is the path's own."""
-    return {
-        "script": str(script),
-        "args": [str(a) for a in args],
-        "confine": confinement(cwd),
-        "syscalls": syscall_filter(),
-        "cpu_seconds": limits.cpu_seconds,
-        "memory_bytes": limits.memory_bytes,
-        "file_bytes": limits.file_bytes,
-        **more,
-    }
+    rules and seccomp filter it applies, and the limits it arms."""
+    return protocol.Request(
+        script=str(script),
+        args=[str(a) for a in args],
+        confine=confinement(cwd),
+        syscalls=syscall_filter(),
+        cpu_seconds=limits.cpu_seconds,
+        memory_bytes=limits.memory_bytes,
+        file_bytes=limits.file_bytes,
+    )
 
 
 def _wait(deadline: float, heartbeat: Heartbeat, look: Callable[[float], T | None]) -> T | None:
@@ -219,7 +217,9 @@ def _run_served(
     """The child forked from `server`. ServerGone when the server could not take it or died
     before the child's end was known (the child died with it: nothing ran to its end)."""
     token, record, stderr_path = _paths(cwd)
-    request = _request(script, args, cwd, limits, cwd=str(cwd), env=child_env, token=token)
+    request = protocol.ServedRequest(
+        **_request(script, args, cwd, limits), cwd=str(cwd), env=child_env, token=token
+    )
     began = time.monotonic()
     stderr = open_stderr(stderr_path)
     try:
@@ -228,8 +228,8 @@ def _run_served(
             started = _receive(conn, began + limits.wall_seconds + START_GRACE, heartbeat)
             if started is None or "pid" not in started:
                 raise child_server.ServerGone(f"no child started: {started}")
-            pid = int(started["pid"])
-            ended: dict | None = None
+            pid = started["pid"]
+            ended: protocol.Reply | None = None
             timed_out = False
             try:
                 write_record(record, pid, token)  # ChildFileRefused if the child raced it
@@ -242,42 +242,47 @@ def _run_served(
                 discard(record)
             if ended is None or "code" not in ended:
                 if timed_out:
-                    ended = {"code": -signal.SIGKILL, "cpu": 0.0}
+                    ended = protocol.Ended(code=-signal.SIGKILL, cpu=0.0)
                 else:
                     raise child_server.ServerGone("it ended while the child ran")
         last = tail(stderr, STDERR_TAIL)
     finally:
         os.close(stderr)
         discard(stderr_path)
-    if ended.get("refused"):
-        raise refused(str(ended["refused"]))
-    code, cpu = int(ended["code"]), float(ended["cpu"])
+    if "refused" in ended:
+        raise refused(ended["refused"])
+    code, cpu = ended["code"], ended["cpu"]
     return ChildResult(judge(code, last, timed_out, cpu, limits), code, last, limits)
 
 
-def _receive(conn: socket.socket, deadline: float, heartbeat: Heartbeat) -> dict | None:
-    """The server's next message; None at `deadline`. ServerGone when the server is gone."""
+def _receive(conn: socket.socket, deadline: float, heartbeat: Heartbeat) -> protocol.Reply | None:
+    """The server's next reply; None at `deadline`. ServerGone when the server is gone, or
+    says what is not a reply."""
 
-    def look(seconds: float) -> dict | None:
+    def look(seconds: float) -> protocol.Reply | None:
         readable, _, _ = select.select([conn], [], [], seconds)
         if not readable:
             return None
         try:
-            message = conn.recv(1 << 16)
+            message = conn.recv(protocol.MAX_REPLY_BYTES + 1)
         except OSError:
             message = b""
         if not message:
             raise child_server.ServerGone("it ended while the child ran")
-        return json.loads(message)
+        try:
+            return protocol.decode_reply(message)
+        except protocol.ProtocolError as exc:
+            raise child_server.ServerGone(f"it answered {exc}") from None
 
-    return _wait(deadline, heartbeat, look)
+    # The cast: a type checker joins the union of replies into an empty TypedDict.
+    return cast("protocol.Reply | None", _wait(deadline, heartbeat, look))
 
 
-def _kill_served(conn: socket.socket, pid: int) -> dict | None:
+def _kill_served(conn: socket.socket, pid: int) -> protocol.Reply | None:
     """Has the server kill the child's group; returns its end, or None if the server is gone
     (then the group is killed from here: its leader died with the server)."""
     try:
-        conn.send(b"kill")
+        conn.send(protocol.KILL)
         return _receive(conn, time.monotonic() + KILL_WAIT_SECONDS, lambda: None)
     except (OSError, child_server.ServerGone):
         kill_group(pid)
@@ -299,12 +304,15 @@ def _run_fresh(
     # The set-up's word on its limits (child_limits.arm_and_tell): the script never holds it.
     status, status_w = os.pipe()
     os.set_blocking(status, False)
-    request = _request(
-        script, args, cwd, limits, parent=os.getpid(), preload=list(preload), status=status_w
+    request = protocol.FreshRequest(
+        **_request(script, args, cwd, limits),
+        parent=os.getpid(),
+        preload=list(preload),
+        status=status_w,
     )
     command = [sys.executable, "-I", str(child_server.ENTRY), "run", str(spec_path), token]
     try:
-        write_new(spec_path, json.dumps(request).encode())
+        write_new(spec_path, protocol.encode(request))
         stderr = open_stderr(stderr_path)
         try:
             process = subprocess.Popen(
@@ -326,8 +334,8 @@ def _run_fresh(
         said = _said(status)
     finally:
         os.close(status)
-    if said.startswith(b"L"):
-        raise refused(said[1:].decode("utf-8", "replace"))
+    if said.startswith(protocol.REFUSED):
+        raise refused(protocol.reason(said[1:].decode("utf-8", "replace")))
     timed_out, cpu = ended is None, ended[1] if ended is not None else 0.0
     return ChildResult(judge(code, last, timed_out, cpu, limits), code, last, limits)
 

@@ -53,6 +53,7 @@ import struct
 import sys
 import threading
 
+from . import protocol
 from .kernel import no_new_privs, syscall
 
 NOT_AVAILABLE = (
@@ -193,7 +194,7 @@ def rules(
     no_metadata: bool,
     no_connect: bool = False,
     no_others: bool = False,
-) -> dict | None:
+) -> protocol.SyscallRules | None:
     """The validator's side: what `apply` gets in the child; None where seccomp filters are not
     available, said in one warning line per process (probed once)."""
     with _probe["lock"]:
@@ -203,14 +204,14 @@ def rules(
                 logging.getLogger(__name__).warning(NOT_AVAILABLE)
         if not _probe["available"]:
             return None
-    return {
-        "arch": platform.machine(),
-        "families": list(families),
-        "no_processes": no_processes,
-        "no_metadata": no_metadata,
-        "no_connect": no_connect,
-        "no_others": no_others,
-    }
+    return protocol.SyscallRules(
+        arch=platform.machine(),
+        families=list(families),
+        no_processes=no_processes,
+        no_metadata=no_metadata,
+        no_connect=no_connect,
+        no_others=no_others,
+    )
 
 
 def program(
@@ -305,7 +306,7 @@ def _others(table: dict, own: int) -> list[tuple[int, list]]:
     return blocks
 
 
-def apply(given: dict | None) -> None:
+def apply(given: protocol.SyscallRules | None) -> None:
     """The child's side: what `rules` gave, installed before the submission's first byte. A
     refusal raises, and so fails the child's set-up: where the validator found seccomp, a child
     never runs without the filter."""
@@ -313,9 +314,8 @@ def apply(given: dict | None) -> None:
         return
     arch = given["arch"]
     code = program(
-        arch, [int(f) for f in given["families"]], bool(given["no_processes"]),
-        bool(given["no_metadata"]), bool(given.get("no_connect")),
-        os.getpid() if given.get("no_others") else None,
+        arch, given["families"], given["no_processes"], given["no_metadata"],
+        given["no_connect"], os.getpid() if given["no_others"] else None,
     )  # fmt: skip
     raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
     buffer = ctypes.create_string_buffer(raw, len(raw))
