@@ -1,14 +1,23 @@
-"""The failure contract, in one place (docs/module-api.md, "Exceptions and outcomes").
+"""The failure contract (docs/module-api.md, "Exceptions and outcomes"): the exceptions the
+validator and its modules raise on purpose, each under its base ([a built-in base] besides).
 
-- the exceptions the validator and its modules raise on purpose, under `ValidatorError`;
-- `ExitCode`, the contract between `python -m validator` and the launcher;
-- `Verdict`, what an exception raised while scoring means, decided by `classify()`;
-- `OUTCOMES`, the one table from a verdict to what happens to the assignment in the journal and
-  to the process. The runner, `--check` and the entrypoint act on it; run.py acts on the exit
-  codes.
+    ValidatorError
+      SubmissionRejected [ValueError]   the submission's fault: failed at once
+      OperatorError                     the operator's to fix: kept, exit 3
+        ConfigError                       the config or the command line: exit 2
+          UnknownModuleError, MalformedSecret, RequestNotSendable
+        ModuleCannotStart, ChildBoundUnfit
+        JournalUnwritable
+          JournalLocked, JournalBroken
+      TransientError                    the network or a server: retried
+        AnswerTooLarge
+      DeviceError                       the accelerator: exit 100, scored by a fresh process
+        BaseNotRestored
+    JsonRefused [ValueError]            untrusted JSON refused (validator/outbound/safe_json.py)
+    DeadlinePassed [ConnectionAbortedError]
 
-Nothing heavy is imported here: run.py imports this module on the host.
-"""
+Then `ExitCode` (with the launcher), `Verdict` and `classify()`, and `OUTCOMES`: what each means
+for the assignment and the process. run.py imports this module on the host: nothing heavy."""
 
 from __future__ import annotations
 

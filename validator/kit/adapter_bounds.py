@@ -36,8 +36,8 @@ _LORA_TENSOR = re.compile(
 MAX_ELEMENTS_PER_BASE_PARAMETER = 3
 # peft's `layer_replication` deep-copies one base layer per replicated layer, in the validator's
 # process, before any weight is read: the supported bases have at most about 80 layers, and no
-# trained adapter stacks more than a few times that (issue 32 attack: 400 entries took 800 layer
-# copies of a tiny base; 10**6 entries fit in a config of a few MB).
+# trained adapter stacks more than a few times that (400 entries make 800 layer copies of a tiny
+# base; 10**6 entries fit in a config of a few MB).
 MAX_REPLICATED_LAYERS = 512
 
 

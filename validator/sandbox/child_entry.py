@@ -1,30 +1,9 @@
 """The child's side of validator/sandbox/child_process.py, and the pre-imported server its children
-are forked from. Standalone: it runs as `python -I child_entry.py ...` and imports only the
-standard library (and the trusted preloads), never the validator's code.
-
-- `run SPEC TOKEN`: the fresh-process path. Forks the script's process and stays its parent (a
-  subreaper, below); the script's side sets itself up (parent-death signal, preloads, limits)
-  and runs the script as `__main__`, as a plain interpreter would.
-- `serve CONTROL_FD PARENT PLACEHOLDER [PRELOAD...]`: the server. Imports the preloads once,
-  checks that it runs one thread (a fork copies only the calling thread: a lock held by another
-  would deadlock the child) and that a child can show its token on its command line, says
-  `ready`, then forks one child per request. Its environment is the clean one the validator
-  started it with: it never held a secret, so no child can find one in what it inherits.
-
-A request (protocol.py's ServedRequest) comes on the control socket (SOCK_SEQPACKET) with two
-file descriptors: the caller's own connection for this child, and the child's stderr file. On
-that connection the server answers Started once the child is set up (in its own session,
-confined, its limits armed), then Ended when it has ended (its group killed, the leader
-reaped), saying when the child could not take a limit: its set-up says so on a pipe that the
-script never holds, so no script can claim it. KILL on the connection, or the connection
-closing, kills the child's group. The control socket closing, or the validator's death, ends
-the server and every child it runs.
-
-What a child starts does not outlive it: the server, and the fresh path's first process, are
-subreapers, so a process whose parent ended, even one in a session of its own (setsid, a double
-fork), becomes theirs, and every such process is killed when a child ends. Both are
-non-dumpable, as the validator is, and their children inherit it: a child can neither ptrace
-them nor read another child's memory (validator/sandbox/child_reaper.py).
+are forked from. Standalone: it runs as `python -I child_entry.py run SPEC TOKEN` (a fresh
+child) or `... serve CONTROL_FD PARENT PLACEHOLDER [PRELOAD...]` (a server), and imports only
+the standard library, the files beside it and the trusted preloads, never the validator's code.
+The messages are protocol.py's; how a server forks, answers and reaps: docs/internals.md, "The
+child's side and its servers".
 """
 
 from __future__ import annotations

@@ -1,58 +1,9 @@
 """Running a submission's code-like inputs (an ONNX policy, a chat template, a tokenizer) in a
-child process that the validator can always bound and stop. For modules.
-
-`run_child(script, args, cwd=..., limits=...)` runs `script` as `__main__` with `args` in a child
-that is set up as a `python -I` interpreter would be (no user site, no PYTHON* variables, neither
-the current folder nor the script's on sys.path). The child is forked from a server that has
-already imported the `preload` modules (validator/sandbox/child_server.py, child_entry.py: one per
-preload tuple and environment, started with the clean environment below, so the fixed cost of
-a child is a fork, not seconds of imports); where no server can run, it is a fresh
-`python -I child_entry.py run ...` that imports them itself (one warning line says why). Either
-way:
-
-- no secrets: the child's environment is PATH, HOME and TMPDIR (its folder) and what the
-  caller adds, and the process it was forked from never held more;
-- its own process group (a new session), so that one kill reaches everything it started;
-  and what it started in a session of its own (setsid, a double fork) becomes, once its parent
-  ends, the child of a subreaper (the server; in the fresh path, the first process, which forks
-  the script's), which kills it when the child ends: nothing a child started outlives it (the
-  seccomp filter below lets it start none; the subreaper covers a kernel without seccomp);
-- no reach into the validator: the validator, the servers and every child are non-dumpable
-  (validator/sandbox/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
-  read their /proc/<pid>/environ or memory, nor ptrace them;
-- writes only beneath `cwd` and to /dev/null (Landlock, validator/sandbox/child_landlock.py, with
-  the rules below): not to the state dir, the HF cache or another work folder; no TCP (Linux
-  6.7 on), no signal to its parent or the validator (6.12 on). Reads are not confined. Without
-  Landlock, children run unconfined after one warning line (one more for each feature an
-  older Landlock lacks);
-- a seccomp filter (validator/sandbox/child_seccomp.py, after the Landlock rules): no socket but a
-  Unix one (no MPTCP, UDP) and no connection at all (a path-bound Unix socket such as the
-  Docker engine's included), no new process (threads only: its memory limit is its whole memory),
-  no change of a file's mode, owner, times, flags or extended attributes, and no call that acts
-  on another process (limits, priority, affinity, signals, pidfds: its own process only).
-  Without seccomp, one warning line;
-- a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
-  SIGKILL, or one that dies any other way, takes the child with it (through the server, which
-  has its own);
-- limits armed after the trusted `preload` imports (transformers costs seconds of CPU and
-  hundreds of MB of address space before any submission file is read): CPU seconds
-  (RLIMIT_CPU, on top of what the imports used), memory (RLIMIT_AS, on top of the address space
-  after the imports), the size of any file it writes (RLIMIT_FSIZE), and a wall clock that the
-  parent enforces by killing the group;
-- a pid record in `cwd` (`.child-<token>.pid`): a run killed before it could kill its child
-  leaves the record, and `kill_strays` (called by validator/kit/workdirs.py when it sweeps an
-  abandoned work folder at start-up) kills the process if /proc/<pid>/cmdline still carries
-  the record's token (pids are reused; a forked child writes its token over a placeholder in
-  its copy of the server's command line);
-- the parent never follows a link nor reads anything but a plain file in the child's folder
-  (validator/sandbox/child_files.py): the records are new files, and the stderr file is created
-  before the child exists and read back through the parent's own descriptor.
-
-The parent waits by polling, so a signal handler runs at once: a second stop signal
-(`Interrupted`) or Ctrl-C ends the wait, and the child's group is killed on the way out. While it
-waits it beats the heartbeat (validator/scope.py): a bounded child is work going on, not a
-stuck validator. The outcome says which limit a child ran into, for the caller to word the
-rejection.
+child process that the validator can always bound and stop. For modules: `run_child(script,
+args, cwd=..., limits=...)` runs `script` as `__main__` in a child forked from a pre-imported
+server (child_server.py) or, where none can run, in a fresh `python -I`: no secrets, its own
+process group, confined by Landlock and seccomp, its limits armed, killed at its wall clock.
+What each guarantee is and why: docs/internals.md, "The bounded child".
 """
 
 from __future__ import annotations
@@ -108,7 +59,7 @@ CHILD_SCOPED = True
 # process (threads only: RLIMIT_AS then bounds all its memory, and no fork bomb), and no change of a
 # file's mode, owner, times or extended attributes (Landlock does not cover them).
 CHILD_SOCKET_FAMILIES = (socket.AF_UNIX,)
-# No connection of any family (issue 40): a Unix socket bound to a path, the Docker engine's
+# No connection of any family: a Unix socket bound to a path, the Docker engine's
 # among them, answers a connect that Landlock lets through. A child talks to its parent through
 # files in its folder and inherits no socket, so it needs none.
 CHILD_NO_CONNECT = True
