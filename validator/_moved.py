@@ -15,9 +15,8 @@ import importlib.machinery
 import re
 import sys
 import warnings
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Kind = Literal["path", "name", "spelling"]
 
@@ -26,8 +25,7 @@ class MovedPathWarning(FutureWarning):
     """An earlier spelling (a path, a name, an argument); the message names the one to use."""
 
 
-@dataclass(frozen=True)
-class Alias:
+class Alias(NamedTuple):
     old: str  # the earlier spelling: a dotted path for a path or a name
     new: str  # what to write instead
     removed_in: str  # the release that removes `old`
