@@ -47,11 +47,7 @@ class Alias(NamedTuple):
 
 def _path(old: str, new: str, removed_in: str, note: str = "") -> Alias:
     return Alias(
-        old,
-        new,
-        removed_in,
-        "path",
-        note=note or "module authors import from validator.kit",
+        old, new, removed_in, "path", note=note or "module authors import from validator.kit"
     )
 
 
