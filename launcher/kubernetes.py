@@ -8,7 +8,7 @@ network file system), the keys from one Secret, configs/ from one ConfigMap, and
 that the committed files equal what this writes, and validates them against the Kubernetes
 schemas offline.
 
-Hardened (issue 32): a read-only root file system, with an emptyDir wherever the validator
+Hardened: a read-only root file system, with an emptyDir wherever the validator
 writes and no claim is mounted (SCRATCH, kubernetes_pod.py); the runtime's default seccomp
 profile; no service account token (the validator never calls the Kubernetes API); the spec's
 memory request and limit; and, in the example overlay, a NetworkPolicy that admits the status

@@ -158,7 +158,7 @@ def release_outputs(
     `run.py` build of this checkout would use (so the image's source-hash label is the same)
     and the repository and version of its tags. `ref`, a pushed tag, must be `v<version>`: a
     checkout of the tag then pulls exactly what the tag pushed; and a release builds on a base
-    named by digest (issue 40: a tag is what a registry can move)."""
+    named by digest (a tag is what a registry can move)."""
     version = checkout_version(repo_root)
     if ref is not None and ref != f"v{version}":
         raise UsageError(f"tag {ref!r} is not v{version}, the version in pyproject.toml")

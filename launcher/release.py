@@ -1,6 +1,6 @@
 """What a release says its images are: a manifest signed by the release workflow, checked
 against the keys this checkout trusts before any released image runs (docs/images.md "How a
-released image is verified"; issue 40).
+released image is verified").
 
 A release `vX.Y.Z` publishes, beside its images and through another channel than the registry
 (the GitHub release's assets, launcher/release_channel.py), two files:

@@ -1,5 +1,5 @@
-"""`python -m launcher.release_cli`: the release's signed manifest, made and checked (issue 40;
-docs/images.md "How a released image is verified").
+"""`python -m launcher.release_cli`: the release's signed manifest, made and checked
+(docs/images.md "How a released image is verified").
 
 The release workflow (.github/workflows/release.yml), once every module's image is pushed:
 

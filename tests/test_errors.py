@@ -4,6 +4,7 @@ the one table from verdict to journal action and exit code, and the launcher's u
 import ast
 import errno
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -321,3 +322,37 @@ def test_the_public_exceptions_live_in_errors_and_the_old_imports_still_work():
         assert getattr(errors, cls.__name__) is cls
         assert cls.__module__ == "validator.errors"
     assert issubclass(MalformedSecret, ConfigError) and issubclass(JournalLocked, OperatorError)
+
+
+def drawn_tree(doc: str) -> dict[str, tuple[str | None, tuple[str, ...]]]:
+    """The exceptions errors.py's docstring draws: name -> (its base in the tree, or None at
+    the top; the built-in bases in brackets)."""
+    drawn: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+    parents: list[str] = []
+    for line in doc.splitlines():
+        if not line.startswith("    ") or not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip()) - 4) // 2
+        names = re.split(r"\s{2,}", line.strip())[0].split(", ")
+        parents = parents[:depth]
+        for entry in names:
+            name, _, extra = entry.partition(" [")
+            drawn[name] = (parents[-1] if parents else None, tuple(filter(None, [extra[:-1]])))
+        parents.append(names[0] if len(names) == 1 else "")
+    return drawn
+
+
+def test_errors_py_opens_with_the_tree_of_every_exception_it_defines():
+    import validator.errors as errors_module
+
+    real = {}
+    for name, value in vars(errors_module).items():
+        if isinstance(value, type) and issubclass(value, BaseException):
+            if value.__module__ == errors_module.__name__:
+                ours = [b.__name__ for b in value.__bases__ if b.__module__ == value.__module__]
+                builtin = [
+                    b.__name__ for b in value.__bases__ if b.__module__ == "builtins"
+                    and b is not Exception
+                ]  # fmt: skip
+                real[name] = (ours[0] if ours else None, tuple(builtin))
+    assert drawn_tree(errors_module.__doc__ or "") == real

@@ -1,6 +1,7 @@
 """validator.kit is the one import for module authors: the modules and the scaffold use only it,
-its names load lazily, earlier paths keep working with a warning, and the runtime scope is an
-object that is a no-op outside a run."""
+its names are written once (its stub imports each from where it is defined, and the docs list
+them from the stub), they load lazily, and the runtime scope is an object that is a no-op outside
+a run. Earlier spellings: tests/test_aliases.py."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import re
 import shutil
 import subprocess
 import sys
-import warnings
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from devkit.validator_cli import REPO_ROOT, run_validator, validator_env
-from validator import _moved, errors, kit, text
+from scripts import kit_docs
+from validator import errors, kit, text
 from validator.scope import NO_RUN, Progress, Scope, current_scope
 from validator.state.phases import ScoringMarks
 
@@ -49,39 +50,61 @@ def test_modules_and_the_scaffold_import_the_validator_through_the_kit_only():
     assert outside == {}
 
 
-def stub_table() -> list[tuple[str, str]]:
-    """(kit module, name) for each name the kit's stub imports, in its order: `from . import hub`
-    gives ("hub", "hub")."""
-    rows: list[tuple[str, str]] = []
-    for node in ast.parse(STUB.read_text()).body:
-        if isinstance(node, ast.ImportFrom):
-            rows += [(node.module or alias.name, alias.name) for alias in node.names]
-    return rows
-
-
 def test_every_name_of_the_kit_resolves_and_all_lists_them():
-    table = stub_table()
-    names = [name for _, name in table]
+    table = kit.table()
+    names = [name for node in ast.parse(STUB.read_text()).body if isinstance(node, ast.ImportFrom)
+             for name in (alias.asname or alias.name for alias in node.names)]  # fmt: skip
     # A name imported twice would silently come from the later line only.
-    assert len(names) == len(set(names)) and len(names) > 50
+    assert len(names) == len(set(names)) == len(table) and len(names) > 50
     assert kit.__all__ == sorted(names) and dir(kit) == kit.__all__
-    for module, name in table:
-        source = importlib.import_module(f"validator.kit.{module}")
+    for name, (module, attribute) in table.items():
+        source = importlib.import_module(module)
         value = getattr(kit, name)
-        assert value is (source if module == name else getattr(source, name)), name
+        assert value is (source if attribute is None else getattr(source, attribute)), name
         if isinstance(value, type) or inspect.isfunction(value):
             # The very object where it is defined, never a copy: the loop catches these classes.
-            assert getattr(sys.modules[value.__module__], name) is value, name
+            assert value.__module__ == module and getattr(source, name) is value, name
     assert kit.SubmissionRejected is errors.SubmissionRejected
     assert kit.OperatorError is errors.OperatorError and kit.quoted is text.quoted
-    assert kit.SubmissionRejected.__module__ == "validator.errors"
     assert kit.current_scope is current_scope
-    with pytest.raises(AttributeError, match="No validator.kit attribute journal"):
+    with pytest.raises(AttributeError, match="has no attribute 'journal'"):
         _ = kit.journal
 
 
+def defined_at_top(path: Path) -> set[str]:
+    """The names `path` defines itself (a class, a function, an assignment), not imports."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+    return names
+
+
+def test_each_kit_name_is_written_once_beside_its_definition():
+    # No face re-exports a name: the stub imports each from the file that defines it.
+    elsewhere = []
+    for name, (module, attribute) in kit.table().items():
+        if attribute is None:
+            continue  # a module of the kit (`hub`)
+        path = REPO_ROOT.joinpath(*module.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        if attribute not in defined_at_top(path):
+            elsewhere.append(f"{name}: not defined in {path.relative_to(REPO_ROOT)}")
+    assert elsewhere == []
+
+
+def test_the_docs_list_the_kits_names_and_aliases_as_the_code_holds_them():
+    page = kit_docs.PAGE.read_text()
+    assert kit_docs.rewritten(page) == page, "run `python -m scripts.kit_docs`"
+    listed = re.findall(r"`(\w+)`", page.split("<!-- kit-names:")[1].split("<!-- /kit-names")[0])
+    assert sorted(listed) == kit.__all__
+
+
 def test_a_built_validator_carries_the_kits_stub_and_its_kit_imports(tmp_path):
-    """Without its stub the kit does not import (lazy_loader.attach_stub raises): a wheel built
+    """Without its stub the kit does not import (it reads its names there): a wheel built
     from pyproject.toml holds it, and the kit imports from that wheel's files alone."""
     source = tmp_path / "source"
     shutil.copytree(
@@ -165,73 +188,6 @@ def test_a_progress_made_in_a_scoring_beats_from_another_thread(tmp_path):
     assert beats == [1]
 
 
-def test_only_paths_a_module_author_could_have_imported_are_kept_and_each_says_when_it_goes():
-    # The loop's own earlier paths (the journal, the Fed Ledger client, ...) are gone.
-    loop = ("validator.ledger", "validator.state", "validator.observe", "validator.report")
-    assert not [new for new, _ in _moved.MOVED.values() if new.startswith(loop)]
-    assert {removed_in for _, removed_in in _moved.MOVED.values()} == {"0.3"}
-    for gone in ("validator.journal", "validator.fedledger", "validator.observer"):
-        with pytest.raises(ModuleNotFoundError):
-            importlib.import_module(gone)
-
-
-@pytest.mark.parametrize(
-    "old, new, removed_in", sorted((old, *where) for old, where in _moved.MOVED.items())
-)
-def test_earlier_paths_import_the_same_module_with_a_warning(old, new, removed_in):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"import importlib, sys; m = importlib.import_module({old!r}); "
-            f"print(m is sys.modules[{new!r}])",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "True"
-    assert f"{old} has moved to {new} (the old path goes in {removed_in})" in done.stderr
-    assert "MovedPathWarning" in done.stderr
-
-
-@pytest.mark.parametrize("module", ["validator.kit", "validator.errors"])
-def test_an_exceptions_earlier_name_is_the_one_class_with_a_warning(module):
-    # One class, one name: `RecoverableException` is no longer listed (nor in dir), and reading
-    # it warns, naming the class's name and the release that removes the old one.
-    imported = importlib.import_module(module)
-    assert "RecoverableException" not in dir(imported)
-    with pytest.warns(_moved.MovedPathWarning, match=r"is now .*OperatorError .*goes in 0\.3"):
-        assert imported.RecoverableException is errors.OperatorError
-    with pytest.raises(AttributeError):
-        _ = imported.NoSuchException
-
-
-@pytest.mark.parametrize(
-    "module, name, new",
-    [(m, n, where[0]) for m, names in _moved.MOVED_NAMES.items() for n, where in names.items()],
-)
-def test_a_name_that_moved_to_another_module_is_the_same_object_with_a_warning(module, name, new):
-    # kit.hub.fetch_base_model is kit/base_models.py's now: the old place names it still,
-    # without importing the new one (which imports it).
-    with pytest.warns(_moved.MovedPathWarning, match=rf"{module}.{name} is now {new}.{name}"):
-        old = getattr(importlib.import_module(module), name)
-    assert old is getattr(importlib.import_module(new), name)
-    with pytest.raises(AttributeError):
-        _ = importlib.import_module(module).no_such_name
-
-
-def test_the_warning_points_at_the_line_that_imports_the_old_path():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        sys.modules.pop("validator.exceptions", None)
-        from validator.exceptions import SubmissionRejected  # noqa: F401
-    (warning,) = [w for w in caught if issubclass(w.category, _moved.MovedPathWarning)]
-    assert "validator.exceptions has moved to validator.errors" in str(warning.message)
-    assert warning.filename == __file__  # the author's import line, not importlib's
-
-
 # A module as the README wrote it before the kit: the paths it used, `host_work` and `note` as
 # functions. It must load, score and record its facts, with the warnings in the log.
 OLD_MODULE = """
@@ -287,8 +243,7 @@ def test_a_module_written_from_the_earlier_readme_loads_with_a_warning(tmp_path)
         ("validator.base", "validator.kit.base"),
         ("validator.exceptions", "validator.errors"),
         ("validator.phases", "validator.scope"),
+        ("validator.errors.RecoverableException", "validator.errors.OperatorError"),
+        ("validator.scope.host_work", "current_scope().host_work"),
     ]:
         assert f"{old} has moved to {new}" in result.stderr
-    assert "validator.errors.RecoverableException is now validator.errors.OperatorError" in (
-        result.stderr
-    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import time
 
-from validator.kit.progress import Progress, watch_bytes
+from validator.kit.progress import watch_bytes
+from validator.scope import Progress
 from validator.state.phases import ScoringMarks
 
 

@@ -122,8 +122,8 @@ def test_the_old_command_still_works_and_warns_naming_the_new_one():
     result = run(REPO_ROOT, sys.executable, "-m", "validator", "new-module", "lora")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        "warning: `python -m validator new-module` is deprecated; use "
-        "`python -m devkit.scaffold NAME` (or make new-module NAME=...)",
+        "warning: python -m validator new-module has moved to python -m devkit.scaffold NAME "
+        "(the old one goes in 0.3)",
         "error: module 'lora' exists already (modules/lora/)",
     ]
 

@@ -9,11 +9,13 @@ def main() -> None:
 
     make_undumpable()
     if sys.argv[1:2] == ["new-module"]:  # not a module name: module names are identifiers
-        # The old spelling of `python -m devkit.scaffold` (a dev tool), kept as an alias that
-        # warns. The product never imports devkit: a checkout that has it runs it in place of
-        # this process; an image (the product without its dev tools) names the new command.
+        # An alias of `python -m devkit.scaffold` (validator/_moved.py). The product never
+        # imports devkit: a checkout that has it runs it in place of this process; an image
+        # (the product without its dev tools) names the new command.
         import importlib.util
         import os
+
+        from validator._moved import alias
 
         if importlib.util.find_spec("devkit") is None:
             sys.exit(
@@ -21,10 +23,7 @@ def main() -> None:
                 "`python -m devkit.scaffold NAME` in a checkout of the repository"
             )
         print(
-            "warning: `python -m validator new-module` is deprecated; use "
-            "`python -m devkit.scaffold NAME` (or make new-module NAME=...)",
-            file=sys.stderr,
-            flush=True,
+            f"warning: {alias('python -m validator new-module').line}", file=sys.stderr, flush=True
         )
         os.execv(sys.executable, [sys.executable, "-m", "devkit.scaffold", *sys.argv[2:]])
     if sys.argv[1:2] == ["report"]:  # likewise: what the state dir says happened

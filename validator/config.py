@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from validator._moved import alias
 from validator.errors import ConfigError, ModuleCannotStart, OperatorError, describe
 from validator.kit import BaseConfig, BaseValidationModule
 from validator.spec import TASK_TYPE, ModuleSpec
@@ -169,10 +170,7 @@ def with_class_task_type(spec: ModuleSpec, module_cls: type[BaseValidationModule
     declared = getattr(module_cls, "task_type", "")
     if not declared or not isinstance(declared, str):
         return spec
-    log.warning(
-        "modules/%s: MODULE.task_type belongs in the spec: write `task_type: %s` in its "
-        "module.yaml and drop the class attribute (read until 0.3)", spec.name, declared,
-    )  # fmt: skip
+    log.warning("modules/%s: %s: %r", spec.name, alias("MODULE.task_type").line, declared)
     if spec.task_type is not None or not TASK_TYPE.fullmatch(declared):
         return spec
     return spec.model_copy(update={"task_type": declared})

@@ -229,7 +229,7 @@ def run(options: RunOptions) -> ExitCode:
     # never from an os.environ this process wrote: the options win over their variables there.
     given = {k: v for k, v in secrets.items() if v}
     install_run(RunContext(options.state_dir, options.hf_cache_max_gb, given))
-    for name in given_unstripped(secrets, os.environ):  # modules written for the earlier API
+    for name in given_unstripped(secrets, os.environ):  # a module reading os.environ gets these
         log.warning(
             "%s has surrounding whitespace: used stripped, but a module reading os.environ gets "
             "it as given (current_run().secret(%r) is stripped)", name, name,

@@ -1,14 +1,23 @@
-"""The failure contract, in one place (docs/module-api.md, "Exceptions and outcomes").
+"""The failure contract (docs/module-api.md, "Exceptions and outcomes"): the exceptions the
+validator and its modules raise on purpose, each under its base ([a built-in base] besides).
 
-- the exceptions the validator and its modules raise on purpose, under `ValidatorError`;
-- `ExitCode`, the contract between `python -m validator` and the launcher;
-- `Verdict`, what an exception raised while scoring means, decided by `classify()`;
-- `OUTCOMES`, the one table from a verdict to what happens to the assignment in the journal and
-  to the process. The runner, `--check` and the entrypoint act on it; run.py acts on the exit
-  codes.
+    ValidatorError
+      SubmissionRejected [ValueError]   the submission's fault: failed at once
+      OperatorError                     the operator's to fix: kept, exit 3
+        ConfigError                       the config or the command line: exit 2
+          UnknownModuleError, MalformedSecret, RequestNotSendable
+        ModuleCannotStart, ChildBoundUnfit
+        JournalUnwritable
+          JournalLocked, JournalBroken
+      TransientError                    the network or a server: retried
+        AnswerTooLarge
+      DeviceError                       the accelerator: exit 100, scored by a fresh process
+        BaseNotRestored
+    JsonRefused [ValueError]            untrusted JSON refused (validator/outbound/safe_json.py)
+    DeadlinePassed [ConnectionAbortedError]
 
-Nothing heavy is imported here: run.py imports this module on the host.
-"""
+Then `ExitCode` (with the launcher), `Verdict` and `classify()`, and `OUTCOMES`: what each means
+for the assignment and the process. run.py imports this module on the host: nothing heavy."""
 
 from __future__ import annotations
 
@@ -20,7 +29,7 @@ from enum import Enum, IntEnum
 
 import requests
 
-from validator._moved import renamed
+from validator._moved import moved_name
 from validator.text import MAX_REASON, bounded, one_line
 
 # --- exceptions --------------------------------------------------------------------------------
@@ -39,8 +48,7 @@ class SubmissionRejected(ValidatorError, ValueError):
 class OperatorError(ValidatorError):
     """A problem on the validator's side that the operator can fix (missing token, a base model
     the token cannot read, a missing dependency, disk full). The assignment is not marked failed;
-    it stays in the journal for a retry after the fix, and the process exits with code 3.
-    (Its earlier name, `RecoverableException`, imports with a warning until 0.3.)"""
+    it stays in the journal for a retry after the fix, and the process exits with code 3."""
 
 
 class ConfigError(OperatorError):
@@ -319,8 +327,4 @@ def sqlite_result(exc: BaseException, codes: Collection[int], messages: Collecti
 
 
 def __getattr__(name: str) -> object:
-    # An earlier name of one of these classes (validator/_moved.py): the class, with a warning.
-    new = renamed(__name__, name)
-    if new is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return globals()[new]
+    return moved_name(__name__, name)  # an earlier name of one of these classes

@@ -1,23 +1,7 @@
-"""The run context: the settings of this validator process, one value that the entrypoint builds
-once from its options and hands to the module and the kit, beside the runtime scope of one
-scoring (validator/scope.py).
-
-    from validator.kit import current_run
-
-    run = current_run()
-    run.state_dir                  # where the journal lives; a module's data across runs too
-    run.hf_cache_budget_bytes()    # --hf-cache-max-gb in bytes, or None
-    run.secret("OPENAI_API_KEY")   # a secret of the module's spec, as normalised at start-up
-
-The validator never writes its own `os.environ` to pass these between its parts: the command
-line's options (`--state-dir`, `--hf-token`, ...) win over their variables only in this value.
-Outside a run (`--check` is a run; tests, a notebook, a worker script are not) the value is read
-from the environment on every call, so the variables keep working as the public inputs they are.
-
-It is a process-wide value, not a context variable like the scope: a thread a module starts (a
-pool of judge calls) must see it, and a new thread does not inherit context variables. A child
-process gets nothing from it implicitly: what a child needs travels in the child's own env or
-request, built from this value by the caller (validator/sandbox/child_process.py).
+"""The run context: this validator process's settings (state dir, HF cache budget, secrets), one
+process-wide value that the entrypoint builds once from its options, for the module and the kit
+(`current_run()`); outside a run it reads their variables on every call. Why it is a value and
+not os.environ or a context variable: docs/internals.md, "The run context".
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from typing import Literal
 
+from validator._moved import moved_name
+
 log = logging.getLogger(__name__)
 
 EVERY_SECONDS = 30.0
@@ -156,16 +158,5 @@ def held_until_scored() -> ExitStack | None:
     return _held.get()
 
 
-# The functions of the earlier API (`from validator.phases import host_work, note`), kept for
-# modules written against it; they act on the current scope, and go with that path in 0.3
-# (validator/_moved.py).
-def host_work(phase: HostPhase):  # noqa: ANN201 - a context manager, as Scope.host_work
-    return current_scope().host_work(phase)
-
-
-def note(key: str, value: object) -> None:
-    current_scope().note(key, value)
-
-
-def heartbeat() -> None:
-    current_scope().heartbeat()
+def __getattr__(name: str) -> object:
+    return moved_name(__name__, name)  # the functions `validator.phases` gave

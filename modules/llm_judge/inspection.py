@@ -3,7 +3,7 @@
 checked data (docs/llm-judge-scoring.md, "The submission").
 
 - `inspect_model`: a full model's config.json (never remote code; the parameter count of the
-  causal LM it describes, built on the meta device: issue 23, item 6), the values of its
+  causal LM it describes, built on the meta device), the values of its
   generation_config.json the module bounds, and the shard names of its safetensors index,
   checked against the repo's listing (how many, each one listed) before any is downloaded;
 - `inspect_adapter`: an adapter's base, `r` and `rank_pattern`, and its weights' header;

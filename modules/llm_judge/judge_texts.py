@@ -1,24 +1,8 @@
 """The texts the judges read: the three rubrics and the judge's system message
-(docs/llm-judge-scoring.md, "Judging").
-
-Judges grade with the rubric they are sent, so validators agree only when they send the same
-wording: the network's. That wording is not this project's to ship. It is protocol data, read at
-start-up from where `prompt_source` says, as the chat templates come from the bases' tokenizers:
-
-- a 40-hex commit (the default: NETWORK_COMMIT): the network's public validator source at that
-  commit, over HTTPS from raw.githubusercontent.com;
-- an http(s) URL of a folder holding the two files (plain http only on the loopback);
-- a local path: a checkout of the network's validator, or the folder holding the two files;
-- `builtin`: this project's own texts (prompts/), with a warning that scores will not match
-  the network's.
-
-The files are parsed with `ast` as data, never imported or run: `validator/modules/llm_judge/
-prompt.py` has functions decorated `@register(prompt_id=N)` that assign a string literal to
-`evaluation_criteria` and return `evaluation_criteria.format(...)`; `__init__.py` assigns the
-judge system text, a string literal, to `system_prompt` in `_construct_evaluation_prompt`.
-A file of another shape, or a rubric with format fields other than its own plain names, stops
-the validator (OperatorError). Fetched texts are cached in the state dir, keyed by source; the
-cache is used when the fetch fails; with neither, the validator stops naming the opt-out.
+(docs/llm-judge-scoring.md, "Judging"). They are the network's wording, read at start-up from
+where `prompt_source` says (a commit of the network's validator, a folder URL, a local path, or
+`builtin`), parsed with `ast` as data, never run, and cached in the state dir: docs/internals.md,
+"llm_judge's judge texts".
 """
 
 from __future__ import annotations
@@ -55,6 +39,7 @@ from validator.kit import (
     Cap,
     ConfigError,
     OperatorError,
+    alias,
     capped_session,
     overall_deadline,
     quoted,
@@ -168,8 +153,8 @@ def load_judge_texts(
     prompt_files: Mapping[int, str] | None = None,
 ) -> JudgeTexts:
     """The judge texts `prompt_source` names; `cache_dir` (the state dir) keeps fetched ones
-    for when the source cannot be reached. `prompt_files` (deprecated config key) replaces
-    rubrics with operator files in `$` syntax. ConfigError for a value that names nothing;
+    for when the source cannot be reached. `prompt_files` (an alias, validator/_moved.py)
+    replaces rubrics with operator files in `$` syntax. ConfigError for a value that names nothing;
     OperatorError when the texts cannot be had or do not have the expected shape."""
     try:
         kind, where = source_location(prompt_source)
@@ -253,7 +238,7 @@ class _FetchFailed(Exception):
 def _download(url: str, name: str, timeout: float, deadline: float) -> bytes:
     limit = MAX_FILE_BYTES[name]
     # The bounded reader counts what the connection carries too (a chunked answer's trailer
-    # fields, issue 40); a chunk above the file's limit, which is checked below.
+    # fields); a chunk above the file's limit, which is checked below.
     cap = Cap("judge.texts", limit + 64 * 1024, None, "the judge texts are the operator's")
     try:
         with (
@@ -338,16 +323,14 @@ def read_cache(cache_dir: Path, folder: str) -> JudgeTexts | None:
         return None
 
 
-# --- prompt_files, the deprecated alias --------------------------------------------------------
+# --- prompt_files, an alias --------------------------------------------------------------------
 
 
 def _with_files(texts: JudgeTexts, prompt_files: Mapping[int, str]) -> JudgeTexts:
     """`texts` with the rubrics the operator's files replace (string.Template `$` syntax:
-    $conversation, $answer, $reference, $tools), as `prompt_files` did before prompt_source."""
+    $conversation, $answer, $reference, $tools): the alias `prompt_files`."""
     log.warning(
-        "judge texts: prompt_files is deprecated; it replaces rubrics %s with your files, in "
-        "`$` syntax (use prompt_source for the texts' origin)",
-        sorted(prompt_files),
+        "judge texts: %s: rubrics %s", alias("llm_judge's prompt_files").line, sorted(prompt_files)
     )
     rubrics, template_ids = dict(texts.rubrics), set(texts.template_ids)
     for prompt_id, name in sorted(prompt_files.items()):

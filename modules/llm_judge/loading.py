@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cache, partial
@@ -26,10 +25,11 @@ from validator.kit import (
     check_adapter_patterns,
     check_lora_against_base,
     fetch_base_model,
+    moved_name,
     ranks_of,
     reading_base,
 )
-from validator.kit import pick_device as kit_pick_device  # `pick_device` here is the old alias
+from validator.kit import pick_device as kit_pick_device  # `pick_device` here is an alias
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +63,7 @@ def device_and_dtype() -> tuple[str, torch.dtype]:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "pick_device":  # the device alone is the kit's now, shared with lora
-        warnings.warn(
-            "modules.llm_judge.loading.pick_device has moved: device_and_dtype() here, or "
-            "validator.kit.pick_device for the device alone",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return device_and_dtype
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return moved_name(__name__, name)  # pick_device: device_and_dtype
 
 
 @cache

@@ -112,7 +112,7 @@ class LlmJudgeConfig(BaseConfig):
     # Where the rubric and judge-system texts come from (judge_texts.py): a commit of the
     # network's validator (default: the pinned one), a folder URL, a local checkout, `builtin`.
     prompt_source: PromptSource = NETWORK_COMMIT
-    # Deprecated: files (`$` syntax) replacing rubrics by id, over prompt_source's (a warning).
+    # An alias (validator/_moved.py): files (`$` syntax) replacing rubrics by id.
     prompt_files: dict[int, str] = Field(default_factory=dict)
     # Downloads.
     max_adapter_total_bytes: int = Field(4 * GIB, gt=0)

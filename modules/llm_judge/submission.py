@@ -96,8 +96,8 @@ VERSIONED_TOKENIZER = re.compile(
     r"tokenizer\.[0-9]+(\.[0-9]+)*\.json|tokenizer\.model\.[A-Za-z0-9_-]+"
 )
 MAX_NAMED_TEMPLATES = 32  # and as many versioned tokenizer files
-# Shards a full model's index may name: each is a download in this process (issue 40: 1,000
-# tiny shards took 27 s of its CPU). Released checkpoints have a few to a few dozen, and
+# Shards a full model's index may name: each is a download in this process (1,000 tiny shards
+# take 27 s of its CPU). Released checkpoints have a few to a few dozen, and
 # 80 GiB (max_model_total_bytes) in 1 GB shards is 80. With the files above, a submission is at
 # most 28 + 2 x 32 + 256 files and an index.
 MAX_SHARDS = 256

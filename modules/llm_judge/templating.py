@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from validator.kit import (
     CHILD_ENV,
@@ -35,6 +36,7 @@ from validator.kit import (
     OperatorError,
     SubmissionRejected,
     discard,
+    loads_bounded,
     read_child_file,
     run_child,
     write_new,
@@ -44,6 +46,34 @@ CHILD = Path(__file__).with_name("tokenizer_child.py")
 # The result file may exceed the texts' own size by its JSON frame.
 RESULT_MARGIN_BYTES = 64 * 1024
 INT32_MAX = 2**31 - 1
+
+
+class _Untrusted(BaseModel):
+    # The child ran the submission's template and tokenizer: nothing but these fields, each of
+    # its type (strict: no "3" for 3).
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ItemAt(_Untrusted):
+    index: int = Field(ge=0)  # the op's item, from 0
+    stage: str = ""  # failed: the phase (PHASES) in which the template or the tokenizer raised
+    error: str = ""  # failed: what it raised
+    bytes: int = Field(0, ge=0)  # too_long: the output's size so far
+
+
+class TokenizerResult(_Untrusted):
+    """What tokenizer_child.py writes to its result file: one of the failures, or the op's
+    answer (encode: the special ids; decode: the texts)."""
+
+    load_error: str | None = None
+    failed: ItemAt | None = None
+    empty: ItemAt | None = None
+    too_long: ItemAt | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    texts: list[str] | None = None
+
+
 # What the child was doing (its phase file), in words: who ran into a limit, doing what.
 PHASES = {
     "load": ("the tokenizer", "loading"),
@@ -125,8 +155,8 @@ def encode_prompts(
         rows = _read_ids(ids, limits.max_output_bytes, len(items))
     specials = {}
     for name in ("eos_token_id", "pad_token_id"):
-        value = result.get(name)
-        if value is not None and not (isinstance(value, int) and 0 <= value <= INT32_MAX):
+        value = getattr(result, name)
+        if value is not None and not 0 <= value <= INT32_MAX:
             raise SubmissionRejected(
                 f"the tokenizer's {name} is {str(value)[:100]}, not a token id"
             )
@@ -154,8 +184,8 @@ def decode_answers(
                 "decode", tokenizer_dir, _ids_bytes(part), submitted, budget, folder,
                 first=len(texts) + 1, count=len(part),
             )  # fmt: skip
-            got = result.get("texts")
-            if not isinstance(got, list) or len(got) != len(part):
+            got = result.texts
+            if got is None or len(got) != len(part):
                 raise RuntimeError("the tokenizer child returned no texts")
             texts += got
             left -= sum(map(_json_bytes, got))
@@ -171,7 +201,7 @@ def _run(
     work: Path,
     first: int = 1,
     count: int = 0,
-) -> tuple[dict, Path]:
+) -> tuple[TokenizerResult, Path]:
     """Runs `op` in the child; returns its result and the path of its ids file. Every outcome
     but success raises: past a limit or crashed, or failing on an item, SubmissionRejected (the
     base's tokenizer of a LoRA too: the assignment fails either way); a tokenizer that does not
@@ -232,33 +262,37 @@ def _child_request(
 
 
 def _raise_on_failure(
-    result: dict, op: str, tokenizer_dir: Path, submitted: bool, limits: TemplateLimits, first: int
+    result: TokenizerResult,
+    op: str,
+    tokenizer_dir: Path,
+    submitted: bool,
+    limits: TemplateLimits,
+    first: int,
 ) -> None:
     """Raises what the child's result reports: the tokenizer not loading, or an item failed."""
     item = "generated answer" if op == "decode" else "validation set prompt"
-    if "load_error" in result:
-        message = f"the tokenizer does not load: {result['load_error']}"
+    if result.load_error is not None:
+        message = f"the tokenizer does not load: {result.load_error}"
         if submitted:
             raise TokenizerCannotLoad(message)
         # The base's (a LoRA's), in the HF cache: nothing of the submission's is read to load
         # it, so its files not loading is the host's fault (kept, exit 3), never a failure.
         raise OperatorError(f"{message} (the base model's, at {tokenizer_dir})")
-    if "failed" in result:
-        failed = result["failed"]
-        who, doing = PHASES.get(failed.get("stage"), ("the tokenizer", ""))
+    if result.failed is not None:
+        who, doing = PHASES.get(result.failed.stage, ("the tokenizer", ""))
         raise SubmissionRejected(
-            f"{who} fails on {item} {failed['index'] + first}: {failed['error']}"
+            f"{who} fails on {item} {result.failed.index + first}: {result.failed.error}"
         )
-    if "empty" in result:
+    if result.empty is not None:
         raise SubmissionRejected(
             f"the chat template renders an empty text for {item} "
-            f"{result['empty']['index'] + first} (the network refuses an empty conversation)"
+            f"{result.empty.index + first} (the network refuses an empty conversation)"
         )
-    if "too_long" in result:
+    if result.too_long is not None:
         what = "decoded answers" if op == "decode" else "prompts' texts or ids"
         raise SubmissionRejected(
             f"the {what} exceed {limits.max_output_bytes} bytes (template_max_output_bytes) "
-            f"at {item} {result['too_long']['index'] + first}"
+            f"at {item} {result.too_long.index + first}"
         )
 
 
@@ -331,10 +365,14 @@ def _phase(path: Path) -> str:
         return ""
 
 
-def _read_result(path: Path, limits: TemplateLimits) -> dict:
+def _read_result(path: Path, limits: TemplateLimits) -> TokenizerResult:
+    """The child's result (its texts may hold lone surrogates, as a validation set may);
+    SubmissionRejected for one that is not a TokenizerResult: honest code writes one."""
     max_bytes = limits.max_output_bytes + RESULT_MARGIN_BYTES
     data = _child_file(path, max_bytes, "result")
-    result = json.loads(data.decode("utf-8", errors="surrogatepass"))
-    if not isinstance(result, dict):
-        raise RuntimeError(f"the tokenizer child wrote {type(result).__name__}")
-    return result
+    what = "the tokenizer child's result"
+    try:
+        text = data.decode("utf-8", errors="surrogatepass")
+        return TokenizerResult.model_validate(loads_bounded(text, what))
+    except ValueError as exc:  # not UTF-8, JsonRefused, pydantic's ValidationError
+        raise SubmissionRejected(f"{what} is not one: {exc}"[:500]) from exc

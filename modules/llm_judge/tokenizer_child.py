@@ -1,27 +1,9 @@
 """The child process that runs the assignment's tokenizer and chat template
 (modules/llm_judge/templating.py): a standalone script (transformers only, nothing of the
-validator), started by validator/sandbox/child_process.py under CPU, memory, file-size and
-wall-clock limits. A full model's tokenizer is the submission's: its template is Jinja, and its
-tokenizer.json can hold regexes (normalizers, pre-tokenizers, decoders) that backtrack for hours
-or make the regex engine panic, on the prompts or on the ids the model generates.
-
-`python -I tokenizer_child.py REQUEST.json` loads the tokenizer of `tokenizer_dir` (never with
-remote code) and runs one op:
-
-- `encode`: for every (messages, tools, fallback) of the `input` JSON file, the template's
-  text with a generation prompt and thinking off (of `fallback`, when not null, where the
-  template raises on `messages`), then `tokenizer(text, add_special_tokens=True)`'s ids; the
-  ids go to the `ids` file (below), and the result is {"eos_token_id", "pad_token_id"}.
-- `decode`: for every row of the `ids` file, `batch_decode([row], skip_special_tokens=True)`;
-  the result is {"texts": [...]}.
-
-Otherwise the result is {"load_error": "..."} (the tokenizer does not load), {"failed":
-{"index": i, "error": "..."}} (the template or the tokenizer raised on item i, a Rust panic
-included), {"empty": {"index": i}} (the template rendered only whitespace), or {"too_long":
-{"index": i, "bytes": n}} (texts or ids past `max_output_bytes`). Before each phase the child
-writes its name to the `phase` file, so that the parent can say what ran into a limit.
-
-The ids file: little-endian int32, the number of rows, each row's length, then the rows' ids.
+validator) under the kit's limits, as a full model's template and tokenizer are the
+submission's. `python -I tokenizer_child.py REQUEST.json` runs one op (`encode` or `decode`) and
+writes a result that templating.py reads as a TokenizerResult; the ops, the results and the ids
+file: docs/internals.md, "llm_judge's tokenizer child".
 """
 
 from __future__ import annotations

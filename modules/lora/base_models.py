@@ -4,7 +4,6 @@ asks) and its tokenizer. It is kept warm across assignments by the kit's `WarmBa
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from transformers import (
 )
 
 from modules.lora.dataset import load_tokenizer
-from validator.kit import reading_base
+from validator.kit import moved_name, reading_base
 
 log = logging.getLogger(__name__)
 
@@ -75,18 +74,4 @@ def _read(
 
 
 def __getattr__(name: str) -> Any:
-    if name == "pick_device":  # moved to the kit, shared with llm_judge
-        from validator.kit import pick_device
-
-        warnings.warn(
-            "modules.lora.base_models.pick_device has moved to validator.kit.pick_device",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return pick_device
-    if name in ("BaseModelCache", "LoadedBase"):
-        raise AttributeError(
-            f"modules.lora.base_models.{name} is replaced by validator.kit.WarmBase, with "
-            "read_base as its load (docs/module-api.md)"
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return moved_name(__name__, name)  # pick_device, the kit's; the names WarmBase replaced

@@ -1,29 +1,7 @@
-"""Packed scoring rows: several conversations concatenated in one row, none seeing another.
-
-Why: a padded batch of length-sorted conversations still spends much of a GPU's work on padding
-(issue 26). A packed row holds conversations back to back under the token budget, with position
-ids restarting at 0 for each, and attention restricted to earlier tokens of the same
-conversation (a document + causal mask, run by PyTorch's FlexAttention, so no compiled
-dependency is needed). Each conversation then computes exactly what it computes alone, which is
-what the reference scores (HF `Trainer.evaluate` at batch size 1, docs/lora-scoring.md).
-
-How it reaches the model: transformers 4.49 picks its attention function per forward from
-`ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`. We register ours under a private key and
-point the config at it for the packed forward only. The row's masks travel in a ContextVar
-rather than as forward kwargs, because some models (gemma) drop extra kwargs on the way down.
-A 4D attention mask is passed through untouched by 4.49's mask builders, so an empty one stops
-them from building an L x L mask that our attention never reads.
-
-What the reference's masks do that we repeat (read from the 4.49 model files):
-- mistral, qwen2, phi3 apply `config.sliding_window` (when not None) to every layer through the
-  4D causal mask, masking key positions kv <= q - window. qwen2's `use_sliding_window` and
-  `max_window_layers` only steer flash-attention's per-layer kwarg, which sdpa and eager ignore.
-- gemma2 and cohere2 apply the window per layer (the `sliding_window` their attention passes is
-  the one their decoder layer applies to the mask); gemma2's layers alternate.
-- gemma2's attention logit soft-cap runs in eager attention (scaled scores / cap, tanh, * cap);
-  HF's sdpa path drops it, so it is applied only when the model's own implementation is not
-  sdpa.
-- llama, gemma, cohere, granite have no window.
+"""Packed scoring rows: several conversations concatenated in one row, none seeing another, each
+computing exactly what it computes alone (a document + causal mask run by FlexAttention), so
+that a GPU's work is not spent on padding. How the mask reaches transformers' models, and which
+of the reference's masks it repeats: docs/internals.md, "lora's packed rows".
 """
 
 from __future__ import annotations

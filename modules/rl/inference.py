@@ -10,11 +10,13 @@ import logging
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from validator.kit import (
     ChildLimits,
     ChildOutcome,
     SubmissionRejected,
+    loads_bounded,
     read_child_file,
     run_child,
     write_new,
@@ -30,6 +32,16 @@ ACTIONS_HEADER_BYTES = 64 * 1024
 # Not onnxruntime: its import starts a thread, and a server with threads cannot fork; it is
 # imported in the child, under the memory limit, as when the sandbox armed the limit itself.
 PRELOAD = ("numpy",)
+
+
+class PolicyResult(BaseModel):
+    """What sandbox.py writes to its result file: the rows it ran, or why the policy does not
+    fit. Read as untrusted (the child ran the policy): bounded, and nothing else accepted."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    rows: int | None = Field(None, ge=0)
+    rejected: str | None = None
 
 
 def run_policy(
@@ -66,8 +78,8 @@ def run_policy(
     write_new(paths["request"], json.dumps(request).encode())
     _run_sandbox(paths["request"], limits, threads, work)
     result = _read_result(paths["result"])
-    if "rejected" in result:
-        raise SubmissionRejected(str(result["rejected"]))
+    if result.rejected is not None:
+        raise SubmissionRejected(result.rejected[:1000])
     expected = ACTIONS_HEADER_BYTES + 4 * features.shape[0] * venues
     try:
         data = read_child_file(paths["actions"], expected)
@@ -109,12 +121,14 @@ def _run_sandbox(request: Path, limits: ChildLimits, threads: int, work: Path) -
     raise RuntimeError(f"the policy sandbox failed (exit {result.exit_code}): {tail}")
 
 
-def _read_result(path: Path) -> dict:
+def _read_result(path: Path) -> PolicyResult:
+    """The child's result; SubmissionRejected for one that is not a PolicyResult (the policy's
+    doing: honest code writes one), RuntimeError for none at all."""
     try:
         data = read_child_file(path, MAX_RESULT_BYTES)
     except FileNotFoundError:
         raise RuntimeError(f"the policy sandbox left no result in {path}") from None
-    result = json.loads(data.decode("utf-8"))
-    if not isinstance(result, dict):
-        raise RuntimeError(f"the policy sandbox wrote {result!r}")
-    return result
+    try:
+        return PolicyResult.model_validate(loads_bounded(data, "the policy sandbox's result"))
+    except ValueError as exc:  # JsonRefused, pydantic's ValidationError
+        raise SubmissionRejected(f"the policy sandbox's result is not one: {exc}"[:500]) from exc

@@ -132,7 +132,7 @@ def test_prompt_files_still_replace_rubrics_with_a_deprecation_warning(tmp_path,
     mine.write_text("Q: $conversation A: $answer R: $reference {kept} $other")
     with caplog.at_level(logging.WARNING):
         texts = load_judge_texts("builtin", tmp_path, prompt_files={2: str(mine)})
-    assert "prompt_files is deprecated" in caplog.text
+    assert "prompt_files has moved to prompt_source" in caplog.text
     assert texts.rubric_text(2, **FIELDS, reference_response="r") == (
         f"Q: {CONTEXT} A: x is {{0}} R: r {{kept}} $other"
     )

@@ -22,6 +22,7 @@ from modules.llm_judge.submission import MODEL_FILES, OverMaxParams, fetch_submi
 from tests.helpers.hostile_listings import HOSTILE_LISTINGS
 from tests.helpers.served_hub import served_hub
 from validator.errors import SubmissionRejected, TransientError
+from validator.kit import MovedPathWarning
 
 BASE = "Qwen/Qwen3.5-0.8B"
 SUPPORTED = [BASE]
@@ -283,7 +284,7 @@ def test_an_adapter_is_checked_against_its_base_on_the_childs_reading(world):
     submission = fetch(world, "mallory/bent")
     assert {t.name for t in submission.adapter_tensors} == set(tensors)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
+        warnings.simplefilter("error", MovedPathWarning)
         with pytest.raises(ModelCannotLoad, match=re.escape(name)):
             load(submission)
 

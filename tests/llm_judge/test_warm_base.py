@@ -5,6 +5,7 @@ score."""
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -257,13 +258,14 @@ def test_another_base_replaces_the_warm_one(tmp_path):
 
 
 def test_the_earlier_names_warn_and_are_the_kit_s():
-    import modules.llm_judge.warm_base as earlier
     from modules.llm_judge import loading
     from validator import kit
 
-    with pytest.warns(FutureWarning, match="has moved to validator.kit.WarmBase"):
-        assert earlier.WarmBase is kit.WarmBase
-    with pytest.warns(FutureWarning, match="pick_device has moved: device_and_dtype"):
+    sys.modules.pop("modules.llm_judge.warm_base", None)
+    with pytest.warns(FutureWarning, match="llm_judge.warm_base has moved to validator.kit"):
+        import modules.llm_judge.warm_base as earlier
+    assert earlier.WarmBase is kit.WarmBase
+    with pytest.warns(FutureWarning, match="pick_device has moved to .*loading.device_and_dtype"):
         assert loading.pick_device is loading.device_and_dtype
     device, dtype = loading.device_and_dtype()
     assert device == kit.pick_device()

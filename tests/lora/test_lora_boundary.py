@@ -23,7 +23,12 @@ from safetensors.torch import save_file
 from modules.lora.adapters import AdapterRejected
 from tests.lora.test_lora_hostile import World, honest_tensors, inputs, module, world  # noqa: F401
 from validator.errors import SubmissionRejected
-from validator.kit import SUBMISSION_LIMITS, check_lora_against_base, inspect_in_child
+from validator.kit import (
+    SUBMISSION_LIMITS,
+    MovedPathWarning,
+    check_lora_against_base,
+    inspect_in_child,
+)
 
 MIB = 1024**2
 SUBMISSION_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -186,7 +191,7 @@ def test_the_former_signature_still_checks_with_a_warning(world):
     # llm_judge passed the weights' path: still the same check, read in this process.
     base = world.fresh_base("qwen")
     with (
-        pytest.warns(DeprecationWarning, match="bounded child"),
+        pytest.warns(MovedPathWarning, match="not in a bounded child"),
         pytest.raises(SubmissionRejected, match=r"r = 1000000: not a LoRA rank"),
     ):
         check_lora_against_base({"r": 10**6}, base, "qwen", honest_weights(world))

@@ -254,8 +254,8 @@ def task_types_row(settings: Settings, tasks: list[Task]) -> Row:
 
 
 def _get_task_list(url: str, api_key: str) -> Answer:
-    """The task list read within the ledger.tasks cap (issue 40: a 300 MB answer took the
-    doctor to 2.5 GB)."""
+    """The task list read within the ledger.tasks cap: uncapped, a 300 MB answer takes the
+    doctor to 2.5 GB."""
     return fetch_answer(
         "GET", url, "ledger.tasks", deadline_s=PROBE_DEADLINE_S, timeout=TIMEOUT,
         headers={"flock-api-key": api_key},

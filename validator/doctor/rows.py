@@ -26,7 +26,7 @@ from validator.observe.logs import RedactSecrets
 from validator.text import one_line
 
 Result = Literal["ok", "warning", "failed", "skipped"]
-# The doctor's own exit status (issue 34): 0 nothing failed, 1 a check failed, 2 usage. Not a
+# The doctor's own exit status: 0 nothing failed, 1 a check failed, 2 usage. Not a
 # validator exit: nothing restarts on it.
 CHECK_FAILED = 1
 DETAIL_WIDTH = 400

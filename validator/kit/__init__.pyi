@@ -1,16 +1,12 @@
 # isort: skip_file
 # (the order and the groups below are the kit's table of contents, not alphabetical)
-"""The names of `validator.kit`, in one table: type checkers and editors read these imports,
-and at run time `lazy_loader.attach_stub` (scientific-python SPEC 1) reads the same ones to make
-the kit's `__getattr__`, `__dir__` and `__all__` (validator/kit/__init__.py). A name is public
-once it is imported here; each is imported on first use.
+"""The names of `validator.kit`, in one table: type checkers and editors read these imports, and
+at run time validator/kit/__init__.py reads the same ones to load each name on first use. A
+name is public once it is imported here, from the module that defines it; docs/module-api.md's
+list of names is written from this table (`python -m scripts.kit_docs`).
 
-Only `from .x import Y as Y` and `from . import x as x` lines, relative and within the kit, as
-attach_stub requires (`as Y`: what a stub re-exports, PEP 484). A name defined outside the kit
-comes through a kit module that re-exports it, named after what it faces: `errors`
-(validator/errors.py), `text` (validator/text.py), `scope` (validator/scope.py), `run_context`
-(validator/run_context.py), `outbound` (validator/outbound/), `sandbox` (validator/sandbox/).
-Every file of the kit is named here (tests/test_rooms.py).
+Only `from X import Y as Y` lines (`as Y`: what a stub re-exports, PEP 484), each group under
+a one-line comment that titles it. Every file of the kit is named here (tests/test_rooms.py).
 """
 
 # the plugin contract
@@ -21,8 +17,8 @@ from .base import (
     BaseValidationModule as BaseValidationModule,
 )
 
-# what validate() raises (validator/errors.py: the failure contract)
-from .errors import (
+# what validate() raises: the failure contract
+from validator.errors import (
     SubmissionRejected as SubmissionRejected,
     OperatorError as OperatorError,
     ConfigError as ConfigError,
@@ -31,7 +27,7 @@ from .errors import (
 )
 
 # the runtime scope: host work, notes, penalties, heartbeats, progress
-from .scope import (
+from validator.scope import (
     Scope as Scope,
     HostPhase as HostPhase,
     PenaltyKind as PenaltyKind,
@@ -42,32 +38,36 @@ from .scope import (
 from .progress import watch_bytes as watch_bytes
 
 # the run context: this process's settings (state dir, HF cache budget, secrets)
-from .run_context import RunContext as RunContext, current_run as current_run
+from validator.run_context import RunContext as RunContext, current_run as current_run
 
-# files and processes
+# files, deadlines and bounded JSON
 from .workdirs import WorkArea as WorkArea
 from .downloads import fetch_validation_set as fetch_validation_set
-from .outbound import (
+from validator.outbound.deadline import (
     overall_deadline as overall_deadline,
     CallAbandoned as CallAbandoned,
     wait_or_stop as wait_or_stop,
 )
-from .outbound import loads_bounded as loads_bounded
-from .errors import JsonRefused as JsonRefused
+from validator.outbound.safe_json import loads_bounded as loads_bounded
+from validator.errors import JsonRefused as JsonRefused
 
-# answers from outside: one bounded reader (a cap per kind of call, docs/reliability.md)
-from .outbound import (
+# answers from outside: one bounded reader, a cap per kind of call (docs/reliability.md)
+from validator.outbound.bounded_reader import (
     fetch_answer as fetch_answer,
     Answer as Answer,
-    Cap as Cap,
-    ANSWER_CAPS as ANSWER_CAPS,
     capped_session as capped_session,
     capped_event_hooks as capped_event_hooks,
+)
+from validator.outbound.answer_caps import (
+    Cap as Cap,
+    ANSWER_CAPS as ANSWER_CAPS,
     reading_at_most as reading_at_most,
 )
-from .errors import AnswerTooLarge as AnswerTooLarge
-from .sandbox import (
-    run_child as run_child,
+from validator.errors import AnswerTooLarge as AnswerTooLarge
+
+# bounded children: what a submission brings that could run, or that a library parses
+from validator.sandbox.child_process import run_child as run_child
+from validator.sandbox.child_result import (
     ChildLimits as ChildLimits,
     ChildOutcome as ChildOutcome,
 )
@@ -76,7 +76,7 @@ from .boundary import (
     SUBMISSION_LIMITS as SUBMISSION_LIMITS,
     CHILD_ENV as CHILD_ENV,
 )
-from .sandbox import (
+from validator.sandbox.child_files import (
     read_child_file as read_child_file,
     write_new as write_new,
     discard as discard,
@@ -90,20 +90,24 @@ from .listing import (
     checked_listing as checked_listing,
     MAX_LISTED_FILES as MAX_LISTED_FILES,
 )
+
+# adapters: checked against their base before peft reads them
 from .adapter_bounds import (
     check_lora_against_base as check_lora_against_base,
     ranks_of as ranks_of,
     replicated_layers as replicated_layers,
     check_layer_replication as check_layer_replication,
+    LoraTensor as LoraTensor,
 )
 from .adapter_patterns import check_adapter_patterns as check_adapter_patterns
-from .adapter_bounds import LoraTensor as LoraTensor
 
-# a warm base: one base kept loaded, each adapter applied to it and undone bit for bit, the
-# base checked after every assignment (torch and peft); where models run
-from .pristine import PristineWeights as PristineWeights
-from .errors import BaseNotRestored as BaseNotRestored
-from .pristine import merge_targets as merge_targets, forget_peft as forget_peft
+# a warm base: one base kept loaded, each adapter applied and undone bit for bit (torch, peft)
+from .pristine import (
+    PristineWeights as PristineWeights,
+    merge_targets as merge_targets,
+    forget_peft as forget_peft,
+)
+from validator.errors import BaseNotRestored as BaseNotRestored
 from .fingerprint import BaseFingerprint as BaseFingerprint, base_intact as base_intact
 from .warm_base import (
     WarmBase as WarmBase,
@@ -114,4 +118,11 @@ from .warm_base import (
 )
 
 # text in reasons and logs
-from .text import quoted as quoted, one_line as one_line
+from validator.text import quoted as quoted, one_line as one_line
+
+# earlier spellings: a module's own aliases, each with the release that removes it
+from validator._moved import (
+    moved_name as moved_name,
+    alias as alias,
+    MovedPathWarning as MovedPathWarning,
+)

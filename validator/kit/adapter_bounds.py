@@ -14,13 +14,13 @@ apply adapters with peft (lora, llm_judge); it needs torch, which their environm
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
+from validator._moved import alias
 from validator.errors import SubmissionRejected
 from validator.text import quoted
 
@@ -36,8 +36,8 @@ _LORA_TENSOR = re.compile(
 MAX_ELEMENTS_PER_BASE_PARAMETER = 3
 # peft's `layer_replication` deep-copies one base layer per replicated layer, in the validator's
 # process, before any weight is read: the supported bases have at most about 80 layers, and no
-# trained adapter stacks more than a few times that (issue 32 attack: 400 entries took 800 layer
-# copies of a tiny base; 10**6 entries fit in a config of a few MB).
+# trained adapter stacks more than a few times that (400 entries make 800 layer copies of a tiny
+# base; 10**6 entries fit in a config of a few MB).
 MAX_REPLICATED_LAYERS = 512
 
 
@@ -108,15 +108,10 @@ def check_lora_against_base(
 ) -> None:
     """Raises `error` naming the first rank or LoRA tensor that cannot fit `base`, or the
     adapter's size when it is past what the base can use. `tensors` is the header as the
-    module's bounded child read it; a Path (the former signature) still works, with a
-    DeprecationWarning, and reads the header in this process."""
+    module's bounded child read it; a Path is an alias (validator/_moved.py) that reads the
+    header in this process."""
     if isinstance(tensors, Path):
-        warnings.warn(
-            "check_lora_against_base(..., weights: Path) parses the submission's safetensors "
-            "header in the validator's process; pass the LoraTensor list a bounded child read",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        alias("check_lora_against_base(..., weights: Path)").warn()
         tensors = _header_in_process(tensors, error) if tensors.is_file() else []
     limit = max_useful_rank(base)
     for where, rank in ranks.items():
@@ -166,8 +161,8 @@ def _check_tensor_shapes(
 
 
 def _header_in_process(weights: Path, error: type[Exception]) -> list[LoraTensor]:
-    """The former, deprecated reading: safetensors in this process."""
-    from safetensors import SafetensorError, safe_open  # noqa: PLC0415 - deprecated path only
+    """The alias's reading: safetensors in this process."""
+    from safetensors import SafetensorError, safe_open  # noqa: PLC0415 - the alias's path only
 
     try:
         with safe_open(str(weights), framework="pt") as header:

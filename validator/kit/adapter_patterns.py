@@ -1,8 +1,8 @@
 """The module patterns of an adapter's config, run in a bounded child before peft runs them in
-the validator's process (issue 32 attack). peft matches `target_modules` (as one pattern), the
+the validator's process. peft matches `target_modules` (as one pattern), the
 keys of `rank_pattern` and `alpha_pattern`, `exclude_modules`, `layers_pattern` and
 `modules_to_save` as regular expressions against every module name of the base; a pattern that
-backtracks (`(?:.|.|.|.)*Z|.*_proj`) took minutes per name, in the validator's own process.
+backtracks (`(?:.|.|.|.)*Z|.*_proj`) takes minutes per name, in the validator's own process.
 
 The child (validator/sandbox/pattern_child.py) runs the same matches against the same names under a
 small CPU limit: when it finishes, peft's matches cost the validator no more than that; when it does

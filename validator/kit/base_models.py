@@ -123,8 +123,8 @@ def _base_weight_files(
 
 def _all_sized(sizes: dict[str, int | None], names: list[str], what: str) -> None:
     """A base's files are read within their listed sizes, as a submission's: one the listing
-    gives no size for is not asked for (issue 40: read uncapped, a 2 MiB gzip answer wrote
-    2 GiB into the HF cache). The Hub sizes every file when asked for blobs: transient."""
+    gives no size for is not asked for (read uncapped, a 2 MiB gzip answer writes 2 GiB into
+    the HF cache). The Hub sizes every file when asked for blobs: transient."""
     unsized = [name for name in names if sizes.get(name) is None]
     if unsized:
         raise TransientError(f"{what}: the Hub listing has no size for {', '.join(unsized)}")

@@ -1,23 +1,8 @@
 """The trust boundary (DESIGN.md): a submission's files are parsed only in a bounded child, never
-in the validator's own process. For modules.
-
-    answer = inspect_in_child(SCRIPT, {"config_dir": str(folder)}, work=work,
-                              what="config.json", answer=ConfigFacts, preload=("transformers",))
-
-`SCRIPT` is a standalone file (it imports nothing of the validator: the child runs `python -I`)
-that reads the request from the JSON file named by its first argument and writes its answer as
-one JSON object to `request["result"]`; {"error": "..."} when the submission's data is at fault
-(a config transformers rejects, a header of the wrong shape). The parent gets the answer back
-validated whole by the caller's pydantic model: plain checked data, never an object the
-submission's bytes built.
-
-Whatever the child cannot do within its limits, or a death by a signal, is the submission's
-doing: SubmissionRejected naming `what` and the limit, with one log line. A child that exits
-with a traceback (code > 0) without writing an answer is the module's own bug: RuntimeError,
-which the runner's bounded retries handle.
-
-The limits live here, in one place (`SUBMISSION_LIMITS`); a module passes its own only where its
-protocol needs a different bound (rl's episodes, a tokenizer's per-prompt time).
+in the validator's own process. For modules: `inspect_in_child(SCRIPT, request, work=...,
+what=..., answer=Model)` runs a standalone script on a request file and returns its answer,
+bounded and validated whole by `Model`; `{"error": ...}` or a limit met is SubmissionRejected,
+the script's own traceback RuntimeError (docs/internals.md, "The trust boundary").
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def _download_validation_set(url: str, dest: Path, max_bytes: int, default_name:
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     # Read through the bounded reader, which counts what the connection carries too (a chunked
-    # answer's trailer fields, issue 40); a chunk above the set's own limit, so that a set past
+    # answer's trailer fields); a chunk above the set's own limit, so that a set past
     # it is refused by _stream_capped, as the set's (ValueError).
     cap = Cap("validation.set", max_bytes + CHUNK, None, "the set is over its limit")
     try:

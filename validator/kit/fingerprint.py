@@ -1,26 +1,8 @@
-"""Proof that a warm base is still the base as loaded, whatever a submission's files held.
-
-peft loads every tensor of an adapter file whose name matches a key of the wrapped model, so
-a file can overwrite base weights (a norm, the embedding, a projection's base weight) that no
-LoRA merge touches and so no restore puts back. Rather than predict which tensors a given peft
-version may write, every parameter and buffer is checked after each assignment against a
-fingerprint taken at load time; a base that differs in any bit, or in its module structure, is
-dropped and reloaded.
-
-On a GPU the fingerprint is a keyed linear hash: the tensor's bytes, read as 16-bit words, are
-summed in blocks of `BLOCK` words against secret random weights below 2^20, with three independent
-sets of weights. A submitter who knows the base exactly but not the weights makes a changed
-block keep its digest with a probability of at most 2^-20 per set, 2^-60 for all three. Every
-partial sum is an integer below 2^47 (|word| < 2^15, weight < 2^20, 2^12 words), so float64
-holds it exactly in any summation order: equal tensors give equal digests on any device, and
-the sums run as one matrix product (tensor cores) instead of a copy of the weights.
-
-In host memory the same matrix product is bound by converting every word to float64 (eight
-bytes written and read per two of weights), so a tensor on the CPU is hashed with BLAKE3 instead,
-keyed by a secret of the process, in pieces spread over the CPU's threads (the binding releases
-the GIL, and its SIMD code runs at memory speed): a changed block is found with the certainty of
-a cryptographic hash, about 3x as fast as the keyed SHA-256 it replaced on a 2-core machine with
-SHA extensions (bench/RESULTS.md, "llm_judge warm base").
+"""Proof that a warm base is still the base as loaded, whatever a submission's files held: every
+parameter and buffer is checked after each assignment against a fingerprint taken at load time
+(a keyed linear hash on a GPU, keyed BLAKE3 in host memory), and a base that differs in any
+bit, or in its module structure, is dropped. Why both, and their bounds: docs/internals.md,
+"The warm base's fingerprint".
 """
 
 from __future__ import annotations

@@ -153,8 +153,8 @@ def _classify(
 
 
 def _senders(err: BaseException) -> bool:
-    """Whether `err` is the library refusing what the Hub sent (issue 40: these were "an
-    unexpected error in the module", scored again 3 times): a client error that is not a
+    """Whether `err` is the library refusing what the Hub sent (the sender's fault, not "an
+    unexpected error in the module" to score again 3 times): a client error that is not a
     network fault (a redirect loop, to file://), the library's own OSError (no errno: "Consistency
     check failed", a body that is not the size its header said) or ValueError (`X-Repo-Commit:
     ../..`: "Invalid pointer path"; a listing that is not JSON)."""
@@ -368,6 +368,4 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
 def __getattr__(name: str) -> Any:
-    # A base model's fetch is kit/base_models.py's now (it imports this module): the old place
-    # still gives it, with a warning (validator/_moved.py).
-    return moved_name(__name__, name)
+    return moved_name(__name__, name)  # fetch_base_model, from kit/base_models.py

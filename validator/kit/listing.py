@@ -1,4 +1,4 @@
-"""A submission's Hub listing, checked before any of its files is fetched (issue 40): the plan
+"""A submission's Hub listing, checked before any of its files is fetched: the plan
 the listing makes (how many files, their names, their sizes) is one a real Hub sends, or the
 submission is refused.
 

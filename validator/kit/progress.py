@@ -12,10 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from validator.scope import EVERY_SECONDS, Progress, current_scope
-
-# Progress too: what `validator.progress` (an earlier path, validator/_moved.py) gave.
-__all__ = ["Progress", "watch_bytes"]
+from validator._moved import moved_name
+from validator.scope import EVERY_SECONDS, current_scope
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +82,7 @@ def _size(folder: Path) -> int:
         except OSError:
             continue  # a file renamed or removed meanwhile
     return total
+
+
+def __getattr__(name: str) -> object:
+    return moved_name(__name__, name)  # Progress, which `validator.progress` gave

@@ -92,7 +92,7 @@ LIST = Policy("tasks_list", RETRIED_STATUSES, "ledger.tasks", after_processing=T
 LOOKUP = Policy("lookup", LOOKUP_RETRY_STATUSES, "ledger.lookup", after_processing=False)
 # A 2xx without JSON is not taken for an answer: sent again, a result the API did take is
 # refused as not validating, which the runner records as submitted, with that story.
-# A 429 may come from a rate limiter that counts after the API committed the result (issue 23):
+# A 429 may come from a rate limiter that counts after the API committed the result:
 # a repeat refused as not validating is then the API holding it, not "too late".
 SUBMIT = Policy(
     "submit",
@@ -116,9 +116,9 @@ def normalise_id(value: Any) -> str:
 
 def answered_id(value: Any) -> str:
     """An id in an answer of the API: an integer (not a boolean) or text matching ID_TEXT, as
-    text; anything else (null, true, a list, an object, text with a lone surrogate) is no id
-    (issue 40: any JSON value was taken, `null` submitted to .../update-validation-assignment/
-    None, and `"\\ud800"` ended the validator at the journal's INSERT)."""
+    text; anything else (null, true, a list, an object, text with a lone surrogate) is no id:
+    taken, `null` would be submitted to .../update-validation-assignment/None, and
+    `"\\ud800"` would end the validator at the journal's INSERT."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"an id is an integer or text, not {type(value).__name__}")
     text = normalise_id(value)
@@ -127,8 +127,8 @@ def answered_id(value: Any) -> str:
     return text
 
 
-# What the API sends beyond these fields is dropped here, at the boundary (issue 40: a lookup
-# answer's extra keys were kept, 2.7 GB for 100 MB); the answers' size is capped by the
+# What the API sends beyond these fields is dropped here, at the boundary (a lookup answer's
+# extra keys, kept, cost 2.7 GB for 100 MB); the answers' size is capped by the
 # reader (validator/outbound/answer_caps.py: ANSWER_CAPS, the Policy's `cap`), and text that
 # is not all Unicode refused whole (`_decoded`: a lone surrogate in any field of an
 # assignment would reach the journal, the log and the module).

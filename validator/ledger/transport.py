@@ -227,8 +227,8 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
         try:
             when = parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError, OverflowError):
-            # A year past what a C integer holds is an OverflowError (issue 40: one header of
-            # any 408, 429 or 5xx ended the validator, exit 1).
+            # A year past what a C integer holds is an OverflowError: uncaught, one header of
+            # any 408, 429 or 5xx would end the validator.
             return None
         if when.tzinfo is None:
             return None

@@ -1,33 +1,8 @@
 """An HTTP server for the status page whose cost to the validator has a bound, whatever its
-clients do (issue 23, item 8: a flood of the stdlib's ThreadingHTTPServer made a thread per
-connection, 1,003 of them for 1,000 half-open sockets, and cut the loop's submits by 80%).
-
-- One acceptor thread owns the listening socket and every connection until its request's head
-  has arrived whole. It waits on a selector, so a connection that sends nothing (half-open) or
-  trickles costs a file descriptor, never a thread, and is closed when READ_TIMEOUT_S has passed
-  since it was accepted: an overall deadline, not one per read.
-- At most MAX_CONNECTIONS are open at once (waiting for their head, queued or being answered).
-  While they are all queued or being answered, the acceptor stops watching the listening socket:
-  further connections wait in the kernel's listen backlog (LISTEN_BACKLOG; past it the kernel
-  drops them) and cost the validator nothing. Turning each away in Python (accept, then reset)
-  woke a thread of the validator's interpreter hundreds of times a second under a flood, and
-  every wake took the GIL from the loop: on a machine with one core left, submits fell to 70% of
-  the quiet rate.
-- While some of them are still waiting for their head, a new connection takes the place of the
-  one waiting longest, which is closed (issue 32: 200 half-open connections, a partial head each,
-  held the 64 places for 5 s a round, 12-13 s for all 200, and `/healthz` waited behind them,
-  past the 10 s timeout of a Kubernetes probe: a healthy validator would have been restarted).
-  A shorter head timeout only divides that delay, and a cap per client address cannot tell the
-  kubelet from a flood on the same node; evicting the oldest head-less connection costs a
-  slow client nothing while the server is quiet and bounds a probe's wait by how fast the
-  acceptor goes through the backlog. A head that has already arrived when the connection is
-  accepted is taken at once: a probe whose request is there is never evicted by those behind.
-- A fixed pool of WORKERS threads answers the complete requests. A worker's CPU time has a
-  budget (CPU_SHARE of one core, over time): past it the worker sleeps, which releases the GIL,
-  so that the loop, which shares the interpreter, keeps its pace under any load here.
-- A client that goes away is one line in the log, never a traceback.
-
-Only GET without a body is served (the status page's endpoints): the head is the request.
+clients do: one acceptor thread on a selector, at most MAX_CONNECTIONS open (the oldest
+head-less one evicted for a new one, the rest left in the kernel's backlog), a fixed pool of
+WORKERS with a CPU budget each, and only GET without a body. Why each: docs/internals.md, "The
+status page's server".
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """The child's side of validator/sandbox/child_process.py, and the pre-imported server its children
-are forked from. Standalone: it runs as `python -I child_entry.py ...` and imports only the
-standard library (and the trusted preloads), never the validator's code.
-
-- `run SPEC TOKEN`: the fresh-process path. Forks the script's process and stays its parent (a
-  subreaper, below); the script's side sets itself up (parent-death signal, preloads, limits)
-  and runs the script as `__main__`, as a plain interpreter would.
-- `serve CONTROL_FD PARENT PLACEHOLDER [PRELOAD...]`: the server. Imports the preloads once,
-  checks that it runs one thread (a fork copies only the calling thread: a lock held by another
-  would deadlock the child) and that a child can show its token on its command line, says
-  `ready`, then forks one child per request. Its environment is the clean one the validator
-  started it with: it never held a secret, so no child can find one in what it inherits.
-
-A request comes on the control socket (SOCK_SEQPACKET) as one JSON message with two file
-descriptors: the caller's own connection for this child, and the child's stderr file. On that
-connection the server answers `{"pid": N}` once the child is set up (in its own session,
-confined, its limits armed), then `{"code": C, "cpu": S}` when it has ended (its group killed,
-the leader reaped), with `"refused"` when the child could not take a limit: its set-up says so
-on a pipe that the script never holds, so no script can claim it. `kill` on the
-connection, or the connection closing, kills the child's group. The control socket closing, or
-the validator's death, ends the server and every child it runs.
-
-What a child starts does not outlive it: the server, and the fresh path's first process, are
-subreapers, so a process whose parent ended, even one in a session of its own (setsid, a double
-fork), becomes theirs, and every such process is killed when a child ends. Both are
-non-dumpable, as the validator is, and their children inherit it: a child can neither ptrace
-them nor read another child's memory (validator/sandbox/child_reaper.py).
+are forked from. Standalone: it runs as `python -I child_entry.py run SPEC TOKEN` (a fresh
+child) or `... serve CONTROL_FD PARENT PLACEHOLDER [PRELOAD...]` (a server), and imports only
+the standard library, the files beside it and the trusted preloads, never the validator's code.
+The messages are protocol.py's; how a server forks, answers and reaps: docs/internals.md, "The
+child's side and its servers".
 """
 
 from __future__ import annotations
@@ -35,7 +14,6 @@ import gc
 import importlib
 import importlib.machinery
 import importlib.util
-import json
 import os
 import runpy
 import select
@@ -62,6 +40,7 @@ from . import child_landlock as landlock  # noqa: E402 - after the package exist
 from . import child_limits as limits  # noqa: E402
 from . import child_reaper as reaper  # noqa: E402
 from . import child_seccomp as seccomp  # noqa: E402
+from . import protocol  # noqa: E402
 
 # The exit code of a script that ran out of memory (child_reaper.EXIT_ORPHAN: of a set-up whose
 # parent was already gone; child_limits.EXIT_LIMITS: of one whose limit was refused).
@@ -94,15 +73,15 @@ def preload(names: list[str]) -> None:
 
 
 def run_fresh(spec_path: str) -> None:
-    with open(spec_path, encoding="utf-8") as handle:
-        spec = json.load(handle)
-    reaper.set_parent_death_signal(int(spec["parent"]))
-    status = int(spec["status"])
+    with open(spec_path, "rb") as handle:
+        spec = protocol.decode(handle.read(protocol.MAX_MESSAGE_BYTES + 1), protocol.FreshRequest)
+    reaper.set_parent_death_signal(spec["parent"])
+    status = spec["status"]
     reaper.stay_as_reaper(handed=(status,))  # returns in the script's process only
     for name in spec["preload"]:
         importlib.import_module(name)
-    landlock.apply(spec.get("confine"))  # before the first byte of the submission
-    seccomp.apply(spec.get("syscalls"))  # after the preloads: their imports may open sockets
+    landlock.apply(spec["confine"])  # before the first byte of the submission
+    seccomp.apply(spec["syscalls"])  # after the preloads: their imports may open sockets
     limits.arm_and_tell(spec, status)
     sys.argv = [spec["script"], *spec["args"]]
     try:
@@ -179,7 +158,9 @@ def _drop_server_exit_handlers() -> None:
         finalizer.atexit = False
 
 
-def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -> None:
+def _child(
+    request: protocol.ServedRequest, fds: list[int], ready: int, server: int, held: list
+) -> None:
     """The forked child: never returns."""
     code = 1
     try:
@@ -206,8 +187,8 @@ def _child(request: dict, fds: list[int], ready: int, server: int, held: list) -
         os.environ.update(request["env"])
         tempfile.tempdir = None  # the server's /tmp, cached by a preload: TMPDIR is read again
         _drop_server_exit_handlers()
-        landlock.apply(request.get("confine"))  # before the first byte of the submission
-        seccomp.apply(request.get("syscalls"))
+        landlock.apply(request["confine"])  # before the first byte of the submission
+        seccomp.apply(request["syscalls"])
         limits.arm_and_tell(request, ready)  # the server answers the caller once this is said
         sys.argv = [request["script"], *request["args"]]
         code = _run_script(request["script"])
@@ -259,17 +240,17 @@ class _Server:
 
     def _accept(self) -> bool:
         try:
-            message, fds, _, _ = socket.recv_fds(self.control, 1 << 20, 2)
+            message, fds, _, _ = socket.recv_fds(self.control, protocol.MAX_MESSAGE_BYTES, 2)
         except OSError:
             return False
         if not message:
             return False  # the validator closed its end
         conn = socket.socket(fileno=fds[0])
         try:
-            request = json.loads(message)
+            request = protocol.decode(message, protocol.ServedRequest)
             pid = self._fork(request, fds)
         except Exception as exc:  # noqa: BLE001 - the caller falls back to a fresh process
-            _send(conn, {"error": f"{type(exc).__name__}: {exc}"})
+            _send(conn, protocol.NotStarted(error=protocol.reason(f"{type(exc).__name__}: {exc}")))
             conn.close()
             return True
         finally:
@@ -277,10 +258,10 @@ class _Server:
         self.children[pid] = conn
         self.by_fd[conn.fileno()] = pid
         self.poller.register(conn, select.POLLIN)
-        _send(conn, {"pid": pid})
+        _send(conn, protocol.Started(pid=pid))
         return True
 
-    def _fork(self, request: dict, fds: list[int]) -> int:
+    def _fork(self, request: protocol.ServedRequest, fds: list[int]) -> int:
         ready_r, ready_w = os.pipe()
         held = [self.control, *self.children.values()]
         for stream in (sys.stdout, sys.stderr):
@@ -294,9 +275,9 @@ class _Server:
         # it; confined, filtered, its limits armed or refused).
         ready, _, _ = select.select([ready_r], [], [], SETUP_SECONDS)
         said = os.read(ready_r, limits.STATUS_BYTES + 1) if ready else b""
-        if said[:1] == b"L":
-            self.refused[pid] = said[1:].decode("utf-8", "replace")
-        elif said != b"1":
+        if said[:1] == protocol.REFUSED:
+            self.refused[pid] = protocol.reason(said[1:].decode("utf-8", "replace"))
+        elif said != protocol.ARMED:
             _kill(pid)  # stuck, or dead in its set-up: its end is reported as any other
         os.close(ready_r)
         return pid
@@ -307,7 +288,7 @@ class _Server:
             order = self.children[pid].recv(64)
         except OSError:
             order = b""
-        if order in (b"kill", b""):  # asked, or the caller is gone
+        if order in (protocol.KILL, b""):  # asked, or the caller is gone
             _kill(pid)
             if not order:
                 self.poller.unregister(fd)
@@ -335,7 +316,8 @@ class _Server:
         # What it left (ours as subreaper) dies before its end is told: then nothing of it runs.
         # Another running child's strays go too: no child needs one.
         reaper.kill_orphans(self.keep | self.children.keys())
-        ended = {"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}
+        cpu = usage.ru_utime + usage.ru_stime
+        ended = protocol.Ended(code=os.waitstatus_to_exitcode(status), cpu=cpu)
         if pid in self.refused:
             ended["refused"] = self.refused.pop(pid)
         _send(conn, ended)
@@ -350,9 +332,9 @@ def _kill(pid: int) -> None:
             pass
 
 
-def _send(conn: socket.socket, message: dict) -> None:
+def _send(conn: socket.socket, message: protocol.Reply) -> None:
     try:
-        conn.send(json.dumps(message).encode())
+        conn.send(protocol.encode(message))
     except OSError:
         pass  # the caller is gone
 
@@ -378,7 +360,7 @@ def serve(control_fd: int, parent: int, placeholder: str, names: list[str]) -> N
     # What the imports built is never collected: a child's collections skip it (and do not
     # touch, so copy, its pages).
     gc.freeze()
-    control.send(b"ready")
+    control.send(protocol.READY)
     try:
         server.serve()
     finally:

@@ -1,25 +1,8 @@
-"""The validator's file I/O in a folder a bounded child controls. For modules.
-
-A child may create, delete and rename anything beneath its own folder, and plant symlinks, hard
-links and FIFOs there: a name the parent wrote before the child ran may be something else when
-the parent comes back to it. Followed by path, such a name reads the parent's own secrets (a link
-to /proc/self/environ, read by the validator), writes over a file elsewhere (a link to the
-journal), or blocks the validator (a FIFO). So the parent never follows a link there nor reads
-anything but a plain file of the folder's own:
-
-- `write_new(path, data)`: removes whatever is at `path`, then creates a new file there
-  (O_EXCL|O_NOFOLLOW: never through a link, never into a file that exists); something that
-  appears there meanwhile is the child racing it: ChildFileRefused;
-- `read_child_file(path, max_bytes)`: opens without following a link and without blocking, and
-  takes only a regular file with one link, on the folder's own device, of at most `max_bytes`;
-  anything else is the child's doing: ChildFileRefused (FileNotFoundError where there is none);
-- the child's stderr is a file the parent creates before the child exists (`open_stderr`) and
-  reads back through the descriptor it holds (`tail`): whatever the child does to the name
-  later, the parent reads the file it made.
-
-Also the pid records that `kill_strays` reads when it sweeps an abandoned folder, written here
-with `write_new`, and read as what they are: claims of a child, trusted only as far as a
-32-hex token, as run_child makes them, that a running process carries as a whole argument.
+"""The validator's file I/O in a folder a bounded child controls. For modules. The child may plant
+symlinks, hard links and FIFOs there, so the parent never follows a link nor reads anything but
+a plain file of the folder's own: `write_new` creates a new file (never through a link),
+`read_child_file` takes a bounded regular file with one link, and the child's stderr is read
+through the descriptor the parent made (docs/internals.md, "The child's folder").
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import platform
 import sys
 import threading
 
+from . import protocol
 from .kernel import no_new_privs, syscall
 
 # The syscalls' numbers in the generic table (x86_64 and aarch64 share them).
@@ -107,7 +108,9 @@ def abi() -> int:
 _probe = {"lock": threading.Lock(), "abi": None}
 
 
-def rules(folders: list[str], files: list[str], no_tcp: bool, scoped: bool) -> dict | None:
+def rules(
+    folders: list[str], files: list[str], no_tcp: bool, scoped: bool
+) -> protocol.Confinement | None:
     """The validator's side: what `confine` gets in the child; None where there is no Landlock,
     said in one warning line per process (the ABI is probed once)."""
     with _probe["lock"]:
@@ -117,7 +120,9 @@ def rules(folders: list[str], files: list[str], no_tcp: bool, scoped: bool) -> d
         version = _probe["abi"]
     if not version:
         return None
-    return {"abi": version, "folders": folders, "files": files, "no_tcp": no_tcp, "scoped": scoped}
+    return protocol.Confinement(
+        abi=version, folders=folders, files=files, no_tcp=no_tcp, scoped=scoped
+    )
 
 
 def _warn_missing(version: int, no_tcp: bool, scoped: bool) -> None:
@@ -136,17 +141,17 @@ def write_rights(version: int) -> int:
     return WRITE_ABI1 | (REFER if version >= 2 else 0) | (TRUNCATE if version >= 3 else 0)
 
 
-def apply(given: dict | None) -> None:
+def apply(given: protocol.Confinement | None) -> None:
     """The child's side: what `rules` gave, applied before the submission's first byte. A
     refusal raises, and so fails the child's set-up: where the validator found Landlock, a
     child never runs unconfined."""
     if given:
         confine(
-            int(given["abi"]),
+            given["abi"],
             given["folders"],
             given["files"],
-            no_tcp=bool(given["no_tcp"]),
-            scoped=bool(given["scoped"]),
+            no_tcp=given["no_tcp"],
+            scoped=given["scoped"],
         )
 
 

@@ -1,63 +1,13 @@
 """Running a submission's code-like inputs (an ONNX policy, a chat template, a tokenizer) in a
-child process that the validator can always bound and stop. For modules.
-
-`run_child(script, args, cwd=..., limits=...)` runs `script` as `__main__` with `args` in a child
-that is set up as a `python -I` interpreter would be (no user site, no PYTHON* variables, neither
-the current folder nor the script's on sys.path). The child is forked from a server that has
-already imported the `preload` modules (validator/sandbox/child_server.py, child_entry.py: one per
-preload tuple and environment, started with the clean environment below, so the fixed cost of
-a child is a fork, not seconds of imports); where no server can run, it is a fresh
-`python -I child_entry.py run ...` that imports them itself (one warning line says why). Either
-way:
-
-- no secrets: the child's environment is PATH, HOME and TMPDIR (its folder) and what the
-  caller adds, and the process it was forked from never held more;
-- its own process group (a new session), so that one kill reaches everything it started;
-  and what it started in a session of its own (setsid, a double fork) becomes, once its parent
-  ends, the child of a subreaper (the server; in the fresh path, the first process, which forks
-  the script's), which kills it when the child ends: nothing a child started outlives it (the
-  seccomp filter below lets it start none; the subreaper covers a kernel without seccomp);
-- no reach into the validator: the validator, the servers and every child are non-dumpable
-  (validator/sandbox/child_reaper.py), so without CAP_SYS_PTRACE (the module image) a child cannot
-  read their /proc/<pid>/environ or memory, nor ptrace them;
-- writes only beneath `cwd` and to /dev/null (Landlock, validator/sandbox/child_landlock.py, with
-  the rules below): not to the state dir, the HF cache or another work folder; no TCP (Linux
-  6.7 on), no signal to its parent or the validator (6.12 on). Reads are not confined. Without
-  Landlock, children run unconfined after one warning line (one more for each feature an
-  older Landlock lacks);
-- a seccomp filter (validator/sandbox/child_seccomp.py, after the Landlock rules): no socket but a
-  Unix one (no MPTCP, UDP) and no connection at all (a path-bound Unix socket such as the
-  Docker engine's included), no new process (threads only: its memory limit is its whole memory),
-  no change of a file's mode, owner, times, flags or extended attributes, and no call that acts
-  on another process (limits, priority, affinity, signals, pidfds: its own process only).
-  Without seccomp, one warning line;
-- a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`): a validator killed with
-  SIGKILL, or one that dies any other way, takes the child with it (through the server, which
-  has its own);
-- limits armed after the trusted `preload` imports (transformers costs seconds of CPU and
-  hundreds of MB of address space before any submission file is read): CPU seconds
-  (RLIMIT_CPU, on top of what the imports used), memory (RLIMIT_AS, on top of the address space
-  after the imports), the size of any file it writes (RLIMIT_FSIZE), and a wall clock that the
-  parent enforces by killing the group;
-- a pid record in `cwd` (`.child-<token>.pid`): a run killed before it could kill its child
-  leaves the record, and `kill_strays` (called by validator/kit/workdirs.py when it sweeps an
-  abandoned work folder at start-up) kills the process if /proc/<pid>/cmdline still carries
-  the record's token (pids are reused; a forked child writes its token over a placeholder in
-  its copy of the server's command line);
-- the parent never follows a link nor reads anything but a plain file in the child's folder
-  (validator/sandbox/child_files.py): the records are new files, and the stderr file is created
-  before the child exists and read back through the parent's own descriptor.
-
-The parent waits by polling, so a signal handler runs at once: a second stop signal
-(`Interrupted`) or Ctrl-C ends the wait, and the child's group is killed on the way out. While it
-waits it beats the heartbeat (validator/scope.py): a bounded child is work going on, not a
-stuck validator. The outcome says which limit a child ran into, for the caller to word the
-rejection.
+child process that the validator can always bound and stop. For modules: `run_child(script,
+args, cwd=..., limits=...)` runs `script` as `__main__` in a child forked from a pre-imported
+server (child_server.py) or, where none can run, in a fresh `python -I`: no secrets, its own
+process group, confined by Landlock and seccomp, its limits armed, killed at its wall clock.
+What each guarantee is and why: docs/internals.md, "The bounded child".
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -68,9 +18,9 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
-from validator.sandbox import child_landlock, child_seccomp, child_server
+from validator.sandbox import child_landlock, child_seccomp, child_server, protocol
 from validator.sandbox.child_bounds import refused
 from validator.sandbox.child_files import (
     RECORD_PREFIX,
@@ -109,7 +59,7 @@ CHILD_SCOPED = True
 # process (threads only: RLIMIT_AS then bounds all its memory, and no fork bomb), and no change of a
 # file's mode, owner, times or extended attributes (Landlock does not cover them).
 CHILD_SOCKET_FAMILIES = (socket.AF_UNIX,)
-# No connection of any family (issue 40): a Unix socket bound to a path, the Docker engine's
+# No connection of any family: a Unix socket bound to a path, the Docker engine's
 # among them, answers a connect that Landlock lets through. A child talks to its parent through
 # files in its folder and inherits no socket, so it needs none.
 CHILD_NO_CONNECT = True
@@ -151,13 +101,13 @@ def run_child(
     return _run_fresh(script, args, cwd, limits, child_env, preload, heartbeat)
 
 
-def confinement(cwd: Path) -> dict | None:
+def confinement(cwd: Path) -> protocol.Confinement | None:
     """The child's Landlock rules, which validator/sandbox/child_entry.py applies before it runs the
     script; None where there is no Landlock (one warning line per process)."""
     return child_landlock.rules([str(cwd)], list(CHILD_WRITABLE_FILES), CHILD_NO_TCP, CHILD_SCOPED)
 
 
-def syscall_filter() -> dict | None:
+def syscall_filter() -> protocol.SyscallRules | None:
     """The child's seccomp filter, which validator/sandbox/child_entry.py installs right after the
     Landlock rules; None where seccomp is not available (one warning line per process)."""
     return child_seccomp.rules(
@@ -175,19 +125,18 @@ def _paths(cwd: Path) -> tuple[str, Path, Path]:
     return token, record, cwd / f"{RECORD_PREFIX}{token}.stderr"
 
 
-def _request(script: Path, args: list[str], cwd: Path, limits: ChildLimits, /, **more) -> dict:
+def _request(script: Path, args: list[str], cwd: Path, limits: ChildLimits) -> protocol.Request:
     """What the child's side (child_entry.py) is told on either path: the script, the Landlock
-    rules and seccomp filter it applies, and the limits it arms; `more` is the path's own."""
-    return {
-        "script": str(script),
-        "args": [str(a) for a in args],
-        "confine": confinement(cwd),
-        "syscalls": syscall_filter(),
-        "cpu_seconds": limits.cpu_seconds,
-        "memory_bytes": limits.memory_bytes,
-        "file_bytes": limits.file_bytes,
-        **more,
-    }
+    rules and seccomp filter it applies, and the limits it arms."""
+    return protocol.Request(
+        script=str(script),
+        args=[str(a) for a in args],
+        confine=confinement(cwd),
+        syscalls=syscall_filter(),
+        cpu_seconds=limits.cpu_seconds,
+        memory_bytes=limits.memory_bytes,
+        file_bytes=limits.file_bytes,
+    )
 
 
 def _wait(deadline: float, heartbeat: Heartbeat, look: Callable[[float], T | None]) -> T | None:
@@ -219,7 +168,9 @@ def _run_served(
     """The child forked from `server`. ServerGone when the server could not take it or died
     before the child's end was known (the child died with it: nothing ran to its end)."""
     token, record, stderr_path = _paths(cwd)
-    request = _request(script, args, cwd, limits, cwd=str(cwd), env=child_env, token=token)
+    request = protocol.ServedRequest(
+        **_request(script, args, cwd, limits), cwd=str(cwd), env=child_env, token=token
+    )
     began = time.monotonic()
     stderr = open_stderr(stderr_path)
     try:
@@ -228,8 +179,8 @@ def _run_served(
             started = _receive(conn, began + limits.wall_seconds + START_GRACE, heartbeat)
             if started is None or "pid" not in started:
                 raise child_server.ServerGone(f"no child started: {started}")
-            pid = int(started["pid"])
-            ended: dict | None = None
+            pid = started["pid"]
+            ended: protocol.Reply | None = None
             timed_out = False
             try:
                 write_record(record, pid, token)  # ChildFileRefused if the child raced it
@@ -242,42 +193,47 @@ def _run_served(
                 discard(record)
             if ended is None or "code" not in ended:
                 if timed_out:
-                    ended = {"code": -signal.SIGKILL, "cpu": 0.0}
+                    ended = protocol.Ended(code=-signal.SIGKILL, cpu=0.0)
                 else:
                     raise child_server.ServerGone("it ended while the child ran")
         last = tail(stderr, STDERR_TAIL)
     finally:
         os.close(stderr)
         discard(stderr_path)
-    if ended.get("refused"):
-        raise refused(str(ended["refused"]))
-    code, cpu = int(ended["code"]), float(ended["cpu"])
+    if "refused" in ended:
+        raise refused(ended["refused"])
+    code, cpu = ended["code"], ended["cpu"]
     return ChildResult(judge(code, last, timed_out, cpu, limits), code, last, limits)
 
 
-def _receive(conn: socket.socket, deadline: float, heartbeat: Heartbeat) -> dict | None:
-    """The server's next message; None at `deadline`. ServerGone when the server is gone."""
+def _receive(conn: socket.socket, deadline: float, heartbeat: Heartbeat) -> protocol.Reply | None:
+    """The server's next reply; None at `deadline`. ServerGone when the server is gone, or
+    says what is not a reply."""
 
-    def look(seconds: float) -> dict | None:
+    def look(seconds: float) -> protocol.Reply | None:
         readable, _, _ = select.select([conn], [], [], seconds)
         if not readable:
             return None
         try:
-            message = conn.recv(1 << 16)
+            message = conn.recv(protocol.MAX_REPLY_BYTES + 1)
         except OSError:
             message = b""
         if not message:
             raise child_server.ServerGone("it ended while the child ran")
-        return json.loads(message)
+        try:
+            return protocol.decode_reply(message)
+        except protocol.ProtocolError as exc:
+            raise child_server.ServerGone(f"it answered {exc}") from None
 
-    return _wait(deadline, heartbeat, look)
+    # The cast: a type checker joins the union of replies into an empty TypedDict.
+    return cast("protocol.Reply | None", _wait(deadline, heartbeat, look))
 
 
-def _kill_served(conn: socket.socket, pid: int) -> dict | None:
+def _kill_served(conn: socket.socket, pid: int) -> protocol.Reply | None:
     """Has the server kill the child's group; returns its end, or None if the server is gone
     (then the group is killed from here: its leader died with the server)."""
     try:
-        conn.send(b"kill")
+        conn.send(protocol.KILL)
         return _receive(conn, time.monotonic() + KILL_WAIT_SECONDS, lambda: None)
     except (OSError, child_server.ServerGone):
         kill_group(pid)
@@ -299,12 +255,15 @@ def _run_fresh(
     # The set-up's word on its limits (child_limits.arm_and_tell): the script never holds it.
     status, status_w = os.pipe()
     os.set_blocking(status, False)
-    request = _request(
-        script, args, cwd, limits, parent=os.getpid(), preload=list(preload), status=status_w
+    request = protocol.FreshRequest(
+        **_request(script, args, cwd, limits),
+        parent=os.getpid(),
+        preload=list(preload),
+        status=status_w,
     )
     command = [sys.executable, "-I", str(child_server.ENTRY), "run", str(spec_path), token]
     try:
-        write_new(spec_path, json.dumps(request).encode())
+        write_new(spec_path, protocol.encode(request))
         stderr = open_stderr(stderr_path)
         try:
             process = subprocess.Popen(
@@ -326,8 +285,8 @@ def _run_fresh(
         said = _said(status)
     finally:
         os.close(status)
-    if said.startswith(b"L"):
-        raise refused(said[1:].decode("utf-8", "replace"))
+    if said.startswith(protocol.REFUSED):
+        raise refused(protocol.reason(said[1:].decode("utf-8", "replace")))
     timed_out, cpu = ended is None, ended[1] if ended is not None else 0.0
     return ChildResult(judge(code, last, timed_out, cpu, limits), code, last, limits)
 

@@ -1,45 +1,8 @@
 """A seccomp-BPF filter for a bounded child, installed after its Landlock rules and before the
-submission's first byte: it closes what Landlock leaves open (issue 32, the second attack).
-
-- sockets: `socket`/`socketpair` of any family but those allowed (AF_UNIX) fail with EACCES: no
-  MPTCP (IPPROTO_MPTCP is a TCP that Landlock's TCP rule does not see), UDP, raw, netlink or
-  any other family, on every kernel, Landlock or not; io_uring, which can open a socket or set
-  an extended attribute without these syscalls, answers ENOSYS;
-- connections (issue 40): `connect` fails with EACCES for every family, and so does `sendto`
-  with an address and every `sendmsg`/`sendmmsg` (a filter cannot read the address a msghdr
-  points to): a Unix socket bound to a path (the Docker engine's, which is host root) is as
-  out of reach as TCP. A child needs none: it talks to its parent through files in its folder
-  and inherits no socket (child_entry.py closes every descriptor past stderr), and a
-  `socketpair` it makes itself still works with send/recv;
-- file metadata: the chmod, chown, utime and xattr-setting families, and the ioctls setting a
-  file's flags, fail with EPERM (Landlock does not cover them: a child could make the base
-  model in the HF cache unreadable);
-- processes: fork, vfork, and clone without CLONE_THREAD fail with EPERM; clone3 answers ENOSYS
-  (glibc then starts threads with clone). Threads still start; so RLIMIT_AS, per process,
-  bounds a child's memory whole, and there is no fork bomb;
-- other processes (the validator, its child server, the fresh path's first process, any process
-  of the same user): every call that acts on another process fails with EPERM. Limits
-  (`prlimit64`), priority (`setpriority`, `ioprio_set`), scheduling and affinity
-  (`sched_set*`), memory placement (`migrate_pages`, `move_pages`) and a robust list
-  (`get_robust_list`) are allowed on the child itself only (pid 0 or its own); signals (`kill`,
-  `tkill`, `tgkill`, `rt_sigqueueinfo`, `rt_tgsigqueueinfo`) and `pidfd_open` to its own pid
-  only (no process group: pid 0 and negative pids are groups, -1 every process it may signal;
-  `tgkill` names its thread group, so any of its own threads); a file's owner for SIGIO
-  (`fcntl` F_SETOWN) only itself, F_SETOWN_EX and the owner ioctls never; and never
-  `pidfd_send_signal` (it also takes a /proc/<pid> folder), `pidfd_getfd`, `process_vm_*`,
-  `process_madvise`, `process_mrelease`, `kcmp`, `perf_event_open` or `ptrace`. The pid is
-  compared as the kernel reads it, the argument's low 32 bits; the child's own is known when it
-  installs the filter (a fork's child installs its own). Threads acting on themselves by their
-  thread id (`pthread_setaffinity_np` from a worker thread) get EPERM too: no filter can tell
-  another thread id of its own from the validator's;
-- a foreign architecture (i386's `int 0x80` on x86_64) kills the process; x86_64's x32 calls
-  answer ENOSYS: every rule above holds on each entry path.
-
-The filter reaches the process's threads (TSYNC: the fresh path's preloads may have started
-some) and everything it would start. Standard library only: validator/sandbox/child_entry.py, run
-as `python -I`, loads this file by its path. What is denied is decided in one place,
-validator/sandbox/child_process.py (CHILD_SOCKET_FAMILIES, CHILD_NO_CONNECT, CHILD_NO_PROCESSES,
-CHILD_NO_METADATA, CHILD_NO_OTHERS).
+submission's first byte: it closes what Landlock leaves open (other socket families, any
+connection, new processes, a file's metadata, calls on another process). Standard library only:
+child_entry.py loads it in a `python -I` child. What is denied is decided in child_process.py;
+each rule and why: docs/internals.md, "The seccomp filter".
 """
 
 from __future__ import annotations
@@ -53,6 +16,7 @@ import struct
 import sys
 import threading
 
+from . import protocol
 from .kernel import no_new_privs, syscall
 
 NOT_AVAILABLE = (
@@ -193,7 +157,7 @@ def rules(
     no_metadata: bool,
     no_connect: bool = False,
     no_others: bool = False,
-) -> dict | None:
+) -> protocol.SyscallRules | None:
     """The validator's side: what `apply` gets in the child; None where seccomp filters are not
     available, said in one warning line per process (probed once)."""
     with _probe["lock"]:
@@ -203,14 +167,14 @@ def rules(
                 logging.getLogger(__name__).warning(NOT_AVAILABLE)
         if not _probe["available"]:
             return None
-    return {
-        "arch": platform.machine(),
-        "families": list(families),
-        "no_processes": no_processes,
-        "no_metadata": no_metadata,
-        "no_connect": no_connect,
-        "no_others": no_others,
-    }
+    return protocol.SyscallRules(
+        arch=platform.machine(),
+        families=list(families),
+        no_processes=no_processes,
+        no_metadata=no_metadata,
+        no_connect=no_connect,
+        no_others=no_others,
+    )
 
 
 def program(
@@ -305,7 +269,7 @@ def _others(table: dict, own: int) -> list[tuple[int, list]]:
     return blocks
 
 
-def apply(given: dict | None) -> None:
+def apply(given: protocol.SyscallRules | None) -> None:
     """The child's side: what `rules` gave, installed before the submission's first byte. A
     refusal raises, and so fails the child's set-up: where the validator found seccomp, a child
     never runs without the filter."""
@@ -313,9 +277,8 @@ def apply(given: dict | None) -> None:
         return
     arch = given["arch"]
     code = program(
-        arch, [int(f) for f in given["families"]], bool(given["no_processes"]),
-        bool(given["no_metadata"]), bool(given.get("no_connect")),
-        os.getpid() if given.get("no_others") else None,
+        arch, given["families"], given["no_processes"], given["no_metadata"],
+        given["no_connect"], os.getpid() if given["no_others"] else None,
     )  # fmt: skip
     raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
     buffer = ctypes.create_string_buffer(raw, len(raw))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import json
 import logging
 import os
 import queue
@@ -36,7 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from validator.sandbox import child_entry
+from validator.sandbox import child_entry, protocol
 
 log = logging.getLogger(__name__)
 
@@ -133,11 +132,11 @@ class ChildServer:
             return
         readable, _, _ = select.select([self.control], [], [], POLL_SECONDS)
         if readable:
-            message = self.control.recv(4096)
-            if message == b"ready":
+            message = self.control.recv(protocol.MAX_REPLY_BYTES)
+            if message == protocol.READY:
                 self.ready.set()
             else:
-                self.failure = message.decode(errors="replace") or self._ended()
+                self.failure = protocol.reason(message.decode(errors="replace")) or self._ended()
         elif self.process.poll() is not None:
             self.failure = self._ended()
 
@@ -153,13 +152,13 @@ class ChildServer:
     def alive(self) -> bool:
         return self.failure is None and self.process.poll() is None
 
-    def start_child(self, request: dict, stderr_fd: int) -> socket.socket:
+    def start_child(self, request: protocol.ServedRequest, stderr_fd: int) -> socket.socket:
         """Asks for one child; returns the connection on which its pid, then its end, come."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with self.send_lock:
                 socket.send_fds(
-                    self.control, [json.dumps(request).encode()], [theirs.fileno(), stderr_fd]
+                    self.control, [protocol.encode(request)], [theirs.fileno(), stderr_fd]
                 )
         except OSError as exc:
             ours.close()
