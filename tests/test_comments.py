@@ -29,7 +29,6 @@ PENDING = {
     "validator/state/journal.py",
     "launcher/follow.py",
     "launcher/images.py",
-    "launcher/volumes.py",
 }
 
 
