@@ -11,6 +11,7 @@ from typing import Any
 
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import loop_args, run_validator
+from validator.spec import REPO_ROOT, find_modules
 
 MAX_LINES = 6
 MAX_CHARACTERS = 300
@@ -24,8 +25,12 @@ def run_assignments(
     tmp_path: Path, module: str, repos: list[str], env: dict[str, str], **data: Any
 ) -> tuple[dict[str, str], str]:
     """Runs the loop on one task with a submission per repo; the result each got (by repo) and
-    the log."""
-    with Simulator({"tasks": [task(7, repos, **data)]}, tmp_path) as sim:
+    the log. The task is listed with a type of the module's own (its spec's, or the first of
+    the names its spec gives while the type is not known)."""
+    spec = find_modules(REPO_ROOT, REPO_ROOT / "devkit" / "fixtures")[module]
+    names = sorted(spec.task_type_names())
+    task_type = spec.task_type if isinstance(spec.task_type, str) else names[0]
+    with Simulator({"tasks": [task(7, repos, task_type=task_type, **data)]}, tmp_path) as sim:
         args = loop_args(module, sim.api_url, "7", "--max-assignments", str(len(repos)))
         result = run_validator(args, env, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:]
