@@ -47,6 +47,7 @@ from validator.config import declared_schema, resolved_configs
 from validator.errors import ConfigError, ExitCode
 from validator.options import (
     config_dir_option,
+    finite,
     flock_api_key_option,
     gathered_secrets,
     hf_token_option,
@@ -171,7 +172,7 @@ def check_configs(spec: ModuleSpec, config_dir: Path, task_ids: list[str]) -> No
 @click.option("--network", default="host", show_default=True, help="Docker network mode.")
 @click.option(
     "--restart-delay",
-    type=click.FloatRange(min=0),
+    type=finite(0),
     default=10.0,
     show_default=True,
     help="First wait before a restart after exit 100; doubles up to 300 s.",

@@ -8,6 +8,7 @@ does with the value; the factories take it.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -49,6 +50,27 @@ SECRET_OPTIONS = {"FLOCK_API_KEY": FLOCK_API_KEY_OPTION, "HF_TOKEN": HF_TOKEN_OP
 TASK_ID = re.compile(r"[1-9][0-9]{0,17}")
 # What an option factory's decorator takes and gives back: a command's function.
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange that also refuses `nan`, `inf` and `-inf`: nan passes every
+    comparison of a range (a lookup interval of nan made a busy loop that /healthz called
+    healthy), and no setting of the validator means anything at infinity."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def finite(min: float, *, min_open: bool = False, max: float | None = None) -> FiniteFloatRange:
+    """A float option's type: finite, at least `min` (over it with `min_open`), at most `max`."""
+    return FiniteFloatRange(min=min, min_open=min_open, max=max)
+
+
+# Seconds that only a positive number makes sense of (a wait, an interval).
+POSITIVE_SECONDS = finite(0, min_open=True)
 
 
 def task_id_list(value: str) -> list[str]:
