@@ -192,24 +192,35 @@ def given_unstripped(secrets: Mapping[str, str | None], environ: Mapping[str, st
 
 
 def missing_settings(
-    task_ids: object, secrets: Mapping[str, str | None], spec: ModuleSpec
+    task_ids: object,
+    secrets: Mapping[str, str | None],
+    spec: ModuleSpec,
+    environ: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Every setting that only `--check` may leave out and that is not given, each as the
-    operator gives it (its option and variable, and what it is for)."""
+    operator gives it (its option and variable, and what it is for): the task ids, the
+    secrets, and the module's `required_env` as `environ` (this process's) holds them."""
+    environ = os.environ if environ is None else environ
     missing = [] if task_ids else [TASK_IDS_OPTION]
     for name in (*CORE_SECRETS, *spec.secrets):
         if not secrets.get(name):
             needed = "" if name in CORE_SECRETS else f": {spec.secrets[name]}, for {spec.name}"
             missing.append(f"{secret_label(name)}{needed}")
+    for name, what in spec.required_env.items():
+        if not environ.get(name, "").strip():
+            missing.append(f"{name}: {what}, for {spec.name}")
     return missing
 
 
 def missing_for_module(
-    task_ids: object, secrets: Mapping[str, str | None], spec: ModuleSpec
+    task_ids: object,
+    secrets: Mapping[str, str | None],
+    spec: ModuleSpec,
+    environ: Mapping[str, str] | None = None,
 ) -> str | None:
     """One line naming every missing setting at once (a fix, then the next refusal, is a slow
     way to learn them), or None."""
-    missing = missing_settings(task_ids, secrets, spec)
+    missing = missing_settings(task_ids, secrets, spec, environ)
     if not missing:
         return None
     them = "it" if len(missing) == 1 else "them"
