@@ -31,7 +31,14 @@ from launcher.containers import (
 from launcher.docker_errors import docker_client, lost_engine
 from launcher.driver import check_driver
 from launcher.errors import LaunchError, UsageError
-from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
+from launcher.fleet import (
+    FleetOptions,
+    Worker,
+    check_passthrough,
+    idle_warning,
+    plan,
+    take_http_port,
+)
 from launcher.fleet_run import FleetSupervisor, worker_containers
 from launcher.follow import Follower
 from launcher.follow import check_options as check_follow
@@ -361,6 +368,9 @@ def launch(options: LaunchOptions) -> int:
         volumes = worker_volumes(client, options.state(), options.report_worker)
         return run_reports(client, tag, volumes, options.passthrough[1:])
     workers, passthrough = options.fleet(spec)
+    idle = idle_warning(workers, options.task_ids)
+    if idle is not None:  # on stderr, --plan's too: its stdout stays the workers' JSON lines
+        say(f"warning: {idle}")
     check_follow(options.pull, options.follow_releases, options.check_file)
     # Whatever the validator would refuse is refused here, before minutes of image building:
     # the options (click did), the configs, the secrets, the host's driver.
