@@ -43,6 +43,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 STATE_PATH = "/data/state"
 # What the report calls the state dir when run.py mounts a volume there ("volume <name>").
 STATE_SOURCE_ENV = "VALIDATOR_STATE_SOURCE"
+# What `--check`'s messages call its input when run.py mounts it (its host path).
+CHECK_SOURCE_ENV = "VALIDATOR_CHECK_SOURCE"
 CONFIG_PATH = "/app/configs"
 RESERVED_PATHS = ("/app", STATE_PATH)
 # Keys of a Compose service that the generator writes from the spec; `compose:` may not set them.
