@@ -114,4 +114,4 @@ from .warm_base import (
 )
 
 # text in reasons and logs
-from .text import quoted as quoted, one_line as one_line
+from .text import quoted as quoted, one_line as one_line, short_commit as short_commit

@@ -5,3 +5,4 @@
 
 from validator.text import one_line as one_line
 from validator.text import quoted as quoted
+from validator.text import short_commit as short_commit
