@@ -26,10 +26,14 @@ MAX_INPUT_STRING = 8192
 SHORT_COMMIT = 12
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
-_ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F]}
+# The C0 controls, DEL and the C1 controls (U+0080 to U+009F: U+009B is a terminal's CSI, as
+# ESC [ is), each as an escape: none is ever written raw.
+_ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
 _ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\t"})
-# Unicode's own line breaks end a line in many log viewers too.
-_ESCAPES.update({code: f"\\u{code:04x}" for code in (0x85, 0x2028, 0x2029)})
+# Unicode's own line breaks end a line in many log viewers too, and its direction overrides
+# show a line in another order than it is written.
+_ESCAPES.update({code: f"\\u{code:04x}" for code in (0x85, 0x2028, 0x2029, *range(0x202A, 0x202F))})
+_ESCAPES.update({code: f"\\u{code:04x}" for code in range(0x2066, 0x206A)})
 
 
 def bounded(text: str, limit: int) -> str:
@@ -60,7 +64,8 @@ def short_commit(revision: str) -> str:
 
 
 def one_line(text: str) -> str:
-    """Control characters and line breaks written as escapes, so that text is one line."""
+    """Control characters (C0, DEL, C1) and line breaks written as escapes, so that text is one
+    line and shows as it is written."""
     return text.translate(_ESCAPES)
 
 
