@@ -35,7 +35,14 @@ from launcher.containers import (
 from launcher.docker_errors import docker_client, lost_engine
 from launcher.driver import check_driver
 from launcher.errors import LaunchError, UsageError
-from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
+from launcher.fleet import (
+    FleetOptions,
+    Worker,
+    check_passthrough,
+    idle_warning,
+    plan,
+    take_http_port,
+)
 from launcher.fleet_run import FleetSupervisor, worker_containers
 from launcher.follow import Follower
 from launcher.follow import check_options as check_follow
@@ -51,6 +58,7 @@ from validator.config import declared_schema, resolved_configs
 from validator.errors import ConfigError, ExitCode
 from validator.options import (
     config_dir_option,
+    finite,
     flock_api_key_option,
     gathered_secrets,
     hf_token_option,
@@ -179,7 +187,7 @@ def check_configs(spec: ModuleSpec, config_dir: Path, task_ids: list[str]) -> No
 @click.option("--network", default="host", show_default=True, help="Docker network mode.")
 @click.option(
     "--restart-delay",
-    type=click.FloatRange(min=0),
+    type=finite(0),
     default=10.0,
     show_default=True,
     help="First wait before a restart after exit 100; doubles up to 300 s.",
@@ -370,6 +378,9 @@ def launch(options: LaunchOptions) -> int:
         volumes = worker_volumes(client, options.state(), options.report_worker)
         return run_reports(client, tag, volumes, options.passthrough[1:])
     workers, passthrough = options.fleet(spec)
+    idle = idle_warning(workers, options.task_ids)
+    if idle is not None:  # on stderr, --plan's too: its stdout stays the workers' JSON lines
+        say(f"warning: {idle}")
     check_follow(options.pull, options.follow_releases, options.check_file)
     # Whatever the validator would refuse is refused here, before minutes of image building:
     # the options (click did), the configs, the secrets, the host's driver.

@@ -9,7 +9,7 @@ from pathlib import Path
 from docker.types import DeviceRequest
 
 from launcher.errors import UsageError
-from validator.spec import CONFIG_PATH, CORE_ENV, STATE_PATH, STATE_SOURCE_ENV
+from validator.spec import CHECK_SOURCE_ENV, CONFIG_PATH, CORE_ENV, STATE_PATH, STATE_SOURCE_ENV
 
 LABEL_MODULE = "org.flock-validator.module"
 LABEL_LAUNCHER = "org.flock-validator.launcher"
@@ -84,6 +84,8 @@ class ContainerSpec:
         # The status page's report names the state by its volume, not by where it is mounted.
         state = [name for name, path in self.volumes.items() if path == STATE_PATH]
         source = {STATE_SOURCE_ENV: f"volume {state[0]}"} if state else {}
+        if self.check_file is not None:  # --check's lines name the file the operator gave
+            source[CHECK_SOURCE_ENV] = str(self.check_file.resolve())
         # Secrets only travel as environment variables: never on the command line, never in
         # the image.
         return {**passed, **source, **self.env, **{k: v for k, v in self.secrets.items() if v}}

@@ -57,7 +57,7 @@ from validator.doctor.command import (
 )
 from validator.doctor.rows import Check, Row, exit_code, render, run_checks
 from validator.errors import ConfigError, ExitCode
-from validator.options import config_dir_option, gathered_secrets, secret_names
+from validator.options import config_dir_option, finite, gathered_secrets, secret_names
 from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder, readable_modules
 
 DEFAULT_MIN_GPU_GB = 16.0
@@ -149,7 +149,7 @@ def host_checks(
 @hf_free_gb_option("--min-free-gb", "Free space Docker's volumes (the HF cache, the journal) need.")
 @click.option(
     "--min-gpu-gb",
-    type=click.FloatRange(min=0),
+    type=finite(0),
     default=DEFAULT_MIN_GPU_GB,
     show_default=True,
     help="Free memory each GPU needs for the module's bases.",

@@ -14,7 +14,8 @@ Decisions an operator relies on (docs/many-gpus.md):
   neighbours (lora 9110, llm_judge 9111, rl 9112), so +1 would put lora's worker 1 on
   llm_judge's port.
 - With at least as many task ids as workers, worker K validates shard K/N of them (the
-  validator's --shard); with fewer, every worker looks up every task.
+  validator's --shard); with fewer, every worker looks up every task, and run.py warns that
+  workers will sit idle (`idle_warning`).
 """
 
 from __future__ import annotations
@@ -151,6 +152,21 @@ def plan(options: FleetOptions) -> list[Worker]:
         )
         for index, gpus in enumerate(groups)
     ]
+
+
+def idle_warning(workers: list[Worker], task_ids: str | None) -> str | None:
+    """The warning for a fleet with more workers than task ids, or None: they get no shards,
+    and under the Fed Ledger's one lookup per 3 minutes per key and task they race for the
+    same assignments, so at most one worker per task has work."""
+    count, tasks = len(workers), task_count(task_ids)
+    if count <= 1 or not tasks or tasks >= count:
+        return None
+    ids = f"{tasks} task id{'s' if tasks > 1 else ''}"
+    return (
+        f"{count} workers share {ids}: each looks up every task and they race for the same "
+        f"assignments, so at least {count - tasks} of them will sit idle; give at least "
+        f"{count} task ids, or {tasks} worker{'s' if tasks > 1 else ''} (docs/many-gpus.md)"
+    )
 
 
 def take_http_port(passthrough: list[str]) -> tuple[int | None, list[str]]:

@@ -20,6 +20,7 @@ image already running is followed without a move.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -60,7 +61,7 @@ def interval(env: dict[str, str] | None = None) -> float:
         value = float(raw) if raw else DEFAULT_INTERVAL
     except ValueError:
         value = -1.0
-    if not value > 0:
+    if not 0 < value < math.inf:
         raise UsageError(f"{INTERVAL_ENV} {raw!r}: give the seconds between two looks, e.g. 3600")
     return value
 

@@ -13,11 +13,12 @@ from tests.helpers.assignment_log import check_assignment_lines, run_assignments
 
 
 def test_one_assignment_is_a_handful_of_lines_with_its_phases(tmp_path):
-    repos = ["ok/a", "penalty/b"]
+    pickled = "pickle/an-adapter"
+    repos = ["ok/a", "penalty/b", pickled]
     outcomes, log = run_assignments(tmp_path, "fixture", repos, validator_env(tmp_path))
-    assert outcomes == {"ok/a": "completed", "penalty/b": "completed"}
+    assert outcomes == {"ok/a": "completed", "penalty/b": "completed", pickled: "completed"}
     assert all(" INFO " in line or " WARNING " in line for line in log.splitlines()), log
-    scored, penalty = check_assignment_lines(log, 2)
+    scored, penalty, cut = check_assignment_lines(log, 3)
     # The first assignment starts the module (the host's work: "load"); the metrics rounded.
     assert re.search(
         r"assignment 1: submitted as completed: loss 0.04, repo_length 4, context_length 0 "
@@ -28,6 +29,14 @@ def test_one_assignment_is_a_handful_of_lines_with_its_phases(tmp_path):
         "assignment 2: submitted as completed: loss -999, repo_length 0, context_length 0, the "
         "network's penalty (cannot_load): penalty/b has no weights to load (score 0.0 s)"
     )
+    # A reason too long for its line is cut in its middle: what failed, at the commit's short
+    # id, and what to do are kept (the full id and a cut at the end left "pickle fil...").
+    assert re.search(
+        rf"the network's penalty \(cannot_load\): submission {pickled}@feedc0defeed: "
+        r".*\.\.\..*upload adapter_model\.safetensors instead \(commit feedc0defeed; score "
+        r"\d+\.\d s\)$",
+        cut[-1],
+    ), cut
 
 
 def test_lookups_that_find_nothing_are_logged_when_the_answer_changes(tmp_path):

@@ -2,6 +2,7 @@ import tracemalloc
 
 import pytest
 
+from validator.errors import AnswerTooLarge
 from validator.outbound.answer_caps import ANSWER_CAPS, check_values
 from validator.outbound.bounded_reader import parse
 from validator.outbound.safe_json import JsonRefused, loads_bounded, nesting_depth, value_count
@@ -102,3 +103,16 @@ def test_an_answer_holding_a_lone_surrogate_is_refused_and_a_pair_is_not():
             parse(lone, cap, "a lookup")
         assert loads_bounded(lone, "a file") is not None  # only where asked
     assert parse(b'["\\ud83d\\ude00", "\\\\ud800"]', cap, "x") == ["\U0001f600", "\\ud800"]
+
+
+def test_an_answer_nested_deeper_than_any_may_be_is_past_its_cap():
+    """What a library parses itself (huggingface_hub's `.json()`) is measured first: 20,000
+    levels were a RecursionError there. Brackets inside strings are no nesting."""
+    cap = ANSWER_CAPS["hub.listing"]
+    with pytest.raises(AnswerTooLarge, match="nests deeper than the 64 levels any answer may"):
+        check_values(b"[" * 20_000 + b"]" * 20_000, cap, "a listing")
+    with pytest.raises(AnswerTooLarge, match="nests deeper"):
+        check_values(b'{"a":' * 65 + b"1" + b"}" * 65, cap, "a listing")
+    check_values(b"[" * 64 + b"]" * 64, cap, "a listing")
+    check_values(b'["' + b"[" * 10_000 + b'"]', cap, "a listing")
+    check_values(b"[" + b"[[]]," * 20_000 + b"[]]", cap, "a listing")

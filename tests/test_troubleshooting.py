@@ -6,6 +6,8 @@ LaunchError and its exit code; the validator's exception and the exit code its v
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -33,7 +35,7 @@ from launcher.release import (
 from launcher.release_channel import Channel
 from launcher.supervisor import EXIT_MESSAGES, KILLED_EXIT, killed_in_a_row
 from validator import errors
-from validator.config import resolve_config
+from validator.config import read_json_object, resolve_config
 from validator.errors import ExitCode, outcome_of
 from validator.options import missing_for_module
 from validator.registry import load_module_class, load_module_spec
@@ -109,10 +111,53 @@ def _validator(call: Callable[[], object]) -> Produced:
     return str(raised.value), int(code)
 
 
-def _missing(task_ids: str | None, secrets: dict[str, str]) -> Produced:
-    message = missing_for_module(task_ids, secrets, load_module_spec("lora"))
+def _missing(task_ids: str | None, secrets: dict[str, str], module: str = "lora") -> Produced:
+    message = missing_for_module(task_ids, secrets, load_module_spec(module), environ={})
     assert message is not None
     return message, click.UsageError(message).exit_code  # the validator's CLI raises it
+
+
+def _not_a_json_file(tmp_path: Path, name: str, make: Callable[[Path], object]) -> Produced:
+    path = tmp_path / f"{name}.json"  # each span of a row its own: a FIFO would take a write
+    make(path)
+    return _validator(lambda: read_json_object(path, "of settings"))
+
+
+def _input_without_a_field(tmp_path: Path) -> Produced:
+    """--check's input without a field of the module's input schema (validator/check.py)."""
+    from validator.check import run_check
+    from validator.kit.base import BaseInputData, BaseValidationModule
+    from validator.scoring import ModulePool
+
+    class Input(BaseInputData):
+        max_params: int
+
+    class Module(BaseValidationModule):
+        input_data_schema = Input
+
+        def validate(self, data):
+            raise AssertionError("never scored: the input does not fit")
+
+    given = tmp_path / "input.json"
+    given.write_text("{}")
+    pool = ModulePool(Module, "mine", tmp_path)
+    return _validator(lambda: run_check(pool, given))
+
+
+def _check_unreached() -> Produced:
+    """--check's line when the Hub cannot be reached (the kit's hub raises TransientError)."""
+    from validator import check
+
+    said: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = said.append  # type: ignore[method-assign]
+    logging.getLogger(check.__name__).addHandler(handler)
+    try:
+        unreached = errors.TransientError("submission hub/x: could not reach the Hub: refused")
+        code = check._told(unreached)
+    finally:
+        logging.getLogger(check.__name__).removeHandler(handler)
+    return said[-1].getMessage(), int(code)
 
 
 def _gpus(gpus: str, per_worker: int | None) -> Produced:
@@ -373,6 +418,29 @@ PRODUCERS: dict[str, Callable[[Path, pytest.MonkeyPatch], Produced]] = {
     "missing --task_ids / TASK_IDS": lambda *_: _missing(None, {}),
     "missing --flock-api-key / FLOCK_API_KEY": lambda *_: _missing("1", {}),
     "missing --hf-token / HF_TOKEN": lambda *_: _missing("1", {"FLOCK_API_KEY": "k"}),
+    "missing OPENAI_BASE_URL: ...": lambda *_: _missing(
+        "1", {"FLOCK_API_KEY": "k", "HF_TOKEN": "h", "OPENAI_API_KEY": "o"}, "llm_judge"
+    ),
+    "Invalid value for '--assignment-lookup-interval': 'nan' is not a finite number": (
+        lambda *_: _run_py_usage(
+            "rl", "--task_ids", "1", "--assignment-lookup-interval", "nan", "--plan"
+        )
+    ),
+    "... is a FIFO, not a regular file: give a JSON file": lambda tmp, _: _not_a_json_file(
+        tmp, "fifo", os.mkfifo
+    ),
+    "...: JSON nested deeper than 32 levels": lambda tmp, _: _not_a_json_file(
+        tmp, "deep", lambda path: path.write_text("[" * 33 + "]" * 33)
+    ),
+    "...: NaN is not a number JSON has: give a finite number": lambda tmp, _: _not_a_json_file(
+        tmp, "nan", lambda path: path.write_text('{"seed": NaN}')
+    ),
+    "...: assignment input does not fit <module_class>: missing field '...'": lambda tmp, _: (
+        _input_without_a_field(tmp)
+    ),
+    "transient fault, not the submission's: ...; ... then run --check again": lambda *_: (
+        _check_unreached()
+    ),
     "--gpus ...: use all, none, or device ids such as 0,1": lambda *_: _gpus("0,x", None),
     "--gpus-per-worker ...": lambda *_: _gpus("0,1", 0),
     "state directory ... is in use by another validator process": lambda tmp, _: _state_in_use(tmp),
@@ -436,6 +504,8 @@ PASSED_ON = {
     "... cannot be opened whole (...): its ... readable rows are moved into ...": "",
     "...: a validator left running by a run.py that ended without stopping it (...)": "",
     "worker flock-validator-<module>-K stopped for good (exit N); ... go on": "N",
+    "...: the answer nests deeper than the 64 levels any answer may have": "",
+    "warning: ... workers share ... task ids: ...": "",
     "the validator was killed (exit N); restarting in ...s (SIG..., not sent by run.py)": "",
 }
 

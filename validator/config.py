@@ -12,6 +12,8 @@ import difflib
 import importlib
 import json
 import logging
+import os
+import stat
 import sys
 import types
 from collections.abc import Iterable
@@ -23,29 +25,90 @@ from pydantic import ValidationError
 from validator._moved import alias
 from validator.errors import ConfigError, ModuleCannotStart, OperatorError, describe
 from validator.kit import BaseConfig, BaseValidationModule
+from validator.outbound.safe_json import shape
 from validator.spec import TASK_TYPE, ModuleSpec
 
 log = logging.getLogger(__name__)
 
+# A config file or a --check input is a few KB of flat settings: far more than either needs,
+# and small enough that reading one costs nothing.
+MAX_JSON_FILE_BYTES = 1024 * 1024
+MAX_JSON_FILE_DEPTH = 32
 
-def read_json_object(path: Path, holds: str) -> dict[str, Any]:
-    """A file holding one JSON object; ConfigError naming the file otherwise. `holds` says
-    what the object should be, for the message."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc}") from exc
+
+def read_json_object(path: Path, holds: str, shown_as: str | None = None) -> dict[str, Any]:
+    """A file holding one JSON object; ConfigError naming the file otherwise, in one line: a
+    file that is not a regular one once its links are followed (a FIFO, /dev/zero), over
+    MAX_JSON_FILE_BYTES, nested deeper than MAX_JSON_FILE_DEPTH, or not JSON (NaN and
+    Infinity are not). `holds` says what the object should be, `shown_as` how messages name
+    the file (its host path, where run.py mounted it; `path` unless given)."""
+    where = shown_as or str(path)
+    value = _decoded(where, _regular_file_bytes(path, MAX_JSON_FILE_BYTES, where))
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: must hold a JSON object {holds}")
+        raise ConfigError(f"{where}: must hold a JSON object {holds}")
     return value
 
 
+def _regular_file_bytes(path: Path, limit: int, where: str) -> bytes:
+    """At most `limit` bytes of `path`, a regular file; looked at before it is opened (a device
+    is never opened) and again once open, without blocking (a FIFO swapped in between)."""
+    try:
+        _refuse_special(path, path.stat().st_mode, where)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"{where}{_link(path)}: cannot be read: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as file:
+        _refuse_special(path, os.fstat(fd).st_mode, where)
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"{where}: over {limit} bytes, more than any config or input needs")
+    return data
+
+
+def _refuse_special(path: Path, mode: int, where: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((name for test, name in kinds if test(mode)), "not a file")
+    raise ConfigError(f"{where}{_link(path)} is {kind}, not a regular file: give a JSON file")
+
+
+def _link(path: Path) -> str:
+    return f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
+
+
+def _decoded(where: str, data: bytes) -> Any:
+    """The JSON value of `data`; its depth measured before the decoder recurses into it."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: cannot be read: {exc}") from exc
+    if shape(text, MAX_JSON_FILE_DEPTH)[1]:
+        raise ConfigError(f"{where}: JSON nested deeper than {MAX_JSON_FILE_DEPTH} levels")
+    try:
+        return json.loads(text, parse_constant=_not_a_number)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from exc
+    except ValueError as exc:  # NaN or Infinity, or a number past Python's digits
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON has: give a finite number")
+
+
 def _read_layer(path: Path) -> dict[str, Any]:
-    return read_json_object(path, "of settings") if path.exists() else {}
+    # A link to nowhere is read (and refused): an operator's settings are never skipped.
+    exists = path.exists() or path.is_symlink()
+    return read_json_object(path, "of settings") if exists else {}
 
 
 def layer_paths(config_dir: Path, module: str, task_id: str | None) -> list[Path]:

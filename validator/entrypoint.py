@@ -41,8 +41,10 @@ from validator.options import (
     CONFIG_DIR_ENV,
     HF_CACHE_BUDGET_ENV,
     MIN_FREE_MB_OPTION,
+    POSITIVE_SECONDS,
     api_url_option,
     config_dir_option,
+    finite,
     flock_api_key_option,
     gathered_secrets,
     given_unstripped,
@@ -64,7 +66,6 @@ from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env
 
 log = logging.getLogger(__name__)
-POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -123,7 +124,7 @@ POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--health-stale-seconds",
     envvar="VALIDATOR_HEALTH_STALE_SECONDS",
-    type=click.FloatRange(min=1),
+    type=finite(1),
     default=DEFAULT_STALE_SECONDS,
     show_default=True,
     help="/healthz answers 503 when the loop made no progress for this long.",
@@ -139,7 +140,7 @@ POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--hf-cache-max-gb",
     envvar=HF_CACHE_BUDGET_ENV,
-    type=click.FloatRange(min=0, min_open=True, max=float("inf"), max_open=True),
+    type=finite(0, min_open=True),
     default=None,
     help="Keep the (shared) HF cache under this many GB: the least recently used base models "
     "no worker is using are deleted before and after a base is fetched [default: no limit].",
@@ -170,7 +171,7 @@ POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--api-backoff",
     envvar="VALIDATOR_API_BACKOFF",
-    type=click.FloatRange(min=0),
+    type=finite(0),
     default=1.0,
     hidden=True,
 )

@@ -118,7 +118,7 @@ class JsonRefused(ValueError):
 
 class AnswerTooLarge(TransientError):
     """An answer from outside (the Fed Ledger, the Hub, a judge, GitHub, a registry) past the
-    cap of its kind of call, in bytes or in JSON values: read no further and never parsed
+    cap of its kind of call, in bytes, JSON values or depth: read no further and never parsed
     (validator/outbound/bounded_reader.py). Its sender's fault: transient where the sender is a
     service; the kit's hub makes it the submission's for a submission's own repo."""
 

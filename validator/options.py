@@ -8,6 +8,7 @@ does with the value; the factories take it.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -49,6 +50,27 @@ SECRET_OPTIONS = {"FLOCK_API_KEY": FLOCK_API_KEY_OPTION, "HF_TOKEN": HF_TOKEN_OP
 TASK_ID = re.compile(r"[1-9][0-9]{0,17}")
 # What an option factory's decorator takes and gives back: a command's function.
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange that also refuses `nan`, `inf` and `-inf`: nan passes every
+    comparison of a range (a lookup interval of nan made a busy loop that /healthz called
+    healthy), and no setting of the validator means anything at infinity."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def finite(min: float, *, min_open: bool = False, max: float | None = None) -> FiniteFloatRange:
+    """A float option's type: finite, at least `min` (over it with `min_open`), at most `max`."""
+    return FiniteFloatRange(min=min, min_open=min_open, max=max)
+
+
+# Seconds that only a positive number makes sense of (a wait, an interval).
+POSITIVE_SECONDS = finite(0, min_open=True)
 
 
 def task_id_list(value: str) -> list[str]:
@@ -170,24 +192,35 @@ def given_unstripped(secrets: Mapping[str, str | None], environ: Mapping[str, st
 
 
 def missing_settings(
-    task_ids: object, secrets: Mapping[str, str | None], spec: ModuleSpec
+    task_ids: object,
+    secrets: Mapping[str, str | None],
+    spec: ModuleSpec,
+    environ: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Every setting that only `--check` may leave out and that is not given, each as the
-    operator gives it (its option and variable, and what it is for)."""
+    operator gives it (its option and variable, and what it is for): the task ids, the
+    secrets, and the module's `required_env` as `environ` (this process's) holds them."""
+    environ = os.environ if environ is None else environ
     missing = [] if task_ids else [TASK_IDS_OPTION]
     for name in (*CORE_SECRETS, *spec.secrets):
         if not secrets.get(name):
             needed = "" if name in CORE_SECRETS else f": {spec.secrets[name]}, for {spec.name}"
             missing.append(f"{secret_label(name)}{needed}")
+    for name, what in spec.required_env.items():
+        if not environ.get(name, "").strip():
+            missing.append(f"{name}: {what}, for {spec.name}")
     return missing
 
 
 def missing_for_module(
-    task_ids: object, secrets: Mapping[str, str | None], spec: ModuleSpec
+    task_ids: object,
+    secrets: Mapping[str, str | None],
+    spec: ModuleSpec,
+    environ: Mapping[str, str] | None = None,
 ) -> str | None:
     """One line naming every missing setting at once (a fix, then the next refusal, is a slow
     way to learn them), or None."""
-    missing = missing_settings(task_ids, secrets, spec)
+    missing = missing_settings(task_ids, secrets, spec, environ)
     if not missing:
         return None
     them = "it" if len(missing) == 1 else "them"

@@ -85,7 +85,9 @@ def score(
     try:
         data = module.input_data_schema.model_validate(raw_input)
     except ValidationError as exc:
-        raise InvalidInput(f"assignment input does not fit {type(module).__name__}: {exc}") from exc
+        raise InvalidInput(
+            f"assignment input does not fit {type(module).__name__}: {input_problems(exc)}"
+        ) from exc
     if not local_paths:
         _check_urls(data)
     try:
@@ -93,6 +95,21 @@ def score(
     finally:
         module.cleanup()
     return _metrics_dict(module, metrics)
+
+
+def input_problems(exc: ValidationError, shown: int = 5) -> str:
+    """What is wrong with an input, by field, in one line (pydantic's own text is lines, with
+    a URL of its docs): `missing field 'max_params'; field 'context_length': Input should be
+    greater than 0`, the first `shown` of them."""
+    problems = []
+    for error in exc.errors(include_url=False)[:shown]:
+        field = quoted(".".join(str(part) for part in error["loc"]) or "(the input)")
+        if error["type"] == "missing":
+            problems.append(f"missing field {field}")
+        else:
+            problems.append(f"field {field}: {error['msg']}")
+    more = exc.error_count() - shown
+    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
 
 
 def _check_urls(data: BaseInputData) -> None:

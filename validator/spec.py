@@ -43,6 +43,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 STATE_PATH = "/data/state"
 # What the report calls the state dir when run.py mounts a volume there ("volume <name>").
 STATE_SOURCE_ENV = "VALIDATOR_STATE_SOURCE"
+# What `--check`'s messages call its input when run.py mounts it (its host path).
+CHECK_SOURCE_ENV = "VALIDATOR_CHECK_SOURCE"
 CONFIG_PATH = "/app/configs"
 RESERVED_PATHS = ("/app", STATE_PATH)
 # Keys of a Compose service that the generator writes from the spec; `compose:` may not set them.
@@ -158,6 +160,12 @@ class ModuleSpec(BaseModel):
     env: list[str] = Field(
         default_factory=list, description="other env vars passed to the container when set"
     )
+    required_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="env var -> what it is for: a setting that is no secret and that the "
+        "module cannot start without; it joins `env` (passed when set), and a start or a "
+        "doctor without it names it with the missing secrets",
+    )
     volumes: dict[str, str] = Field(
         default_factory=dict,
         description="name -> container path; the Docker volume is flock-validator-<name>",
@@ -220,6 +228,18 @@ class ModuleSpec(BaseModel):
         description="what the network does with a submission it cannot score (its penalty "
         "score, or failed), in a sentence or two: the status page shows it beside the results",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _required_env_is_passed(cls, raw: Any) -> Any:
+        """The names of `required_env` join `env`, first: whatever passes a module's env vars
+        to its container passes them too, and the spec names each once."""
+        if not isinstance(raw, dict):
+            return raw
+        required, env = raw.get("required_env"), raw.get("env") or []
+        if not isinstance(required, dict) or not isinstance(env, list):
+            return raw  # the fields' own checks say what is wrong
+        return {**raw, "env": [*(name for name in required if name not in env), *env]}
 
     @field_validator("name")
     @classmethod

@@ -54,6 +54,7 @@ from validator.kit import (
     current_run,
     current_scope,
     fetch_validation_set,
+    short_commit,
 )
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,8 @@ class LlmJudgeModule(BaseValidationModule):
         full_model = submission.base_model is None
         kind = "full model" if full_model else f"LoRA on {submission.base_model}"
         current_scope().note("commit", submission.commit)
-        log.info("scoring %s (%s) at commit %s", data.hg_repo_id, kind, submission.commit)
+        commit = short_commit(submission.commit)
+        log.info("scoring %s (%s) at commit %s", data.hg_repo_id, kind, commit)
         with current_scope().host_work("data"):
             path = fetch_validation_set(
                 data.validation_set_url, work / "validation.jsonl", config.max_validation_set_bytes

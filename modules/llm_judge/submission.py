@@ -29,6 +29,7 @@ from validator.kit import (
     check_layer_replication,
     checked_listing,
     hub,
+    short_commit,
 )
 
 
@@ -136,10 +137,10 @@ def fetch_submission(
     the bounded child (inspection.py; its answers and requests live beside `dest`). A full model
     over `max_params` (the causal LM its config describes, counted on the meta device) is
     OverMaxParams before its weights are fetched: it scores -999 unloaded."""
-    what = f"submission {repo_id}@{revision}"
+    what = f"submission {repo_id}@{short_commit(revision)}"
     info = hub.model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
     commit = hub.commit_of(info.sha, what)
-    what = f"submission {repo_id}@{commit}"
+    what = f"submission {repo_id}@{short_commit(commit)}"
     sizes = checked_listing(info, what)  # its count, names and sizes, before any download
     work = dest.parent / "inspect"
     try:

@@ -37,6 +37,7 @@ from validator.kit import (
     fetch_base_model,
     fetch_validation_set,
     pick_device,
+    short_commit,
 )
 
 log = logging.getLogger(__name__)
@@ -91,9 +92,8 @@ class LoraModule(BaseValidationModule):
         submission = self._fetch(data, work)
         # The one child that parses the submission's files (docs/lora-scoring.md, "Reading the
         # adapter"): this process gets plain values back.
-        adapter = read_adapter(
-            submission.path, work / "reading", f"submission {data.hg_repo_id}@{submission.commit}"
-        )
+        what = f"submission {data.hg_repo_id}@{short_commit(submission.commit)}"
+        adapter = read_adapter(submission.path, work / "reading", what)
         plan = plan_adapter(adapter.config, self.config.supported_base_models, adapter.dropped_keys)
         if plan.dropped_keys:
             log.debug("ignored empty adapter_config keys: %s", ", ".join(plan.dropped_keys))

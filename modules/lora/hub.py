@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from validator.kit import SubmissionRejected, TransientError, checked_listing, hub
+from validator.kit import SubmissionRejected, TransientError, checked_listing, hub, short_commit
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +58,14 @@ def fetch_adapter(
     A repo without adapter_config.json is a full model: nothing is downloaded and the caller
     decides (the default policy fails it).
     """
-    what = f"submission {repo_id}@{revision or 'main'}"
+    what = f"submission {repo_id}@{short_commit(revision or 'main')}"
     # One listing gives both the commit and its files, so they cannot disagree.
     info = hub.model_info(
         repo_id, what, submission=True, revision=revision or "main", files_metadata=True,
         token=token,
     )  # fmt: skip
     commit = hub.commit_of(info.sha, what)
-    what = f"submission {repo_id}@{commit}"
+    what = f"submission {repo_id}@{short_commit(commit)}"
     # Its count, names and sizes, before any download (validator/kit/listing.py).
     sizes = checked_listing(info, what)
     if ADAPTER_CONFIG not in sizes:

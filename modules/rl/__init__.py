@@ -21,6 +21,7 @@ from validator.kit import (
     WorkArea,
     current_scope,
     fetch_validation_set,
+    short_commit,
 )
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class RlModule(BaseValidationModule):
             "scoring %s/%s at commit %s (revision %s)",
             data.hg_repo_id,
             data.model_filename,
-            policy.commit,
+            short_commit(policy.commit),
             data.revision,
         )
         graph = inspect_policy(

@@ -7,7 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from validator.kit import SubmissionRejected, TransientError, checked_listing, hub
+from validator.kit import SubmissionRejected, TransientError, checked_listing, hub, short_commit
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,10 @@ def fetch_policy(
     """Download the policy's one or two files into `dest`; the Hub's listing is checked
     (validator/kit/listing.py) and the files' sizes taken from it before any byte is fetched,
     and checked again on disk."""
-    what = f"submission {repo_id}@{revision}"
+    what = f"submission {repo_id}@{short_commit(revision)}"
     info = hub.model_info(repo_id, what, submission=True, revision=revision, files_metadata=True)
     commit = hub.commit_of(info.sha, what)
-    what = f"submission {repo_id}@{commit}"
+    what = f"submission {repo_id}@{short_commit(commit)}"
     # Its count, names and sizes, before any download (validator/kit/listing.py).
     sizes = checked_listing(info, what)
     data_filename = model_filename + ".data"

@@ -35,30 +35,34 @@ def world(tmp_path):
     return tmp_path, env
 
 
-def setup_row(env: dict[str, str], *args: str) -> tuple[str, str]:
-    """The doctor's module row for llm_judge, run in this process as the image runs it."""
-    result = CliRunner().invoke(doctor, ["llm_judge", "--only", "module setup", *args], env=env)
+def setup_row(env: dict[str, str], *args: str, row: str = "module setup") -> tuple[str, str]:
+    """The doctor's `row` for llm_judge (its module row unless said), run in this process as
+    the image runs it."""
+    result = CliRunner().invoke(doctor, ["llm_judge", "--only", row, *args], env=env)
     assert "Traceback" not in result.output, result.output
     line = result.output.splitlines()[1]
-    assert line.startswith("module setup"), result.output
-    found, _, text = line.removeprefix("module setup").strip().partition("  ")
+    assert line.startswith(row), result.output
+    found, _, text = line.removeprefix(row).strip().partition("  ")
     return found, text.strip()
 
 
-def test_an_unset_judge_url_stops_the_validator_before_any_lookup(world):
-    """Before, the validator took assignment 1 and stopped only when the module started."""
+def test_an_unset_judge_url_stops_the_validator_at_the_door(world):
+    """Before, the validator took assignment 1 and stopped only when the module started; then
+    its start-up checks named the URL, after a start that had named the keys. The door names it
+    with every other missing setting (exit 2), and the doctor's settings row says the same."""
     tmp_path, env = world
     with Simulator({"tasks": [task(12, ["alice/model"], task_type="llm_judge")]}, tmp_path) as sim:
         args = loop_args("llm_judge", sim.api_url, "12", "--max-assignments", "1")
         result = run_validator(args, env, timeout=180)
         asked = sim.state()["requests"]
-    assert result.returncode == 3, result.stderr
-    lines = [line for line in result.stderr.splitlines() if "missing OPENAI_BASE_URL" in line]
-    assert lines and "module llm_judge's start-up checks" in lines[-1], result.stderr
+    assert result.returncode == 2, result.stderr
+    said = "missing OPENAI_BASE_URL: the judge endpoint's URL, e.g. https://.../v1, for llm_judge"
+    assert result.stderr.splitlines()[-1] == f"Error: {said} (only --check runs without it)"
     assert asked == []  # not a lookup, not even the task list
-    said = lines[-1].split("operator action needed: ", 1)[1]
-    found, text = setup_row(env)  # the doctor says the same
+    found, text = setup_row(env, "--task_ids", "12", row="settings")
     assert found == "failed" and text.startswith(said + " -> "), text
+    found, text = setup_row(env)  # the module's own check names it too
+    assert found == "failed" and "missing OPENAI_BASE_URL" in text, text
 
 
 def test_the_judge_rows_of_the_doctor_and_a_start_that_follows_a_green_one(world):

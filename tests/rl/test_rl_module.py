@@ -80,7 +80,7 @@ def test_the_score_equals_the_plain_float32_computation(hub, caplog):
     with caplog.at_level(logging.INFO):
         metrics = scored(hub, "alice/policy")
     assert metrics["average_reward"] == pytest.approx(expected_average(3), rel=1e-5)
-    assert f"scoring alice/policy/model.onnx at commit {commit} (revision main)" in caplog.text
+    assert f"scoring alice/policy/model.onnx at commit {commit[:12]} (revision main)" in caplog.text
 
 
 @pytest.mark.parametrize("batch", [1, 7, 512])

@@ -125,7 +125,7 @@ def service_checks(settings: Settings) -> list[Check]:
 
 def settings_row(settings: Settings) -> Row:
     """Every setting the validator needs and was not given, at once."""
-    missing = missing_settings(settings.task_ids, settings.secrets, settings.spec)
+    missing = missing_settings(settings.task_ids, settings.secrets, settings.spec, settings.env)
     if missing:
         return Row.failed(
             "settings",
@@ -133,6 +133,7 @@ def settings_row(settings: Settings) -> Row:
             "set them in the environment (or .env) or give their options",
         )
     given = [name for name, value in settings.secrets.items() if value]
+    given += list(settings.spec.required_env)
     return Row.ok("settings", f"task ids {', '.join(settings.task_ids)}; {', '.join(given)} set")
 
 

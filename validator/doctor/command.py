@@ -30,6 +30,7 @@ from validator.options import (
     F,
     api_url_option,
     config_dir_option,
+    finite,
     flock_api_key_option,
     gathered_secrets,
     hf_token_option,
@@ -44,7 +45,7 @@ from validator.spec import module_folder, readable_modules
 DEADLINE_OPTION = click.option(
     "--timeout",
     "deadline",
-    type=click.FloatRange(min=1, max=MAX_DEADLINE),
+    type=finite(1, max=MAX_DEADLINE),
     default=DEFAULT_DEADLINE,
     show_default=True,
     help="Seconds each check may take (they run at once); one that runs over is a failed row.",
@@ -79,7 +80,7 @@ def hf_free_gb_option(flag: str, help: str) -> Callable[[F], F]:
     Docker volumes that hold it for run.py's doctor, which names it `--min-free-gb`."""
     return click.option(
         flag,
-        type=click.FloatRange(min=0),
+        type=finite(0),
         default=DEFAULT_HF_MIN_FREE_GB,
         show_default=True,
         help=help,

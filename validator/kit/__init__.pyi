@@ -118,7 +118,7 @@ from .warm_base import (
 )
 
 # text in reasons and logs
-from validator.text import quoted as quoted, one_line as one_line
+from validator.text import quoted as quoted, one_line as one_line, short_commit as short_commit
 
 # earlier spellings: a module's own aliases, each with the release that removes it
 from validator._moved import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from validator.state.entry import Entry, State
-from validator.text import bounded, one_line
+from validator.text import bounded, one_line, short_commit, shortened
 
 MAX_LINE = 245
 DIGITS = 5  # significant digits of a metric in the log
@@ -37,7 +37,7 @@ def phases_text(phases: dict[str, float]) -> str:
 def result_line(entry: Entry, phases: dict[str, float] | None, commit: str | None) -> str:
     """What an assignment came to, once submitted: its metrics, or why it is a penalty or a
     failure, with where its time went; bounded to MAX_LINE with the assignment's id."""
-    took = [f"commit {commit[:8]}"] if commit else []
+    took = [f"commit {short_commit(commit)}"] if commit else []
     took += [phases_text(phases)] if phases else []
     tail = f" ({'; '.join(took)})" if took else ""
     if entry.state is State.SUBMITTED and entry.outcome == "failed":
@@ -54,9 +54,7 @@ def result_line(entry: Entry, phases: dict[str, float] | None, commit: str | Non
 
 
 def _fit(head: str, tail: str, middle: str) -> str:
-    """head + middle + tail in MAX_LINE characters, the middle (a reason, the metrics) cut to
-    fit."""
-    room = MAX_LINE - len(head) - len(tail)
-    if len(middle) > room:
-        middle = middle[: max(room - 3, 0)] + "..."
-    return bounded(head + middle + tail, MAX_LINE)
+    """head + middle + tail in MAX_LINE characters, the middle (a reason, the metrics) cut in
+    its middle to fit: a reason's end says what to do."""
+    room = max(MAX_LINE - len(head) - len(tail), 0)
+    return bounded(head + shortened(middle, room) + tail, MAX_LINE)

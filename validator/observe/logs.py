@@ -1,4 +1,6 @@
-"""Logging to stderr that can never show a secret, even in --debug or in a traceback."""
+"""Logging to stderr that can never show a secret, even in --debug or in a traceback, and whose
+every line is one record's: control characters escaped, a traceback only under a WARNING or an
+ERROR (or in a DEBUG record of its own), each of its lines indented."""
 
 from __future__ import annotations
 
@@ -132,6 +134,42 @@ class RedactSecrets(logging.Filter):
         return f"{kept[:limit]}... [cut at {limit} of {len(text)} characters]"
 
 
+class OneLineFormatter(logging.Formatter):
+    """FORMAT, one line per record, whatever its message holds (escaped: text.one_line). A
+    traceback or stack follows a WARNING or an ERROR line, each of its lines escaped and
+    indented, so that none can pass for a record of its own (an exception's text may be a
+    submission's); a lower record's goes in a DEBUG record of its own under --debug, and is
+    left out otherwise: an INFO line is never followed by one."""
+
+    def __init__(self, debug: bool) -> None:
+        super().__init__(FORMAT)
+        self.debug = debug
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        extra = "\n".join(text for text in (record.exc_text, record.stack_info) if text)
+        if not extra:
+            return one_line(super().format(record))
+        line = one_line(self._line(record, record.levelno, record.levelname, record.msg))
+        block = "\n".join(f"    {one_line(part)}" for part in extra.split("\n"))
+        if record.levelno >= logging.WARNING:
+            return f"{line}\n{block}"
+        if not self.debug:
+            return f"{line} (its traceback with --debug)"
+        head = self._line(record, logging.DEBUG, "DEBUG", "the traceback of the line above:")
+        return f"{line}\n{one_line(head)}\n{block}"
+
+    def _line(self, record: logging.LogRecord, level: int, name: str, msg: object) -> str:
+        """`record` as FORMAT writes it without its traceback, at `level` with `msg`."""
+        plain = logging.makeLogRecord(record.__dict__)
+        plain.levelno, plain.levelname = level, name
+        if msg is not record.msg:
+            plain.msg, plain.args = msg, None
+        plain.exc_info = plain.exc_text = plain.stack_info = None
+        return super().format(plain)
+
+
 class KnownNoise(logging.Filter):
     """Rewrites a known-harmless library warning (KNOWN_NOISE) into our words, as INFO, the
     first time; drops it after that."""
@@ -193,7 +231,7 @@ def _set_progress_bars(on: bool) -> None:
 
 def setup_logging(debug: bool, secrets: Iterable[str | None]) -> RedactSecrets:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setFormatter(OneLineFormatter(debug))
     redactor = RedactSecrets(secrets)
     handler.addFilter(KnownNoise())  # before the redactor: it may replace the message
     handler.addFilter(redactor)

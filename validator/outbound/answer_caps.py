@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from validator.errors import AnswerTooLarge
-from validator.outbound.safe_json import value_count
+from validator.outbound.safe_json import MAX_DEPTH, shape
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -199,9 +199,20 @@ def _too_many_values(cap: Cap, what: str) -> AnswerTooLarge:
 
 def check_values(data: bytes, cap: Cap, what: str) -> None:
     """Raises AnswerTooLarge when `data` (within the byte cap) holds more JSON values than
-    `cap` allows; counted on the bytes, nothing decoded."""
-    if cap.max_values is not None and value_count(data) > cap.max_values:
+    `cap` allows, or nests deeper than MAX_DEPTH; counted on the bytes, nothing decoded, so
+    that whatever parses it next (the library's own `.json()`) neither grows without bound
+    nor recurses past what Python can."""
+    if cap.max_values is None:
+        return
+    values, too_deep = shape(data)
+    if values > cap.max_values:
         raise _too_many_values(cap, what)
+    if too_deep:
+        raise AnswerTooLarge(
+            f"{what}: the answer nests deeper than the {MAX_DEPTH} levels any answer may have",
+            kind=cap.kind,
+            max_bytes=cap.max_bytes,
+        )
 
 
 class ByteCounter:

@@ -5,9 +5,10 @@ caps on answers"):
 
 - in bytes, counted as they arrive (decoded, so that a compressed answer counts at its real
   size): past the cap the connection is closed and nothing more is read;
-- in JSON values, for answers that are JSON, counted before anything decodes them
-  (safe_json.value_count): a megabyte of `[{},{},...]` is 24 MB of Python objects, so bytes
-  alone do not bound what a parse costs in memory and in time holding the GIL;
+- in JSON values and depth, for answers that are JSON, counted before anything decodes them
+  (safe_json.shape): a megabyte of `[{},{},...]` is 24 MB of Python objects, so bytes alone do
+  not bound what a parse costs in memory and in time holding the GIL, and 40 KB of `[[[...`
+  is a RecursionError in any library's `.json()`;
 - within an overall deadline (validator/outbound/deadline.py) that covers the reading, and the
   parsing when it runs inside it too (`fetch_answer` then `Answer.json`, or a library's own parse).
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import accumulate
 from typing import Any
 
 from validator.errors import JsonRefused
@@ -17,6 +18,10 @@ _STRUCTURE = b'",[]{}'
 _NOT_STRUCTURE = bytes(byte for byte in range(256) if byte not in _STRUCTURE)
 # Quotes are paired a window at a time: what one split of a window makes is bounded by it.
 _WINDOW = 64 * 1024
+# A bracket's step in depth, by byte (the structure holds only brackets, commas and quotes).
+_STEP = [0] * 256
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
 # An escape that only a UTF-16 surrogate can be (`\ud800`): text that may not be Unicode.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -33,6 +38,25 @@ def value_count(text: str | bytes) -> int:
     counted without decoding it: what decoding would cost in objects, whatever their shape
     (`[{},{},...]` is 24 bytes of Python per 3 bytes of text)."""
     return _values(_outside_strings(_as_bytes(text)))
+
+
+def shape(text: str | bytes, max_depth: int = MAX_DEPTH) -> tuple[int, bool]:
+    """(value_count of `text`, whether it nests deeper than `max_depth`), from one look at its
+    structure, nothing decoded: what a library's own parse of an answer would meet, measured
+    before it recurses (a 20,000-deep answer is a RecursionError in the decoder)."""
+    outside = _outside_strings(_as_bytes(text))
+    return _values(outside), _deeper_than(outside, max_depth)
+
+
+def _deeper_than(outside: bytes, limit: int) -> bool:
+    """Whether the brackets nest past `limit`. Depth cannot pass the openers' count, and a
+    decoder stops at the first closer with no opener, so only the first 2 x openers + 1
+    brackets matter: the cost follows the openers (bounded by a cap's values), not the text."""
+    openers = outside.count(b"[") + outside.count(b"{")
+    if openers <= limit:
+        return False
+    brackets = _brackets(outside)[: 2 * openers + 1]
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0) > limit
 
 
 def _as_bytes(text: str | bytes) -> bytes:
