@@ -175,8 +175,8 @@ def pinned_base(client: docker.DockerClient, base: str) -> str:
         return base
     print(
         f"[run.py] base {base} is named by tag: building on the digest this engine holds it as, "
-        f"{pinned[0]} (pin it for every host: --base-image NAME@sha256:..., docs/images.md "
-        '"The base image")',
+        f"{pinned[0]} (pin it for every host: --base-image NAME@sha256:..., "
+        'docs/images.md "The base image")',
         file=sys.stderr,
         flush=True,
     )

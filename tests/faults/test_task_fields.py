@@ -49,7 +49,7 @@ def test_a_task_field_the_assignment_lacks_is_not_taken_from_the_submitter(tmp_p
         tmp_path, [task(1, [submission], task_type="rl", max_params=10**6)], env
     )
     assert submitted["status"] == "failed"
-    assert "validation_set_url" in row["error"] and "Field required" in row["error"]
+    assert "validation_set_url" in row["error"] and "missing field" in row["error"]
     assert str(local_set) not in row["input"]
 
 
