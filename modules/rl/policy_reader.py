@@ -136,8 +136,8 @@ def check_domains(model: ModelProto) -> None:
     declared = sorted({opset.domain for opset in model.opset_import} - STANDARD_DOMAINS)
     if declared:
         raise PolicyRefused(
-            f"the model imports operator set(s) {', '.join(map(repr, declared))}: only the "
-            "standard domains run here (custom operators are never loaded)"
+            f"imports operator set(s) {', '.join(map(repr, declared))}: only standard "
+            "domains run (custom operators are never loaded)"
         )
     for node in all_nodes(model):
         if node.domain not in STANDARD_DOMAINS:
