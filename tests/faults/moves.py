@@ -28,6 +28,7 @@ from validator.state.journal import Journal
 WAIT = 120
 UID = 10001  # the image's user, who owns its state volume
 LOOP = ["--assignment-lookup-interval", "0.2", "--time-sleep", "0.3"]
+STARTED = "[run.py] starting "  # a worker's container started (launcher/supervisor.py)
 
 
 @dataclass
@@ -87,8 +88,18 @@ class Starts:
         one that ends before by itself with an error needed a person."""
         process, log = self.start()
         deadline = time.monotonic() + WAIT
+
+        def running() -> bool:
+            # Its worker started: what an earlier start left may have finished everything
+            # already, and a start stopped before it is up proves nothing.
+            return STARTED in log.read_text()
+
         try:
-            while process.poll() is None and not done() and time.monotonic() < deadline:
+            while (
+                process.poll() is None
+                and not (running() and done())
+                and time.monotonic() < deadline
+            ):
                 if then is not None and then():
                     then = None
                 time.sleep(0.2)
