@@ -83,3 +83,26 @@ def test_a_folder_without_its_lock_is_swept_only_once_it_is_old(tmp_path):
     assert sweep(root) == 1
     assert young.exists() and not old.exists()
     assert not (young / LOCK_NAME).exists()
+
+
+def test_a_folder_removed_by_another_process_during_a_sweep_is_passed_over(tmp_path, monkeypatch):
+    # Two validators sharing the temp dir sweep it at their starts: a folder the other one
+    # removed between this sweep's listing and its look is gone, not a crash.
+    from validator.kit import workdirs
+
+    root = tmp_path / ROOT_NAME
+    gone, left = root / "lora-gone", root / "lora-left"
+    for folder in (gone, left):
+        folder.mkdir(parents=True)
+        old = time.time() - UNLOCKED_GRACE_SECONDS - 10
+        os.utime(folder, (old, old))
+    look = workdirs._abandoned
+
+    def removed_meanwhile(folder: Path) -> bool:
+        if folder == gone:
+            folder.rmdir()
+        return look(folder)
+
+    monkeypatch.setattr(workdirs, "_abandoned", removed_meanwhile)
+    assert sweep(root) == 1
+    assert not left.exists()

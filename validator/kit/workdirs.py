@@ -60,7 +60,11 @@ def sweep(root: Path) -> int:
     """Removes the folders under `root` whose owner is gone; returns how many."""
     removed = 0
     for folder in sorted(root.iterdir()):
-        if folder.is_dir() and not folder.is_symlink() and _abandoned(folder):
+        try:
+            abandoned = folder.is_dir() and not folder.is_symlink() and _abandoned(folder)
+        except FileNotFoundError:  # another process's sweep, or its owner, removed it meanwhile
+            continue
+        if abandoned:
             # Its owner was killed: so is any child process it left (child_process.py).
             strays = kill_strays(folder)
             if strays:
