@@ -160,7 +160,7 @@ class Loop:
         self.config_dir = tmp_path / "configs"
         self.time_sleep, self.lookup_interval, self.horizon = time_sleep, lookup_interval, horizon
         self.clock = FakeClock()
-        self.ledger = FakeLedger(self.clock.time)
+        self.ledger = FakeLedger(self.clock.time, advance=self.clock.advance)
         own = {"plans": {}, "calls": [], "clock": self.clock}
         self.module: type[PlanModule] = type("Plan", (PlanModule,), own)
         self.stop = threading.Event()

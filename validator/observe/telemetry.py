@@ -48,8 +48,8 @@ PENALTIES = Counter(
 )
 TASK_SET_ASIDE = Gauge(
     f"{PREFIX}_task_set_aside",
-    "1 while a task is set aside: the Fed Ledger does not know it (not listed, or its lookup "
-    "answered 404); it is looked up again hourly while the other tasks go on",
+    "1 while a task is set aside: the Fed Ledger answered two of its lookups in a row that it "
+    "does not know it (404 Task not found); it is looked up again hourly while the others go on",
     ["task"],
     registry=REGISTRY,
 )
