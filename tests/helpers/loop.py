@@ -154,8 +154,10 @@ class Loop:
         time_sleep: float = TIME_SLEEP,
         lookup_interval: float = LOOKUP_INTERVAL,
         horizon: float = HORIZON,
+        on_disk: bool = False,
     ) -> None:
-        self._memory = _memory_dir()
+        # on_disk: the state dir under tmp_path, for a test of what reaches the disk.
+        self._memory = None if on_disk else _memory_dir()
         self.state_dir = (self._memory or tmp_path) / "state"
         self.config_dir = tmp_path / "configs"
         self.time_sleep, self.lookup_interval, self.horizon = time_sleep, lookup_interval, horizon
