@@ -14,7 +14,7 @@ from dataclasses import replace
 import docker
 from docker.errors import APIError, NotFound
 
-from launcher.containers import LABEL_LAUNCHER, ContainerSpec
+from launcher.containers import LABEL_LAUNCHER, LOG_DRIVER, ContainerSpec
 from launcher.docker_errors import refused_to_run
 from launcher.errors import LaunchError
 from validator.errors import ExitCode
@@ -188,7 +188,7 @@ class Supervisor:
 
     def _create(self):
         try:
-            return self.client.containers.create(**self.spec.run_kwargs())
+            return self.client.containers.create(**self.spec.run_kwargs(self._log_driver()))
         except APIError as exc:
             if exc.status_code != 409 or not self.spec.name:
                 raise refused_to_run(exc) from exc
@@ -210,9 +210,17 @@ class Supervisor:
         if found is not None:
             _quietly(found.remove, force=True)
         try:
-            return self.client.containers.create(**self.spec.run_kwargs())
+            return self.client.containers.create(**self.spec.run_kwargs(self._log_driver()))
         except APIError as exc:
             raise refused_to_run(exc) from exc
+
+    def _log_driver(self) -> str:
+        """The engine's default log driver (json-file, Docker's own default, when it does not
+        say)."""
+        try:
+            return str(self.client.info().get("LoggingDriver") or LOG_DRIVER)
+        except APIError:
+            return LOG_DRIVER
 
     def _report(self, code: int) -> int:
         if code == ExitCode.OK:

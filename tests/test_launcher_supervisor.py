@@ -56,6 +56,9 @@ class FakeClient:
     def __init__(self, codes: list[int], refusal: APIError | None = None) -> None:
         self.containers = FakeContainers(codes, refusal)
 
+    def info(self) -> dict:
+        return {"LoggingDriver": "json-file"}
+
 
 def supervise(
     codes: list[int], refusal: APIError | None = None, check_file: Path | None = None
