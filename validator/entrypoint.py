@@ -17,6 +17,7 @@ import click
 
 from validator.check import run_check
 from validator.config import check_declared_schema, check_module_setup, resolved_configs
+from validator.disk import MIB
 from validator.errors import (
     ConfigError,
     ExitCode,
@@ -314,6 +315,7 @@ def build_loop(
         spec.penalty_rules,
     )
     telemetry.start_series(looked_up)
+    telemetry.watch_state_dir(options.state_dir, options.min_free_mb * MIB)
     # In the background: never fatal, never on the scoring thread (docs/operating.md).
     start_drift_watch(spec, options.state_dir, stop, options.protocol_watch)
     runner = Runner(settings, client, journal, pool, stop, observer)
