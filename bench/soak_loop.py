@@ -212,7 +212,7 @@ def print_rl(samples: list[dict[str, float]], assignments: int) -> None:
     total = samples[-1]["finished"]
     print(f"rl: {total} assignments in {samples[-1]['seconds']:.0f} s")
     print(f"{'finished':>9} {'s':>6} {'RSS MiB':>8} {'fds':>4} {'threads':>7} {'children':>8}")
-    marks = [0, 100, 250, 500, 750, assignments]
+    marks = [0, *(assignments * k // 8 for k in range(1, 9))]
     shown = set()
     for point in samples:
         mark = next((m for m in marks if point["finished"] >= m and m not in shown), None)
