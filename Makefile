@@ -19,7 +19,7 @@ STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 # docs` needs nothing else, and `make lint` builds and lints the pages from it.
 DOCS_VENV := .venv-docs
 
-.PHONY: install test lint format docs docs-figures demo demo-serve demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm bench-llm-judge-plan gpu-kit browser prometheus registry report
+.PHONY: install test lint format docs docs-figures demo demo-serve demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench-soak bench bench-model-work bench-llm-judge bench-llm-judge-warm bench-llm-judge-plan gpu-kit browser prometheus registry report
 
 # The venvs are built side by side (a make of their own with -j): pip waits on the disk and the
 # index as much as on a core (on 2 cores: 181 s one after the other, 93 s side by side).
@@ -237,6 +237,11 @@ report: install
 # Time from `python run.py` to the validator's first API call, image already built.
 bench-launcher: install wheels base-image
 	$(PY) -m bench.launcher_startup
+
+# A year of work on one validator (bench/RESULTS.md): the loop's side in bench/soak_loop.py,
+# 429s at 200 tasks, bytes per idle lookup, an rl run of 1,000 assignments with real children.
+bench-soak: install
+	$(PY) -m bench.soak_loop
 
 # The lora module's scoring against the reference's way (load, merge, Trainer.evaluate), CPU.
 bench: install

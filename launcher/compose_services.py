@@ -10,7 +10,15 @@ from typing import Any
 
 import yaml
 
-from launcher.containers import state_volume_name, volume_name
+from launcher.containers import (
+    LOG_DRIVER,
+    LOG_MAX_FILES,
+    LOG_MAX_FILES_ENV,
+    LOG_MAX_SIZE,
+    LOG_MAX_SIZE_ENV,
+    state_volume_name,
+    volume_name,
+)
 from launcher.images import DEFAULT_INSTALLER, DEFAULT_LOCK, DOCKERFILE, PRODUCTION_BASE
 from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, repository
 from validator.spec import (
@@ -97,6 +105,7 @@ def service(spec: ModuleSpec, digests: Mapping[str, str] | None = None) -> dict[
         "network_mode": "host",
         "init": True,
         "restart": "on-failure:5",
+        "logging": logging_options(),
         # The validator finishes the assignment in progress on a stop (docs/one-host.md).
         "stop_grace_period": f"{spec.stop_grace_seconds}s",
         "environment": environment,
@@ -116,6 +125,19 @@ def service(spec: ModuleSpec, digests: Mapping[str, str] | None = None) -> dict[
         environment["VALIDATOR_HTTP_PORT"] = str(spec.status_port)
         body["healthcheck"] = healthcheck(spec.status_port)
     return {**body, **spec.compose}
+
+
+def logging_options() -> dict[str, Any]:
+    """The log rotated as run.py's containers rotate theirs (launcher/containers.py), sizes from
+    the host's environment; a host whose engine uses another log driver sets its own `logging:`
+    in an override file. A new dict each time: one shared would be dumped as a YAML alias."""
+    return {
+        "driver": LOG_DRIVER,
+        "options": {
+            "max-size": f"${{{LOG_MAX_SIZE_ENV}:-{LOG_MAX_SIZE}}}",
+            "max-file": f"${{{LOG_MAX_FILES_ENV}:-{LOG_MAX_FILES}}}",
+        },
+    }
 
 
 def checkout_image(module: str) -> str:

@@ -1,8 +1,9 @@
-"""What the validator container gets: GPUs, volumes, environment, labels."""
+"""What the validator container gets: GPUs, volumes, environment, labels, log rotation."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,23 @@ PASSED_ENV = tuple(name for name in CORE_ENV if name != "TASK_IDS")
 # Matched whole (fullmatch) and in ASCII: `$` let a trailing newline through, `\d` other
 # scripts' digits.
 GPU_ID = re.compile(r"[0-9]+|GPU-[0-9a-fA-F-]+")
+# Docker's default log driver keeps one file per container that grows for as long as the
+# container lives (months for a validator): rotated here at LOG_MAX_FILES files of LOG_MAX_SIZE
+# (50 MB), which the host's environment may change. A daemon whose default driver is another
+# (journald, local, a shipper's) was set so by the operator and is left to do its own.
+LOG_DRIVER = "json-file"
+LOG_MAX_SIZE = "10m"
+LOG_MAX_FILES = "5"
+LOG_MAX_SIZE_ENV = "VALIDATOR_LOG_MAX_SIZE"
+LOG_MAX_FILES_ENV = "VALIDATOR_LOG_MAX_FILES"
+
+
+def log_options(env: Mapping[str, str]) -> dict[str, str]:
+    """The json-file driver's rotation: its size and count from `env`, or the defaults."""
+    return {
+        "max-size": env.get(LOG_MAX_SIZE_ENV) or LOG_MAX_SIZE,
+        "max-file": env.get(LOG_MAX_FILES_ENV) or LOG_MAX_FILES,
+    }
 
 
 def volume_name(key: str) -> str:
@@ -99,8 +117,12 @@ class ContainerSpec:
             volumes[str(self.check_file.resolve())] = {"bind": CHECK_MOUNT, "mode": "ro"}
         return volumes
 
-    def run_kwargs(self) -> dict:
+    def run_kwargs(self, daemon_log_driver: str = LOG_DRIVER) -> dict:
+        """The container's settings; `daemon_log_driver`: the engine's default log driver (the
+        log is rotated when it is Docker's own default, json-file)."""
         named = {"name": self.name} if self.name else {}
+        if daemon_log_driver == LOG_DRIVER:
+            named["log_config"] = {"type": LOG_DRIVER, "config": log_options(self.host_env)}
         return {
             **named,
             "image": self.image,

@@ -15,7 +15,7 @@ from dataclasses import replace
 import docker
 from docker.errors import APIError, NotFound
 
-from launcher.containers import LABEL_LAUNCHER, ContainerSpec
+from launcher.containers import LABEL_LAUNCHER, LOG_DRIVER, ContainerSpec
 from launcher.docker_errors import refused_to_run
 from launcher.errors import LaunchError
 from launcher.fault_hook import kill_point
@@ -234,9 +234,17 @@ class Supervisor:
     def _run_kwargs(self) -> dict:
         """The spec's, and the label naming this process, which a later start reads to take
         the container over if this process dies (launcher/takeover.py)."""
-        kwargs = self.spec.run_kwargs()
+        kwargs = self.spec.run_kwargs(self._log_driver())
         kwargs["labels"] = {**kwargs["labels"], **owner_labels()}
         return kwargs
+
+    def _log_driver(self) -> str:
+        """The engine's default log driver (json-file, Docker's own default, when it does not
+        say)."""
+        try:
+            return str(self.client.info().get("LoggingDriver") or LOG_DRIVER)
+        except APIError:
+            return LOG_DRIVER
 
     def _report(self, code: int, signalled: int = 0) -> int:
         if code == ExitCode.OK:

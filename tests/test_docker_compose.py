@@ -9,6 +9,7 @@ import subprocess
 import uuid
 
 import pytest
+import yaml
 from packaging.utils import canonicalize_name
 
 from devkit.docker_env import launcher_env, make_module_repo, run_py_command
@@ -84,6 +85,14 @@ def test_compose_config_is_valid_and_requires_the_secrets(engine):
     assert result.returncode == 0, result.stderr
     assert "MODULE: lora" in result.stdout
     assert "BASE_IMAGE: local/base:bookworm" in result.stdout  # overridable from the environment
+    # Every service's log rotates: 5 files of 10 MB, or what the host's environment says.
+    services = yaml.safe_load(result.stdout)["services"]
+    assert {json.dumps(s["logging"], sort_keys=True) for s in services.values()} == {
+        json.dumps({"driver": "json-file", "options": {"max-file": "5", "max-size": "10m"}})
+    }
+    resized = compose(REPO_ROOT, "config", env={**env, "VALIDATOR_LOG_MAX_SIZE": "20m"})
+    logging = yaml.safe_load(resized.stdout)["services"]["validator-rl"]["logging"]
+    assert logging["options"] == {"max-size": "20m", "max-file": "5"}
     for variable in ("FLOCK_API_KEY", "TASK_IDS"):
         missing = {**env, variable: ""}
         result = compose(REPO_ROOT, "config", "-q", env=missing)

@@ -225,7 +225,13 @@ def test_ctrl_c_stops_the_container_and_leaves_none(engine, repo, tmp_path, volu
             text=True,
         )
         wait_for(lambda: len(sim.lookups()) >= 2, 120, "the container's lookups")
-        assert len(fixture_containers(engine)) == 1
+        [container] = fixture_containers(engine)
+        # Docker's default log driver, rotated (launcher/containers.py): 5 files of 10 MB.
+        if engine.info()["LoggingDriver"] == "json-file":
+            assert container.attrs["HostConfig"]["LogConfig"] == {
+                "Type": "json-file",
+                "Config": {"max-size": "10m", "max-file": "5"},
+            }
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr

@@ -95,6 +95,9 @@ class FakeClient:
     def __init__(self, codes, output=(), stops=None) -> None:
         self.containers = FakeContainers(codes, output, stops)
 
+    def info(self) -> dict:
+        return {"LoggingDriver": "json-file"}
+
 
 def fleet_of(count: int, task_ids: str = "1,2,3,4"):
     options = FleetOptions("rl", None, False, None, count, None, task_ids, None, 9112)

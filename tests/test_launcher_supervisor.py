@@ -78,6 +78,9 @@ class FakeClient:
     def __init__(self, codes: list, refusal: APIError | None = None, make=FakeContainer) -> None:
         self.containers = FakeContainers(codes, refusal, make)
 
+    def info(self) -> dict:
+        return {"LoggingDriver": "json-file"}
+
 
 def real_or_fake(entry: int | str) -> FakeContainer:
     """A real process for an entry that is code, a stand-in for an exit code."""

@@ -1,4 +1,5 @@
-"""The fleet's Prometheus scrape config and Grafana dashboard (deploy/prometheus/).
+"""The fleet's Prometheus scrape config, Grafana dashboard and alerting rules
+(deploy/prometheus/).
 
 Debian's promtool checks the committed config and its commented Kubernetes job; the static
 targets are the one-host fleet's (compose.gpus.yaml); every dashboard expression names only
@@ -6,7 +7,9 @@ metrics and labels the validator exports. Then Debian's Prometheus, with a confi
 committed one (its targets replaced), scrapes two real validator processes (the fixture module
 against the Fed Ledger simulator, each its own state dir, status port and shard): the completed
 count summed over both, read through the query API, equals what the simulator holds, and every
-dashboard query is accepted. Missing binaries fail with one line naming `make prometheus`.
+dashboard query is accepted. The alerting rules pass promtool's check and their own unit
+tests (alerts.test.yml), name only metrics and labels a real validator's /metrics serves, and
+load into that Prometheus healthy. Missing binaries fail with one line naming `make prometheus`.
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ import json
 import re
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import loop_args, start_validator, validator_env, wait_for, write_config
 from tests.helpers.prometheus import (
+    SUFFIXES,
     binary,
     dashboard_exprs,
     exported_series,
@@ -34,6 +40,9 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
 DASHBOARD = REPO / "deploy" / "prometheus" / "grafana-dashboard.json"
 KUBERNETES_BASE = REPO / "deploy" / "kubernetes" / "base"
+ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
+ALERT_TESTS = REPO / "deploy" / "prometheus" / "alerts.test.yml"
+ALERT_SERIES = ("ALERTS", "ALERTS_FOR_STATE")
 JOB = "flock-validator"
 # Labels the scrape config gives every target, and Prometheus's own per-target series.
 TARGET_LABELS = {"module", "worker", "job", "instance"}
@@ -72,6 +81,66 @@ def test_promtool_accepts_the_committed_config():
     done = promtool_check(CONFIG)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout + done.stderr
+
+
+def alert_rules(path: Path = ALERTS) -> list[dict[str, Any]]:
+    return [rule for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([binary("promtool"), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_promtool_checks_the_alerting_rules_and_runs_their_tests(tmp_path):
+    checked = promtool("check", "rules", str(ALERTS))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = promtool("test", "rules", str(ALERT_TESTS))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    # Each alert has a case in the tests, where it fires.
+    cases = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
+    firing = {
+        check["alertname"]
+        for case in cases
+        for check in case["alert_rule_test"]
+        if check["exp_alerts"]
+    }
+    assert firing == {rule["alert"] for rule in alert_rules()}
+    # The tests can fail: the submits' alert made to wait 2 h misses its case.
+    rules = yaml.safe_load(ALERTS.read_text())
+    for rule in rules["groups"][0]["rules"]:
+        if rule["alert"] == "FlockValidatorSubmitsFailing":
+            rule["for"] = "2h"
+    (tmp_path / "alerts.yml").write_text(yaml.safe_dump(rules))
+    (tmp_path / "alerts.test.yml").write_text(ALERT_TESTS.read_text())
+    failed = promtool("test", "rules", str(tmp_path / "alerts.test.yml"))
+    assert (
+        failed.returncode != 0 and "FlockValidatorSubmitsFailing" in failed.stdout + failed.stderr
+    )
+
+
+def served_series(text: str) -> dict[str, set[str]]:
+    """Every series name a /metrics text can hold, with the labels its samples carry: a family
+    with no sample yet (a labelled gauge never set) is served by its HELP and TYPE lines."""
+    found: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        for suffix in SUFFIXES.get(family.type, ("",)):
+            found.setdefault(family.name + suffix, set())
+        for sample in family.samples:
+            found.setdefault(sample.name, set()).update(sample.labels)
+    return found
+
+
+def unserved_by_rules(text: str, rules: list[dict[str, Any]]) -> list[str]:
+    """What each rule names that a /metrics text does not serve: metrics, then labels."""
+    served = served_series(text)
+    missing = []
+    for rule in rules:
+        metrics, labels = promql_names(rule["expr"])
+        assert metrics, rule["alert"]
+        missing += [f"{rule['alert']}: metric {m}" for m in sorted(metrics - set(served))]
+        allowed = TARGET_LABELS.union(*(served.get(m, set()) for m in metrics))
+        missing += [f"{rule['alert']}: label {name}" for name in sorted(labels - allowed)]
+    return missing
 
 
 def test_promtool_rejects_a_broken_config(tmp_path):
@@ -241,10 +310,11 @@ def test_dashboard_is_importable_and_names_only_exported_metrics():
 
 def scrape_config(targets: list[str], path: Path) -> Path:
     """The committed config with its static targets replaced by these workers' (worker K =
-    the K-th), scraped every second."""
+    the K-th), scraped every second, and the alerting rules loaded."""
     config = yaml.safe_load(CONFIG.read_text())
     config["global"]["scrape_interval"] = "1s"
     config["global"]["evaluation_interval"] = "1s"
+    config["rule_files"] = [str(ALERTS)]
     committed = job(config)
     assert all(set(g["labels"]) == {"module", "worker"} for g in committed["static_configs"])
     committed["static_configs"] = [
@@ -313,6 +383,7 @@ def test_prometheus_scraping_two_workers_counts_what_the_simulator_holds(tmp_pat
                     ("1", "1"),
                 ]
                 check_dashboard_against(prometheus, len(completed))
+                check_rules_against(prometheus, targets[0])
         finally:
             for process, _ in workers:
                 process.send_signal(signal.SIGTERM)
@@ -335,6 +406,33 @@ def check_dashboard_against(prometheus, completed: int) -> None:
     # What the workers serve is what the dashboard check takes as exported.
     scraped = prometheus.query(f'count by (__name__) ({{job="{JOB}"}})')
     names = {r["metric"]["__name__"] for r in scraped}
-    synthetic = {n for n in names if n == "up" or n.startswith("scrape_")}
+    # Prometheus's own: `up`, `scrape_*`, and the alerting rules' ALERTS and ALERTS_FOR_STATE.
+    synthetic = {n for n in names if n in ("up", *ALERT_SERIES) or n.startswith("scrape_")}
     assert names - synthetic <= set(exported_series())
     assert "flock_validator_phase_seconds_bucket" in names
+
+
+def check_rules_against(prometheus, target: str) -> None:
+    """The alerting rules name only what a real validator's /metrics serves (the check can
+    fail: a misspelt metric and label), and the Prometheus that scrapes it evaluates them."""
+    with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    rules = alert_rules()
+    assert unserved_by_rules(text, rules) == []
+    typo = {"alert": "Typo", "expr": 'flock_validator_state_dir_fre_bytes{tsk="1"} > 0'}
+    assert unserved_by_rules(text, [typo]) == [
+        "Typo: metric flock_validator_state_dir_fre_bytes",
+        "Typo: label tsk",
+    ]
+
+    def evaluated() -> list[dict[str, Any]] | None:
+        groups = prometheus.api("/api/v1/rules")["data"]["groups"]
+        loaded = [rule for group in groups for rule in group["rules"]]
+        done = loaded and all(
+            rule.get("lastEvaluation", "0001").startswith("20") for rule in loaded
+        )
+        return loaded if done else None
+
+    loaded = wait_for(evaluated, 30, "Prometheus to evaluate the alerting rules", interval=0.5)
+    assert sorted(r["name"] for r in loaded) == sorted(r["alert"] for r in rules)
+    assert {r["health"] for r in loaded} == {"ok"}, loaded

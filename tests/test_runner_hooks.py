@@ -60,10 +60,11 @@ def loaded_and_beating() -> float:
 
 
 def walk(loop: Loop, *middleware: Middleware) -> ExitCode:
-    """Every hook point: a task the API does not list (set aside), a lookup the API cannot
+    """Every hook point: a task the API does not know (set aside), a lookup the API cannot
     answer, an attempt that meets a transient fault, phases and beats, a submit kept, then
     taken, a failed submission, a pass at rest."""
     loop.ledger.tasks_answer = Reply(200, [{"id": 1, "task_type": "training"}])
+    loop.ledger.unknown.add("9")
     loop.ledger.lookup_answers.append(Unreachable("POST lookup: HTTP 503"))
     loop.submission("1", "a", TransientError("hub answered 503"), loaded_and_beating)
     loop.submission("1", "b", ValueError("not a model"))

@@ -11,11 +11,17 @@ import pytest
 
 from tests.helpers.fake_ledger import LIMITED, Reply, Unreachable, detail
 from validator.errors import ExitCode, OperatorError
+from validator.lookups import TaskSchedule
 from validator.state.entry import State
 
 
 def times_of(loop, task_id: str) -> list[float]:
     return [lookup.at for lookup in loop.ledger.lookups if lookup.task_id == task_id]
+
+
+def spacing(interval: float) -> float:
+    """The gap the loop leaves between two lookups of a task: the interval and its margin."""
+    return TaskSchedule([], interval).margin + interval
 
 
 def test_tasks_are_looked_up_round_robin(loop):
@@ -32,14 +38,15 @@ def test_tasks_are_looked_up_round_robin(loop):
 def test_a_task_with_nothing_to_give_is_asked_once_per_lookup_interval(loop, refusal):
     if refusal == "rate_limited":
         loop.ledger.lookup_answers.extend([LIMITED] * 100)
-    horizon = 5 * loop.lookup_interval + 1
+    gap = spacing(loop.lookup_interval)
+    horizon = 5 * gap + 1
 
     assert loop.run(["1", "2"], horizon=horizon) == ExitCode.OK  # stopped at the horizon
     assert {lookup.answer for lookup in loop.ledger.lookups} == {refusal}
     for task_id in ("1", "2"):
         times = times_of(loop, task_id)
         gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-        assert len(times) == 6 and set(gaps) == {loop.lookup_interval}, gaps
+        assert len(times) == 6 and set(gaps) == {gap}, gaps
     # Between them the loop slept until the next lookup was due, in one wait each.
     assert len(loop.clock.waits) == 6
 
@@ -63,10 +70,8 @@ def test_an_unexpected_answer_delays_only_its_own_task(loop, caplog, answer, log
     first, second, third = loop.ledger.lookups
     assert (first.task_id, first.answer) == ("1", "unexpected")
     assert second.task_id == "2" and second.at == first.at  # the other task did not wait
-    assert third.task_id == "1" and third.at - first.at == max(
-        loop.time_sleep, loop.lookup_interval
-    )
     wait = max(loop.time_sleep, loop.lookup_interval)
+    assert third.task_id == "1" and third.at - first.at == spacing(wait)
     assert logged in caplog.text and f"its next lookup in {wait:g}s" in caplog.text
 
 

@@ -2,7 +2,8 @@
 record when the disk fills, and the one line that names the directory when there is no room.
 
 Every free-space check and every "no room" error of the validator is made here: the journal's,
-before each lookup, scoring and submit (validator/state/journal.py, docs/journal.md); the
+before each lookup, scoring and submit (validator/state/journal.py, docs/journal.md: statvfs at
+each, a synced test write near the floor or hourly); the
 doctor's disk rows (validator/doctor/checks.py); a validation set or a Hub file that
 found its disk full (validator/kit/downloads.py, validator/kit/hub.py). Whether an error is a
 full disk is decided by its errno or SQLite's code alone (validator.errors.disk_full), never by
@@ -12,6 +13,7 @@ its text.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from validator.errors import OperatorError, disk_full, exception_chain
@@ -22,6 +24,12 @@ MIB = 1024 * 1024
 # Room for the few pages that recording one step takes (one step writes about 20 KiB).
 RESERVE_BYTES = 256 * 1024
 PROBE_BYTES = 64 * 1024
+# The test write is what sees a quota or a file system that refuses writes while statvfs shows
+# room; it writes and syncs PROBE_BYTES, so it is made at every check only when the free space
+# is within this much of the floor, and elsewhere once every PROBE_EVERY_S: a quota filled in
+# between costs the one step in progress the reserve, then the next check stops the work.
+NEAR_FLOOR_BYTES = 256 * MIB
+PROBE_EVERY_S = 3600.0
 MAX_REASON = 500  # a reason quotes an error, whose file name a submission may have chosen
 
 
@@ -70,10 +78,10 @@ def raise_if_full(exc: BaseException, where: str, directory: Path, what: str) ->
 
 
 class DiskGuard:
-    """Room to write in one directory: free space of at least the floor, a reserve file kept
-    there and given up for the one write in progress when the disk fills, and a real write
-    (the floor alone is not enough: quotas are invisible to statvfs, and with a floor of 0 only
-    a write tells)."""
+    """Room to write in one directory: free space of at least the floor (statvfs, at every
+    check), a reserve file kept there and given up for the one write in progress when the disk
+    fills, and a real write (the floor alone is not enough: quotas are invisible to statvfs, and
+    with a floor of 0 only a write tells) near the floor, or once in a while."""
 
     def __init__(
         self,
@@ -91,6 +99,7 @@ class DiskGuard:
         self.where, self.what, self.error = where, what, error
         self.reserve = directory / reserve_name
         self.probe = directory / probe_name
+        self._probed_at: float | None = None  # monotonic time of the last test write
 
     def refusal(self, reason: str) -> OperatorError:
         return no_room(
@@ -104,18 +113,30 @@ class DiskGuard:
 
     def check(self, *, floor: bool = True) -> None:
         """Raise refusal() unless the directory has room: the floor (skipped with floor=False),
-        the reserve in place, and a test write."""
-        if floor and free_bytes(self.directory) < self.min_free_mb * MIB:
+        the reserve in place, and a test write when one is due (`_probe_due`)."""
+        free = free_bytes(self.directory)
+        if floor and free < self.min_free_mb * MIB:
             raise self.refusal("below the free-space floor")
-        steps = [(self.probe, PROBE_BYTES, False, "a test write failed")]
+        steps = []
         if not self.reserve.exists() or self.reserve.stat().st_size < RESERVE_BYTES:
             no_reserve = f"no room for the reserve {self.reserve.name}"
-            steps.insert(0, (self.reserve, RESERVE_BYTES, True, no_reserve))
+            steps.append((self.reserve, RESERVE_BYTES, True, no_reserve))
+        if self._probe_due(free):
+            steps.append((self.probe, PROBE_BYTES, False, "a test write failed"))
         for path, size, keep, failure in steps:
             try:
                 _write_file(path, size, keep=keep)
             except OSError as exc:
+                self._probed_at = None  # the next check writes again
                 raise self.refusal(f"{failure}: {exc.strerror or exc}") from exc
+        if steps:
+            self._probed_at = time.monotonic()
+
+    def _probe_due(self, free: int) -> bool:
+        """A test write at the first check, near the floor, and once every PROBE_EVERY_S."""
+        if self._probed_at is None or free < self.min_free_mb * MIB + NEAR_FLOOR_BYTES:
+            return True
+        return time.monotonic() - self._probed_at >= PROBE_EVERY_S
 
     def short_of_space(self) -> bool:
         """Whether an error that names no cause (SQLite's "disk I/O error") is more likely the

@@ -22,6 +22,7 @@ from validator.config import (
     resolved_configs,
     with_class_task_type,
 )
+from validator.disk import MIB
 from validator.errors import (
     ConfigError,
     ExitCode,
@@ -324,6 +325,7 @@ def build_loop(
         spec.penalty_rules,
     )
     telemetry.start_series(looked_up)
+    telemetry.watch_state_dir(options.state_dir, options.min_free_mb * MIB)
     # In the background: never fatal, never on the scoring thread (docs/operating.md).
     start_drift_watch(spec, options.state_dir, stop, options.protocol_watch)
     runner = Runner(settings, client, journal, pool, stop, observer)

@@ -164,8 +164,8 @@ class Runner:
 
     def _wait(self, pending: list[Entry]) -> None:
         """Until a task's next lookup or a pending entry is due."""
-        delay = min([self.lookups.next_due(), *(e.not_before for e in pending)])
-        delay -= self.clock.time()
+        now = self.clock.time()
+        delay = min([self.lookups.seconds_to_next(), *(e.not_before - now for e in pending)])
         if delay > 0:
             self.clock.wait(self.stop, delay)
 

@@ -216,7 +216,7 @@ class SimulatorHandler(LocalHandler):
     def _api(self, method: str, path: str, raw: bytes) -> Reply | None:
         sub_path = path[len(API_PREFIX) :]
         state = self.server.state
-        received = state.request_begun()
+        received = arrived = state.request_begun()
         rule = self.server.faults.take(endpoint_of(sub_path))
         fault = rule.kind if rule else None
         reply = None
@@ -225,21 +225,23 @@ class SimulatorHandler(LocalHandler):
             if rule is not None and rule.kind == "delay":
                 time.sleep(rule.delay_seconds)
                 rule = None
+                # A proxy in front held it: the API receives it now.
+                arrived = state.now()
             if rule is not None and rule.kind == "trickle":
-                reply = self._api_call(method, sub_path, raw)
+                reply = self._api_call(method, sub_path, raw, arrived)
                 reply.trickle_seconds = rule.delay_seconds
             elif rule is not None and rule.kind == "oversized":
-                reply = self._api_call(method, sub_path, raw)
+                reply = self._api_call(method, sub_path, raw, arrived)
                 reply.padding = rule.size_bytes
             elif rule is not None and rule.processed:
                 # The API commits; its answer is lost on the way back.
-                self._api_call(method, sub_path, raw)
+                self._api_call(method, sub_path, raw, arrived)
                 reply = fault_reply(rule)
             elif rule is not None:
                 # Faults answer before any state is touched, as a proxy in front would.
                 reply = fault_reply(rule)
             else:
-                reply = self._api_call(method, sub_path, raw)
+                reply = self._api_call(method, sub_path, raw, arrived)
         finally:
             # Logged before the answer goes out, so a client that inspects the state right
             # after its response always finds its request there; an error here is logged as a
@@ -256,11 +258,11 @@ class SimulatorHandler(LocalHandler):
             )
         return reply
 
-    def _api_call(self, method: str, sub_path: str, raw: bytes) -> Reply:
+    def _api_call(self, method: str, sub_path: str, raw: bytes, arrived: float) -> Reply:
         if not self._authorised():
             return detail(401, "Could not validate credentials")
         try:
-            return json_reply(200, self._route(method, sub_path, raw))
+            return json_reply(200, self._route(method, sub_path, raw, arrived))
         except BadBody as exc:
             return detail(422, str(exc))
         except SimError as exc:
@@ -273,7 +275,8 @@ class SimulatorHandler(LocalHandler):
         given = self.headers.get("flock-api-key") or ""
         return hmac.compare_digest(given.encode(), expected.encode())
 
-    def _route(self, method: str, sub_path: str, raw: bytes) -> Any:
+    def _route(self, method: str, sub_path: str, raw: bytes, arrived: float) -> Any:
+        """The API's answer; `arrived`: when the request reached it (its rate limit's stamp)."""
         state = self.server.state
         if sub_path == "/tasks/list":
             _require_method(method, "GET")
@@ -281,7 +284,7 @@ class SimulatorHandler(LocalHandler):
         task_id = _segment_after(sub_path, REQUEST_ROUTE)
         if task_id is not None:
             _require_method(method, "POST")
-            return state.request_assignment(task_id, self.headers.get("flock-api-key"))
+            return state.request_assignment(task_id, self.headers.get("flock-api-key"), arrived)
         assignment_id = _segment_after(sub_path, UPDATE_ROUTE)
         if assignment_id is not None:
             _require_method(method, "POST")

@@ -207,14 +207,18 @@ class SimState:
 
     # -- API operations
 
-    def request_assignment(self, task_id: str, api_key: str | None) -> dict[str, Any]:
+    def request_assignment(
+        self, task_id: str, api_key: str | None, received: float | None = None
+    ) -> dict[str, Any]:
+        """A lookup; `received`: when the API received it (the request log's stamp), which its
+        rate-limit window counts, whenever a busy machine lets this thread take the lock."""
         with self._lock:
             now = self._clock()
             task = self._tasks.get(task_id)
             if task is None:
                 raise NotFound("Task not found")
             key_hash = hash_api_key(api_key)
-            self._check_window(key_hash, task_id, now)
+            self._check_window(key_hash, task_id, now if received is None else received)
             self._expire_overdue(now)
             submission = self._next_submission(task_id, key_hash)
             if submission is None:
@@ -266,6 +270,9 @@ class SimState:
             if self._tasks.pop(task_id, None) is None:
                 raise NotFound("Task not found")
             return {"id": task_id, "ended": True}
+
+    def now(self) -> float:
+        return self._clock()
 
     def request_begun(self) -> float:
         """Count an API request in flight; the simulator's clock when it arrived."""

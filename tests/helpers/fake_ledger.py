@@ -26,6 +26,7 @@ from validator.ledger.answers import (
     NOT_VALIDATING,
     RATE_LIMITED,
     SUBMIT,
+    UNKNOWN_TASK,
     ApiUnavailable,
     Assignment,
     Refusal,
@@ -87,7 +88,7 @@ Answer = Reply | Exception | Callable[["FakeLedger"], "Reply | Exception"]
 
 @dataclass(frozen=True)
 class Lookup:
-    at: float  # the runner's clock
+    at: float  # the runner's clock when the API received it
     task_id: str
     answer: str  # "assignment <id>", "no_submissions", "rate_limited", "unexpected", or raised
 
@@ -120,6 +121,16 @@ class FakeLedger:
     # GET /tasks/list's answer at start-up; an empty list sets nothing aside (the runner then
     # looks every task up; tests/test_lookups.py plays the set-aside against the simulator).
     tasks_answer: Reply = field(default_factory=lambda: Reply(200, []))
+    # The API's rate limit, when set: a lookup received within `window` seconds of the last one
+    # of its task that it counted (any but a refused one) is answered 429, as the API does.
+    window: float | None = None
+    # Seconds each lookup spends on its way to the API and back, (there, back), taken in turn:
+    # the runner's clock moves by them (`advance`) during the call, as a network's would.
+    travel: list[tuple[float, float]] = field(default_factory=list)
+    advance: Callable[[float], None] | None = None
+    # Tasks the API does not know: their lookups are answered 404 "Task not found".
+    unknown: set[str] = field(default_factory=set)
+    _counted: dict[str, float] = field(default_factory=dict)
 
     def queue(self, task_id: str, submission: dict[str, Any], data: dict[str, Any]) -> None:
         self.queued.setdefault(task_id, deque()).append(
@@ -132,16 +143,25 @@ class FakeLedger:
         return read_tasks(self.tasks_answer.response())
 
     def request_assignment(self, task_id: str) -> Assignment | Refusal:
-        answer = self._next(self.lookup_answers, lambda: self._hand_out(task_id))
+        there, back = self._travel()
+        self._move(there)
+        received = self.now()
+        if self._limited(task_id, received):
+            answer: Reply | Exception = LIMITED
+        else:
+            answer = self._next(self.lookup_answers, lambda: self._hand_out(task_id))
         try:
             if isinstance(answer, Exception):
                 raise answer
             result = read_lookup(answer.response())
         except Exception as exc:
-            self.lookups.append(Lookup(self.now(), task_id, type(exc).__name__))
+            self.lookups.append(Lookup(received, task_id, type(exc).__name__))
             raise
         kind = f"assignment {result.id}" if isinstance(result, Assignment) else result.kind
-        self.lookups.append(Lookup(self.now(), task_id, kind))
+        if kind != "rate_limited":
+            self._counted[task_id] = received
+        self.lookups.append(Lookup(received, task_id, kind))
+        self._move(back)
         return result
 
     def submit(self, assignment_id: str, status: str, metrics: dict | None) -> SubmitResult:
@@ -179,11 +199,27 @@ class FakeLedger:
 
     # --- inside --------------------------------------------------------------------------
 
+    def _travel(self) -> tuple[float, float]:
+        if not self.travel:
+            return 0.0, 0.0
+        self.travel.append(self.travel.pop(0))
+        return self.travel[-1]
+
+    def _move(self, seconds: float) -> None:
+        if seconds and self.advance is not None:
+            self.advance(seconds)
+
+    def _limited(self, task_id: str, received: float) -> bool:
+        counted = self._counted.get(task_id)
+        return self.window is not None and counted is not None and received - counted < self.window
+
     def _next(self, script: deque[Answer], default: Callable[[], Reply]) -> Reply | Exception:
         answer = script.popleft() if script else default()
         return answer(self) if callable(answer) else answer
 
     def _hand_out(self, task_id: str) -> Reply:
+        if task_id in self.unknown:
+            return detail(404, UNKNOWN_TASK)
         waiting = self.queued.get(task_id)
         if not waiting:
             return NOTHING

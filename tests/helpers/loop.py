@@ -154,13 +154,15 @@ class Loop:
         time_sleep: float = TIME_SLEEP,
         lookup_interval: float = LOOKUP_INTERVAL,
         horizon: float = HORIZON,
+        on_disk: bool = False,
     ) -> None:
-        self._memory = _memory_dir()
+        # on_disk: the state dir under tmp_path, for a test of what reaches the disk.
+        self._memory = None if on_disk else _memory_dir()
         self.state_dir = (self._memory or tmp_path) / "state"
         self.config_dir = tmp_path / "configs"
         self.time_sleep, self.lookup_interval, self.horizon = time_sleep, lookup_interval, horizon
         self.clock = FakeClock()
-        self.ledger = FakeLedger(self.clock.time)
+        self.ledger = FakeLedger(self.clock.time, advance=self.clock.advance)
         own = {"plans": {}, "calls": [], "clock": self.clock}
         self.module: type[PlanModule] = type("Plan", (PlanModule,), own)
         self.stop = threading.Event()

@@ -36,7 +36,13 @@ log = logging.getLogger(__name__)
 
 NO_SUBMISSIONS = "No task submissions available to validate"
 RATE_LIMITED = "Rate limit reached for validation assignment lookup: 1 per 3 minutes"
+# The window that text names: one lookup per key and task per 3 minutes, as the API counts them.
+RATE_LIMIT_WINDOW_S = 180.0
 NOT_VALIDATING = "Validation assignment is not in validating status"
+# The API's own word that it does not know a task (a typo, a task that ended), with a 404. A 404
+# with any other detail is not it: FastAPI answers `{"detail": "Not Found"}` for a path it has
+# no route for (a wrong --api-url, a proxy or deploy in flux), whatever the task.
+UNKNOWN_TASK = "Task not found"
 # Listing tasks and submitting can be repeated without harm (a result the API already took is
 # refused as not validating), so any 5xx is tried again, and so are 408 (the request did not
 # arrive in time) and 429 (too many requests), after the Retry-After they may carry.
@@ -264,9 +270,9 @@ def read_lookup(response: requests.Response) -> Assignment | Refusal:
         return Refusal("no_submissions", response.status_code, detail)
     if detail == RATE_LIMITED:
         return Refusal("rate_limited", response.status_code, detail)
-    if response.status_code == 404 and _has_detail(body):
-        # The API's own 404 (a JSON detail, "Task not found"): it does not know this task, a
-        # typo or a task that ended. A 404 without one is a proxy's or a wrong --api-url's.
+    if response.status_code == 404 and detail == UNKNOWN_TASK:
+        # The API's own 404: it does not know this task, a typo or a task that ended. Any other
+        # 404 (a route it lacks, a proxy's page) says nothing of the task.
         return Refusal("unknown_task", 404, detail)
     return Refusal("unexpected", response.status_code, detail)
 

@@ -129,6 +129,8 @@ class Transport:
                 raise RequestNotSendable(_not_sendable(method, path, exc)) from None
             if response is not None:
                 log.debug("%s %s -> %s", method, path, response.status_code)
+                status = telemetry.status_label(response.status_code)
+                telemetry.API_ANSWERS.labels(policy.name, status).inc()
             if failure is None:
                 return Reply(response, earlier)  # type: ignore[arg-type]
             wait = self._wait_before(tries, failure, end, policy)

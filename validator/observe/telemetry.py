@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from validator.disk import free_bytes
 from validator.scope import HOST_PHASES
 from validator.scope import PENALTY_KINDS as KIT_PENALTY_KINDS
 from validator.state.entry import FAILED_KINDS
@@ -48,8 +50,8 @@ PENALTIES = Counter(
 )
 TASK_SET_ASIDE = Gauge(
     f"{PREFIX}_task_set_aside",
-    "1 while a task is set aside: the Fed Ledger does not know it (not listed, or its lookup "
-    "answered 404); it is looked up again hourly while the other tasks go on",
+    "1 while a task is set aside: the Fed Ledger answered two of its lookups in a row that it "
+    "does not know it (404 Task not found); it is looked up again hourly while the others go on",
     ["task"],
     registry=REGISTRY,
 )
@@ -57,6 +59,12 @@ API_ERRORS = Counter(
     f"{PREFIX}_api_errors",
     "Fed Ledger calls that ended without an answer to use, by call and kind",
     ["call", "kind"],
+    registry=REGISTRY,
+)
+API_ANSWERS = Counter(
+    f"{PREFIX}_api_answers",
+    "HTTP answers of the Fed Ledger, every try's, by call and status (429: its rate limit)",
+    ["call", "status"],
     registry=REGISTRY,
 )
 API_RETRIES = Counter(
@@ -86,6 +94,18 @@ SCORING = Gauge(
     "1 while an assignment is being scored",
     registry=REGISTRY,
 )
+STATE_DIR_FREE = Gauge(
+    f"{PREFIX}_state_dir_free_bytes",
+    "Bytes free on the state dir's file system, as the disk guard reads them (statvfs, at "
+    "each scrape)",
+    registry=REGISTRY,
+)
+STATE_DIR_FLOOR = Gauge(
+    f"{PREFIX}_state_dir_floor_bytes",
+    "The free space the state dir must keep (--min-free-mb): below it, the validator stops "
+    "before asking for work",
+    registry=REGISTRY,
+)
 
 
 # The label values the loop can give, so that every series exists from start-up.
@@ -103,6 +123,30 @@ LOOKUP_ANSWERS = (
     "unavailable",
 )
 PHASES = ("lookup", *HOST_PHASES, "score", "submit")
+# The statuses an answer is counted under; any other under its class (2xx...), so that a proxy
+# answering odd codes cannot grow the series without bound.
+API_STATUSES = frozenset({200, 400, 401, 403, 404, 408, 409, 422, 429, 500, 502, 503, 504})
+API_CALLS = ("lookup", "submit", "tasks_list")
+
+
+def status_label(status: int) -> str:
+    """The `status` label of an HTTP answer's code."""
+    if status in API_STATUSES:
+        return str(status)
+    return f"{status // 100}xx" if 100 <= status < 600 else "other"
+
+
+def watch_state_dir(state_dir: Path, floor_bytes: int) -> None:
+    """The state dir's free space, read at each scrape, beside its floor."""
+    STATE_DIR_FLOOR.set(floor_bytes)
+
+    def free() -> float:
+        try:
+            return float(free_bytes(state_dir))
+        except OSError:
+            return float("nan")
+
+    STATE_DIR_FREE.set_function(free)
 
 
 def start_series(task_ids: Iterable[str]) -> None:
@@ -121,6 +165,8 @@ def start_series(task_ids: Iterable[str]) -> None:
             PENALTIES.labels(task_id, kind)
     for phase in PHASES:
         PHASE_SECONDS.labels(phase)
+    for call in API_CALLS:  # an alert reads the rate limit's rise
+        API_ANSWERS.labels(call, "429")
 
 
 def gpu_memory_gauges() -> None:

@@ -5,8 +5,9 @@
 from the API and are bounded), the config it was scored with, the submission's commit, the
 outcome and its reason (and why its result is a penalty, if it is one), the submitted metrics,
 seconds per phase and the module's log lines for that assignment. Records are bounded: at most
-`keep` files (oldest dropped first). The journal is never dropped; a record is only a copy of
-what it says, plus timings and logs.
+`keep` files (oldest dropped first), the folder listed once per process and then kept in order
+in memory, so that a write costs the same whatever the folder holds. The journal is never
+dropped; a record is only a copy of what it says, plus timings and logs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,8 @@ class RecordStore:
     def __init__(self, state_dir: Path, keep: int = DEFAULT_KEEP) -> None:
         self.folder = state_dir / RECORDS_DIR
         self.keep = keep
+        # The records' file names, oldest written first: listed at the first write.
+        self._order: OrderedDict[str, None] | None = None
 
     def write(self, record: AssignmentRecord) -> None:
         """Writes (or replaces) the record, then drops the oldest beyond `keep`. A failure is
@@ -67,7 +71,7 @@ class RecordStore:
             partial = path.with_suffix(".partial")
             partial.write_text(record.model_dump_json())
             os.replace(partial, path)
-            self._prune()
+            self._prune(path.name)
         except OSError as exc:
             log.warning("assignment %s: record not written: %s", record.id, exc)
 
@@ -81,10 +85,21 @@ class RecordStore:
                 log.warning("record %s skipped: %s", path.name, bounded(str(exc), 200))
         return sorted(records, key=lambda r: (r.finished_at, r.id))
 
-    def _prune(self) -> None:
-        files = sorted(self.folder.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
-        for path in files[: max(0, len(files) - self.keep)]:
-            path.unlink(missing_ok=True)
+    def _prune(self, written: str) -> None:
+        """`written` is the newest; the oldest beyond `keep` go."""
+        order = self._listed()
+        order[written] = None
+        order.move_to_end(written)
+        while len(order) > self.keep:
+            oldest, _ = order.popitem(last=False)
+            (self.folder / oldest).unlink(missing_ok=True)
+
+    def _listed(self) -> OrderedDict[str, None]:
+        """The folder's records, oldest first, as the first write of this process found them."""
+        if self._order is None:
+            files = sorted(self.folder.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+            self._order = OrderedDict.fromkeys(path.name for path in files)
+        return self._order
 
 
 def _file_name(assignment_id: str) -> str:
