@@ -8,11 +8,11 @@ line); `python run.py --help` lists the options.
 
 import sys
 
-from launcher.cli import main
+from launcher.commands.run import main
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["doctor"]:  # not a module: module names are identifiers, checked here
-        from launcher.doctor import main as doctor
+        from launcher.doctor.host import main as doctor
 
         doctor(sys.argv[2:], prog_name="run.py doctor")
     main()

@@ -27,8 +27,8 @@ PENDING = {
     "validator/outbound/hub_http.py",
     "validator/outbound/safe_json.py",
     "validator/state/journal.py",
-    "launcher/follow.py",
-    "launcher/images.py",
+    "launcher/release/follow.py",
+    "launcher/engine/images.py",
 }
 
 

@@ -10,16 +10,16 @@ import pytest
 import yaml
 
 from devkit.docker_env import launcher_env
-from launcher.compose import main as compose_main
-from launcher.compose import specs_with_files
-from launcher.compose_gpus import (
+from launcher.deploy.compose import main as compose_main
+from launcher.deploy.compose import specs_with_files
+from launcher.deploy.compose_gpus import (
     GPUS_FILE,
     HOSTS_FILE,
     PORT_STEP,
     load_hosts,
     render_gpus,
 )
-from launcher.fleet import FleetOptions, plan
+from launcher.fleet.plan import FleetOptions, plan
 from validator.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
-from launcher import doctor as host_doctor
-from launcher import doctor_rows
+from launcher.doctor import host as host_doctor
+from launcher.doctor import rows as doctor_rows
 from tests.helpers.odd_server import TRICKLE, OddServer
 from validator.doctor.checks import clock_row
 from validator.doctor.command import main as inner_doctor

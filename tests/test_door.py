@@ -27,11 +27,11 @@ from devkit.validator_cli import (
     wait_for,
     write_config,
 )
-from launcher import doctor as host_doctor
-from launcher import doctor_rows
-from launcher.cli import FORWARDED
-from launcher.cli import main as run_py_main
-from launcher.forwarded import FORWARDED_SECTION, NOT_FORWARDED, launch_values
+from launcher.commands.forwarded import FORWARDED_SECTION, NOT_FORWARDED, launch_values
+from launcher.commands.run import FORWARDED
+from launcher.commands.run import main as run_py_main
+from launcher.doctor import host as host_doctor
+from launcher.doctor import rows as doctor_rows
 from validator.doctor.command import main as inner_doctor
 from validator.entrypoint import RunOptions
 from validator.entrypoint import main as validator_main

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import doctor as host_doctor
-from launcher.cli import main as run_py_main
-from launcher.containers import ContainerSpec
+from launcher.commands.run import main as run_py_main
+from launcher.doctor import host as host_doctor
+from launcher.engine.containers import ContainerSpec
 from tests.helpers.hostile_server import HostileServer, answer
 from validator.doctor.command import main as inner_doctor
 from validator.entrypoint import main as validator_main

@@ -15,8 +15,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from launcher.compose import specs_with_files
-from launcher.kubernetes import (
+from launcher.deploy.compose import specs_with_files
+from launcher.deploy.kubernetes import (
     BASE,
     EXAMPLE_OVERLAY,
     MONITORING_NAMESPACE,
@@ -25,7 +25,7 @@ from launcher.kubernetes import (
     main,
     render,
 )
-from launcher.kubernetes_pod import (
+from launcher.deploy.kubernetes_pod import (
     CONFIGS,
     ENTRYPOINT,
     GPU_RESOURCE,
@@ -39,7 +39,7 @@ from launcher.kubernetes_pod import (
     object_name,
     settings_name,
 )
-from launcher.published import checkout_version
+from launcher.release.published import checkout_version
 from validator.spec import CONFIG_PATH, CORE_ENV, CORE_SECRETS, STATE_PATH
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

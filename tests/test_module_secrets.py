@@ -11,8 +11,8 @@ import pytest
 
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import API_KEY, loop_args, run_validator, validator_env
-from launcher.cli import LaunchOptions
-from launcher.containers import ContainerSpec
+from launcher.commands.run import LaunchOptions
+from launcher.engine.containers import ContainerSpec
 from launcher.errors import UsageError
 from validator.spec import ModuleSpec
 

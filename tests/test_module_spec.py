@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from launcher.cli import module_spec
-from launcher.compose import main as compose_main
-from launcher.compose import render, specs_with_files
+from launcher.commands.run import module_spec
+from launcher.deploy.compose import main as compose_main
+from launcher.deploy.compose import render, specs_with_files
 from launcher.errors import UsageError
 from validator.errors import ConfigError, UnknownModuleError
 from validator.spec import (

@@ -15,8 +15,8 @@ import stat
 import pytest
 from click.testing import CliRunner
 
-from launcher import doctor as host_doctor
-from launcher.toolkit import NAME, parse_version, toolkit_row
+from launcher.doctor import host as host_doctor
+from launcher.doctor.toolkit import NAME, parse_version, toolkit_row
 from validator.spec import REPO_ROOT, load_spec
 
 pytestmark = pytest.mark.integration  # the doctor runs the stand-ins as child processes

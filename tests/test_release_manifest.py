@@ -1,7 +1,7 @@
-"""A release's signed manifest (launcher/release.py) and its channel (launcher/release_channel.py,
-against devkit's stand-in on 127.0.0.1): what verifies, what is refused in one line, and what
-counts as not published (the caller builds here). The trust anchor is the checkout's own
-keys file, which no option or environment variable adds to."""
+"""A release's signed manifest (launcher/release/manifest.py) and its channel
+(launcher/release/channel.py, against devkit's stand-in on 127.0.0.1): what verifies, what is
+refused in one line, and what counts as not published (the caller builds here). The trust anchor
+is the checkout's own keys file, which no option or environment variable adds to."""
 
 from __future__ import annotations
 
@@ -12,9 +12,16 @@ import pytest
 import yaml
 
 from devkit.release_channel import ASSETS, LocalReleaseChannel, Release, ReleaseKey
-from launcher import release, release_cli
-from launcher.published import repository
-from launcher.release import (
+from launcher.release import maintain as release_cli
+from launcher.release import manifest as release
+from launcher.release.channel import (
+    Channel,
+    ReleaseUnavailable,
+    _redirected,
+    fetch_release,
+    newer_versions,
+)
+from launcher.release.manifest import (
     KEYS_FILE,
     MANIFEST,
     SIGNATURE,
@@ -24,13 +31,7 @@ from launcher.release import (
     verify,
     version_key,
 )
-from launcher.release_channel import (
-    Channel,
-    ReleaseUnavailable,
-    _redirected,
-    fetch_release,
-    newer_versions,
-)
+from launcher.release.published import repository
 from validator.spec import REPO_ROOT
 
 DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
@@ -39,9 +40,9 @@ DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 @pytest.fixture
 def key(tmp_path):
     made = ReleaseKey()
-    (tmp_path / "launcher").mkdir()
+    (tmp_path / "launcher" / "release").mkdir(parents=True)
     made.trust_in(tmp_path)
-    return made, trusted_keys(tmp_path / "launcher" / "release_keys.json")
+    return made, trusted_keys(tmp_path / "launcher" / "release" / "release_keys.json")
 
 
 def test_a_signed_release_verifies_and_names_its_digests(key):
@@ -85,7 +86,7 @@ def test_what_does_not_verify_is_refused_in_one_line(key, change, words):
 
 
 def test_a_keys_file_edited_wrong_is_refused(tmp_path, key):
-    path = tmp_path / "launcher" / "release_keys.json"
+    path = tmp_path / "launcher" / "release" / "release_keys.json"
     entries = json.loads(path.read_text())
     entries["keys"][0]["id"] = "0" * 16  # an id that is not the key's
     path.write_text(json.dumps(entries))
@@ -97,12 +98,12 @@ def test_the_trust_anchor_is_the_checkouts_file_and_nothing_else():
     # The file beside the launcher's code: no option names another, and the code that reads
     # and checks releases reads no environment variable (one in an attacker's reach would
     # otherwise make a host trust their images).
-    assert KEYS_FILE == (REPO_ROOT / "launcher" / "release_keys.json").resolve()
+    assert KEYS_FILE == (REPO_ROOT / "launcher" / "release" / "release_keys.json").resolve()
     assert KEYS_FILE.is_file()
-    for name in ("release.py", "release_channel.py"):
+    for name in ("release/manifest.py", "release/channel.py"):
         text = (REPO_ROOT / "launcher" / name).read_text()
         assert "os.environ" not in text and "getenv" not in text, name
-    assert "release_keys" not in (REPO_ROOT / "launcher" / "cli.py").read_text()
+    assert "release_keys" not in (REPO_ROOT / "launcher" / "commands" / "run.py").read_text()
 
 
 def test_channel_addresses_are_githubs():
@@ -166,8 +167,8 @@ def test_a_release_writes_compose_and_kubernetes_by_digest(key, tmp_path):
 
 
 def test_the_release_cli_signs_what_the_checkouts_keys_verify(tmp_path, monkeypatch, capsys):
-    keys = tmp_path / "launcher" / "release_keys.json"
-    keys.parent.mkdir()
+    keys = tmp_path / "launcher" / "release" / "release_keys.json"
+    keys.parent.mkdir(parents=True)
     keys.write_text('{"keys": []}\n')
     monkeypatch.setattr(release_cli, "KEYS_FILE", keys)
     monkeypatch.setattr(release_cli, "trusted_keys", lambda: trusted_keys(keys))

@@ -23,9 +23,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from devkit.lock import all_locks, default_find_links
 from devkit.lock import write as write_locks
 from devkit.requirements import write as write_requirements
-from launcher.compose import main as write_compose
-from launcher.kubernetes import OUTPUT_DIR as KUBERNETES_DIR
-from launcher.kubernetes import main as write_kubernetes
+from launcher.deploy.compose import main as write_compose
+from launcher.deploy.kubernetes import OUTPUT_DIR as KUBERNETES_DIR
+from launcher.deploy.kubernetes import main as write_kubernetes
 from validator.errors import ConfigError
 from validator.spec import REPO_ROOT
 

@@ -5,7 +5,7 @@ Every VALIDATOR_FOLLOW_INTERVAL seconds (an hour unless set) a thread asks the r
 for releases after the one running with the same major version. The newest one whose manifest
 verifies against this checkout's keys, and whose journal schema is not newer than the running
 release's (a rollback must still read the journal), is pulled by digest while the validator
-works; then each worker (launcher/supervisor.py `upgrade`) is stopped as an operator's stop
+works; then each worker (launcher/engine/supervisor.py `upgrade`) is stopped as an operator's stop
 stops it, finishing and submitting the assignment in progress, and started again on the new
 image with the same journal volume. A release that does not verify, whose schema is newer, or
 whose image the registry does not hold is refused in one line, once, and the worker keeps the
@@ -29,12 +29,12 @@ from typing import Protocol
 import docker
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from launcher.engine.fault_hook import kill_point
+from launcher.engine.supervisor import say
 from launcher.errors import UsageError
-from launcher.fault_hook import kill_point
-from launcher.published import pull_release
-from launcher.release import ReleaseRefused
-from launcher.release_channel import Channel, ReleaseUnavailable, fetch_release, newer_versions
-from launcher.supervisor import say
+from launcher.release.channel import Channel, ReleaseUnavailable, fetch_release, newer_versions
+from launcher.release.manifest import ReleaseRefused
+from launcher.release.published import pull_release
 from validator.state.store import SCHEMA_VERSION
 
 INTERVAL_ENV = "VALIDATOR_FOLLOW_INTERVAL"

@@ -3,7 +3,7 @@
 Builds the module's image when it is missing or its inputs changed (or uses `--image`), runs
 `python -m validator` in it with the GPUs, configs, volumes and tokens it needs, and hands it
 to the supervisor. The validator's own options are options of this command too
-(launcher/forwarded.py): every option, every task id and every config file is checked here,
+(launcher/commands/forwarded.py): every option, every task id and every config file is checked here,
 before any image is built or any container started.
 """
 
@@ -19,23 +19,27 @@ import click
 import docker
 from docker.errors import DockerException
 
-from launcher.build_options import (
+from launcher.commands.build_options import (
     base_image_option,
     env_installer_option,
     lock_option,
     pip_options_option,
 )
-from launcher.containers import (
+from launcher.commands.forwarded import LauncherCommand, forwarded_options, launch_values
+from launcher.doctor.driver import check_driver
+from launcher.engine.containers import (
     PASSED_ENV,
     ContainerSpec,
     device_requests,
     state_volume_name,
     volume_name,
 )
-from launcher.docker_errors import docker_client, lost_engine
-from launcher.driver import check_driver
+from launcher.engine.docker_errors import docker_client, lost_engine
+from launcher.engine.images import DEFAULT_LOCK, BuildSpec, ensure_given_image, ensure_image
+from launcher.engine.supervisor import Supervisor, say
+from launcher.engine.takeover import take_over
 from launcher.errors import LaunchError, UsageError
-from launcher.fleet import (
+from launcher.fleet.plan import (
     FleetOptions,
     Worker,
     check_passthrough,
@@ -43,17 +47,18 @@ from launcher.fleet import (
     plan,
     take_http_port,
 )
-from launcher.fleet_run import FleetSupervisor, worker_containers
-from launcher.follow import Follower
-from launcher.follow import check_options as check_follow
-from launcher.forwarded import LauncherCommand, forwarded_options, launch_values
-from launcher.images import DEFAULT_LOCK, BuildSpec, ensure_given_image, ensure_image
-from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, checkout_version, pull_verified
-from launcher.release_channel import CHANNEL_ENV, DEFAULT_CHANNEL, Channel
-from launcher.report import run_reports, worker_volumes
-from launcher.supervisor import Supervisor, say
-from launcher.takeover import take_over
-from launcher.volumes import adopt_old_volumes
+from launcher.fleet.report import run_reports, worker_volumes
+from launcher.fleet.run import FleetSupervisor, worker_containers
+from launcher.fleet.volumes import adopt_old_volumes
+from launcher.release.channel import CHANNEL_ENV, DEFAULT_CHANNEL, Channel
+from launcher.release.follow import Follower
+from launcher.release.follow import check_options as check_follow
+from launcher.release.published import (
+    DEFAULT_REGISTRY,
+    REGISTRY_ENV,
+    checkout_version,
+    pull_verified,
+)
 from validator.config import declared_schema, resolved_configs
 from validator.errors import ConfigError, ExitCode
 from validator.options import (
@@ -326,7 +331,7 @@ class LaunchOptions:
         return self.state_volume or state_volume_name(self.module)
 
     def fleet(self, spec: ModuleSpec) -> tuple[list[Worker], list[str]]:
-        """The workers (launcher/fleet.py) and the validator's options less what each worker
+        """The workers (launcher/fleet/plan.py) and the validator's options less what each worker
         gets its own of (--http-port); raises UsageError for options that do not fit."""
         http_port, passthrough = take_http_port(self.passthrough)
         fleet = FleetOptions(

@@ -18,8 +18,8 @@ import docker
 from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 
-from launcher.containers import LABEL_LAUNCHER, LABEL_MODULE
-from launcher.images import SOURCE_FILE, SOURCE_LABEL, BuildSpec, source_hash
+from launcher.engine.containers import LABEL_LAUNCHER, LABEL_MODULE
+from launcher.engine.images import SOURCE_FILE, SOURCE_LABEL, BuildSpec, source_hash
 from validator.doctor.rows import Row
 from validator.spec import REPO_ROOT, ModuleSpec
 

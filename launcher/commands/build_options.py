@@ -1,9 +1,8 @@
 """The options that choose how a module's image is built, on run.py and on its doctor.
 
-The doctor names the image it checks by the same content hash run.py builds (launcher/images.py),
-so both commands must read these four the same way: one declaration each, with the command's
-own help.
-"""
+The doctor names the image it checks by the same content hash run.py builds
+(launcher/engine/images.py), so both commands must read these four the same way: one declaration
+each, with the command's own help."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from collections.abc import Callable
 
 import click
 
-from launcher.images import DEFAULT_INSTALLER, DEFAULT_LOCK, LOCKS, PRODUCTION_BASE
+from launcher.engine.images import DEFAULT_INSTALLER, DEFAULT_LOCK, LOCKS, PRODUCTION_BASE
 from validator.options import F
 
 

@@ -2,7 +2,7 @@
 
 Pure functions: the command line's fleet options -> the list of workers (container name, GPUs,
 journal volume, status port, task share). `run.py --plan` prints it; the launcher starts one
-supervised container per worker (launcher/supervisor.py, launcher/fleet_run.py).
+supervised container per worker (launcher/engine/supervisor.py, launcher/fleet/run.py).
 
 Decisions an operator relies on (docs/many-gpus.md):
 - `--gpus all` / `none` (or no --gpus) is one worker, as before; a list of ids is one worker per
@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from launcher.containers import gpu_ids, state_volume_name, worker_state_volume
+from launcher.engine.containers import gpu_ids, state_volume_name, worker_state_volume
 from launcher.errors import UsageError
 
 PORT_STEP = 10
@@ -39,7 +39,7 @@ class Worker:
 
     index: int
     name: str  # the container's name; also how the launcher's lines name the worker
-    gpus: str  # all, none, or ids such as 0,1 (launcher.containers.device_requests)
+    gpus: str  # all, none, or ids such as 0,1 (launcher.engine.containers.device_requests)
     state_volume: str  # its own journal: no other worker ever mounts it
     http_port: int | None  # its status page, /metrics and /healthz; None: not served
     shard: str | None  # "K/N" of the task ids (the validator's --shard); None: every task

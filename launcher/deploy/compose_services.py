@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from launcher.containers import state_volume_name, volume_name
-from launcher.images import DEFAULT_INSTALLER, DEFAULT_LOCK, DOCKERFILE, PRODUCTION_BASE
-from launcher.published import DEFAULT_REGISTRY, REGISTRY_ENV, repository
+from launcher.engine.containers import state_volume_name, volume_name
+from launcher.engine.images import DEFAULT_INSTALLER, DEFAULT_LOCK, DOCKERFILE, PRODUCTION_BASE
+from launcher.release.published import DEFAULT_REGISTRY, REGISTRY_ENV, repository
 from validator.spec import (
     CONFIG_PATH,
     SPEC_FILE,
@@ -47,8 +47,8 @@ CORE_ENVIRONMENT = {
     "TIME_SLEEP": "${TIME_SLEEP:-180}",
     "ASSIGNMENT_LOOKUP_INTERVAL": "${ASSIGNMENT_LOOKUP_INTERVAL:-180}",
 }
-# run.py's build options, read from the same variables (launcher/build_options.py), so that an
-# image Compose builds has the source hash run.py computes for them.
+# run.py's build options, read from the same variables (launcher/commands/build_options.py), so that
+# an image Compose builds has the source hash run.py computes for them.
 BUILD_ARGS = {
     "BASE_IMAGE": f"${{VALIDATOR_BASE_IMAGE:-{PRODUCTION_BASE}}}",
     "ENV_INSTALLER": f"${{VALIDATOR_ENV_INSTALLER:-{DEFAULT_INSTALLER}}}",
@@ -70,7 +70,7 @@ def _required(name: str, what: str) -> str:
 
 
 def service(spec: ModuleSpec, digests: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The module's service; `digests` (a release's, launcher/release_cli.py): its image by the
+    """The module's service; `digests` (a release's, launcher/release/maintain.py): its image by the
     digest the release signed, and no `build:`, so that Compose runs that image or nothing."""
     environment = {
         "FLOCK_API_KEY": _required("FLOCK_API_KEY", "your Fed Ledger API key"),

@@ -1,4 +1,4 @@
-"""The host's rows of `python run.py doctor` (launcher/doctor.py): the Docker engine, Compose
+"""The host's rows of `python run.py doctor` (launcher/doctor/host.py): the Docker engine, Compose
 v2, the NVIDIA driver, the NVIDIA runtime and a GPU seen from inside the module's image, the
 image, the disk under Docker's volumes, the journal volumes, and the module's own start-up
 checks run in its image."""
@@ -13,9 +13,9 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from pydantic import ValidationError
 
-from launcher.containers import PASSED_ENV, state_volume_name
-from launcher.driver import check_driver
-from launcher.volumes import old_volumes
+from launcher.doctor.driver import check_driver
+from launcher.engine.containers import PASSED_ENV, state_volume_name
+from launcher.fleet.volumes import old_volumes
 from validator.doctor.checks import SETUP, Settings, disk_row
 from validator.doctor.rows import ROWS, Row
 from validator.spec import CONFIG_PATH, REPO_ROOT, STATE_PATH, ModuleSpec
@@ -208,7 +208,7 @@ def setup_in_image(
 def journals_row(client: docker.DockerClient, spec: ModuleSpec) -> Row:
     """The journals run.py, Compose and Kubernetes read (one name per worker), and any that an
     earlier compose.gpus.yaml named after a GPU: what they hold is read by nothing until run.py
-    moves it (launcher/volumes.py)."""
+    moves it (launcher/fleet/volumes.py)."""
     name = "journal volumes"
     old = old_volumes(client, spec.name)
     if old:

@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from launcher.compose_services import specs_with_files
-from launcher.kubernetes_pod import (
+from launcher.deploy.compose_services import specs_with_files
+from launcher.deploy.kubernetes_pod import (
     CONTAINER,
     SHARD_COUNT_ENV,
     headless_service,
@@ -36,7 +36,7 @@ from launcher.kubernetes_pod import (
     settings_name,
     stateful_set,
 )
-from launcher.published import checkout_version
+from launcher.release.published import checkout_version
 from validator.spec import REPO_ROOT, SPEC_FILE, ModuleSpec
 
 OUTPUT_DIR = Path("deploy/kubernetes")
@@ -46,7 +46,7 @@ EXAMPLE_OVERLAY = Path("overlays/example")
 NAMESPACE = "flock-validator"
 MONITORING_NAMESPACE = "monitoring"
 HEADER = f"""\
-# Written by `make compose` (python -m launcher.kubernetes) from modules/*/{SPEC_FILE}; edit
+# Written by `make compose` (python -m launcher.deploy.kubernetes) from modules/*/{SPEC_FILE}; edit
 # the specs, not this file, and change a deployment with an overlay (overlays/example/).
 """
 

@@ -10,7 +10,7 @@ Worker K of a module's N gets one GPU (`device_ids`), `VALIDATOR_SHARD=K/N` (the
 share of the assignments), its own journal volume and its own status port: the workers of a
 module are independent validators that split the work, not one validator on many GPUs. Worker
 K's journal has the name run.py gives it (`flock-validator-MODULE-state`, `...-state-K`), so
-that a host moves between the two with its journals (launcher/volumes.py).
+that a host moves between the two with its journals (launcher/fleet/volumes.py).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 import yaml
 from pydantic import RootModel, ValidationError, field_validator
 
-from launcher.compose_services import _dump, healthcheck, service
-from launcher.containers import GPU_ID, state_volume_name, volume_name, worker_state_volume
-from launcher.fleet import PORT_STEP
+from launcher.deploy.compose_services import _dump, healthcheck, service
+from launcher.engine.containers import GPU_ID, state_volume_name, volume_name, worker_state_volume
+from launcher.fleet.plan import PORT_STEP
 from validator.errors import ConfigError
 from validator.spec import STATE_PATH, ModuleSpec
 
@@ -32,7 +32,7 @@ HOSTS_FILE = "deploy/hosts/example.yaml"
 GPUS_FILE = "compose.gpus.yaml"
 MAX_HOSTS_BYTES = 64 * 1024
 # Worker K serves its status page on the spec's port + K * PORT_STEP, as run.py's workers do
-# (launcher/fleet.py says why the step is not 1). A collision left anyway is an error, not a
+# (launcher/fleet/plan.py says why the step is not 1). A collision left anyway is an error, not a
 # silent second bind.
 GPUS_HEADER = f"""\
 # Written by `make compose` from modules/*/module.yaml and {HOSTS_FILE}.
@@ -46,7 +46,7 @@ GPUS_HEADER = f"""\
 # (flock-validator-<module>-state, then -state-1, ...); one that an earlier file named after its
 # GPU (flock-validator-<module>-gpu<id>-state) is moved by `python run.py <module> --gpus ...`
 # at its start (docs/compose.md). For another host, write its own host file and run
-#   python -m launcher.compose --hosts my-host.yaml --gpus-output compose.gpus.my-host.yaml
+#   python -m launcher.deploy.compose --hosts my-host.yaml --gpus-output compose.gpus.my-host.yaml
 """
 
 

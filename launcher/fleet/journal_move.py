@@ -1,5 +1,5 @@
 """Moves one state dir's journal into another: run inside the module's image, whose validator
-will run the journal, by launcher/volumes.py (this file's text, as `python -c`), so that it
+will run the journal, by launcher/fleet/volumes.py (this file's text, as `python -c`), so that it
 imports only the standard library and the validator's journal.
 
 `python -c SOURCE OLD NEW OLD_NAME MODULE` prints one JSON line (`Outcome`). Every step can be
@@ -39,7 +39,8 @@ from validator.state.journal import Journal
 JOURNAL = "journal.sqlite3"
 MOVED = "moved"
 STAGE_PREFIX = ".moving-"
-# The fault suite's hook (launcher/fault_hook.py): the move dies at this step, as a host does.
+# The fault suite's hook (launcher/engine/fault_hook.py): the move dies at this step, as a host
+# does.
 KILL_AT_ENV = "FLOCK_FAULT_KILL_AT"
 ROW_ID = "_rowid"
 MAX_PADDED = 16 << 30  # a header asking for more is not a journal's

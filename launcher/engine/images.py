@@ -13,8 +13,8 @@ import docker
 from docker.errors import APIError, BuildError, ImageNotFound
 from docker.utils import parse_repository_tag
 
+from launcher.engine.pulls import pull
 from launcher.errors import LaunchError
-from launcher.pulls import pull
 from validator.spec import REPO_ROOT
 
 DOCKERFILE = "docker/Dockerfile"
@@ -23,7 +23,7 @@ SOURCE_LABEL = "org.flock-validator.source-hash"  # the whole source hash (docke
 # built it (Compose passes no SOURCE_HASH, so its images' label is empty).
 SOURCE_FILE = "/app/source-hash"
 # micromamba 2.x on NVIDIA's CUDA 12 base for Ubuntu 22.04 (docs/images.md "The base image").
-# Named by tag until a maintainer pins its digest (`python -m launcher.release_cli pin-base`
+# Named by tag until a maintainer pins its digest (`python -m launcher.release.maintain pin-base`
 # writes it here, in docker/Dockerfile and docs/images.md); meanwhile a build stands on the
 # digest the engine holds it as (pinned_base).
 PRODUCTION_BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
@@ -186,7 +186,7 @@ def pinned_base(client: docker.DockerClient, base: str) -> str:
 def ensure_base(client: docker.DockerClient, base: str) -> None:
     """Pulls `base` unless the engine has it, so that a wrong or unreachable base is one clear
     line before any build output, not a build error at its FROM step; within the pace of
-    launcher/pulls.py, so that a registry that trickles is abandoned and named."""
+    launcher/engine/pulls.py, so that a registry that trickles is abandoned and named."""
     try:
         client.images.get(base)
         return
@@ -231,7 +231,8 @@ def _explanation(exc: APIError) -> str:
 
 
 def ensure_given_image(client: docker.DockerClient, image: str) -> str:
-    """`--image IMAGE`: use it if present, else pull it (within the pace of launcher/pulls.py)."""
+    """`--image IMAGE`: use it if present, else pull it (within the pace of
+    launcher/engine/pulls.py)."""
     try:
         client.images.get(image)
         return image

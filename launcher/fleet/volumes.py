@@ -1,14 +1,14 @@
 """One name per worker's journal, and the journals of the names before it.
 
 run.py, compose.gpus.yaml and Kubernetes name worker K's journal after K, the shard it validates
-(launcher/containers.py `worker_state_volume`): `flock-validator-MODULE-state` for worker 0
+(launcher/engine/containers.py `worker_state_volume`): `flock-validator-MODULE-state` for worker 0
 (the one-container volume), `...-state-K` after it; a StatefulSet's pod K has its claim. An
 earlier compose.gpus.yaml named them after their GPU (`flock-validator-MODULE-gpu<ID>-state`),
 so that an operator who moved between the two started on an empty journal and the results not
 yet submitted stayed in a volume nothing read.
 
 At start, run.py moves each such volume's journal into the volume of a worker of this run, in
-the order of their GPU ids, in a container of the module's image (launcher/journal_move.py):
+the order of their GPU ids, in a container of the module's image (launcher/fleet/journal_move.py):
 copied, opened by the validator's own journal checks, placed or merged by assignment id, and
 only then the old volume removed, with one line saying what the worker will submit. A journal
 that cannot be opened whole is never removed: its readable rows are moved, the volume kept,
@@ -27,12 +27,12 @@ from pathlib import Path
 import docker
 from docker.errors import APIError, DockerException, NotFound
 
-from launcher import journal_move
-from launcher.containers import LABEL_LAUNCHER
+from launcher.engine.containers import LABEL_LAUNCHER
+from launcher.engine.fault_hook import kill_point, passed_on
+from launcher.engine.supervisor import say
 from launcher.errors import LaunchError
-from launcher.fault_hook import kill_point, passed_on
-from launcher.fleet import Worker
-from launcher.supervisor import say
+from launcher.fleet import journal_move
+from launcher.fleet.plan import Worker
 from validator.errors import ExitCode
 from validator.spec import STATE_PATH
 

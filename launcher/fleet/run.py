@@ -12,11 +12,11 @@ from dataclasses import replace
 import docker
 from docker.errors import DockerException
 
-from launcher.containers import ContainerSpec
-from launcher.docker_errors import lost_engine
+from launcher.engine.containers import ContainerSpec
+from launcher.engine.docker_errors import lost_engine
+from launcher.engine.supervisor import Supervisor, say
 from launcher.errors import LaunchError
-from launcher.fleet import Worker
-from launcher.supervisor import Supervisor, say
+from launcher.fleet.plan import Worker
 from validator.errors import ExitCode
 from validator.spec import STATE_PATH
 

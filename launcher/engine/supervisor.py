@@ -1,7 +1,7 @@
 """Runs the validator's container until it exits for good: streams its logs, restarts it with
 backoff when it asks for a restart or a signal run.py did not send ended it, stops it on
 Ctrl-C/SIGTERM, and explains every other exit.
-A fleet (launcher/fleet_run.py) runs one Supervisor per worker, each in its own thread.
+A fleet (launcher/fleet/run.py) runs one Supervisor per worker, each in its own thread.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from dataclasses import replace
 import docker
 from docker.errors import APIError, NotFound
 
-from launcher.containers import LABEL_LAUNCHER, ContainerSpec
-from launcher.docker_errors import refused_to_run
+from launcher.engine.containers import LABEL_LAUNCHER, ContainerSpec
+from launcher.engine.docker_errors import refused_to_run
+from launcher.engine.fault_hook import kill_point
+from launcher.engine.takeover import owner_labels
 from launcher.errors import LaunchError
-from launcher.fault_hook import kill_point
-from launcher.takeover import owner_labels
 from validator.errors import ExitCode
 
 MAX_RESTART_DELAY = 300.0
@@ -81,7 +81,8 @@ class Supervisor:
         # which fails after its restarts like any other fault.
         self.restart_killed = restart_killed
         self.stop_requested = threading.Event()
-        # --follow-releases (launcher/follow.py): the image to start on once this one stopped.
+        # --follow-releases (launcher/release/follow.py): the image to start on once this one
+        # stopped.
         self.next_image: str | None = None
         self.signals = 0
         self.container = None
@@ -233,7 +234,7 @@ class Supervisor:
 
     def _run_kwargs(self) -> dict:
         """The spec's, and the label naming this process, which a later start reads to take
-        the container over if this process dies (launcher/takeover.py)."""
+        the container over if this process dies (launcher/engine/takeover.py)."""
         kwargs = self.spec.run_kwargs()
         kwargs["labels"] = {**kwargs["labels"], **owner_labels()}
         return kwargs

@@ -19,15 +19,15 @@ from pathlib import Path
 import click
 import docker
 
-from launcher.build_options import (
+from launcher.commands.build_options import (
     base_image_option,
     env_installer_option,
     lock_option,
     pip_options_option,
 )
-from launcher.doctor_images import NAME as IMAGES_ROW
-from launcher.doctor_images import deployed_images_row
-from launcher.doctor_rows import (
+from launcher.doctor.deployed_images import NAME as IMAGES_ROW
+from launcher.doctor.deployed_images import deployed_images_row
+from launcher.doctor.rows import (
     compose_row,
     docker_disk_row,
     driver_row,
@@ -38,16 +38,16 @@ from launcher.doctor_rows import (
     journals_row,
     setup_in_image,
 )
-from launcher.errors import UsageError
-from launcher.images import (
+from launcher.doctor.toolkit import NAME as TOOLKIT
+from launcher.doctor.toolkit import toolkit_row
+from launcher.engine.images import (
     DEFAULT_INSTALLER,
     DEFAULT_LOCK,
     PRODUCTION_BASE,
     BuildSpec,
     source_hash,
 )
-from launcher.toolkit import NAME as TOOLKIT
-from launcher.toolkit import toolkit_row
+from launcher.errors import UsageError
 from validator.doctor.checks import SETUP, Settings, service_checks
 from validator.doctor.command import (
     DEADLINE_OPTION,
@@ -70,7 +70,8 @@ def image_tag(
     pip_options: str = "",
     lock: str = DEFAULT_LOCK,
 ) -> str:
-    """The content-hash tag run.py would build or reuse for these sources (launcher/images.py)."""
+    """The content-hash tag run.py would build or reuse for these sources
+    (launcher/engine/images.py)."""
     build = BuildSpec(
         spec.name, REPO_ROOT, base_image, installer, pip_options, spec.environment, lock
     )

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 import click
 from click.core import ParameterSource
 
-from launcher.containers import PASSED_ENV
-from launcher.supervisor import say
+from launcher.engine.containers import PASSED_ENV
+from launcher.engine.supervisor import say
 from validator.entrypoint import main as validator_command
 from validator.errors import ExitCode
 from validator.spec import find_module_folders
@@ -45,7 +45,7 @@ def forwarded_options(own: Iterable[click.Parameter]) -> list[click.Option]:
     """The validator's options that run.py passes on, as options of run.py's command: each a
     copy of the validator's (its type, range, choices and help), less the variable, which the
     container reads itself, unless it is one run.py passes to the container
-    (launcher/containers.py PASSED_ENV), whose value run.py then checks too."""
+    (launcher/engine/containers.py PASSED_ENV), whose value run.py then checks too."""
     taken = {name for param in own for name in (*param.opts, *param.secondary_opts)}
     forwarded = []
     for param in validator_command.params:

@@ -1,5 +1,5 @@
 """Where releases are published besides the registry: the project's GitHub releases, whose
-assets hold each release's signed manifest (launcher/release.py). Read here, never trusted:
+assets hold each release's signed manifest (launcher/release/manifest.py). Read here, never trusted:
 what a manifest says counts only once its signature verifies against this checkout's keys, so
 the channel may be a mirror (`--release-channel` / VALIDATOR_RELEASE_CHANNEL) and a tampered
 answer is a refusal, not a run.
@@ -26,7 +26,7 @@ import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from launcher.errors import UsageError
-from launcher.release import (
+from launcher.release.manifest import (
     KEYS_FILE,
     MANIFEST,
     MAX_MANIFEST_BYTES,

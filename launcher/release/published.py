@@ -2,15 +2,14 @@
 `run.py MODULE --pull`, Compose and the Kubernetes base name them (docs/images.md "Released
 images").
 
-A release `vX.Y.Z` pushes `<registry>/flock-validator-<module>:X.Y.Z` and `:latest`, built from
-the production base, and publishes a signed manifest of their digests (launcher/release.py). A
-checkout runs the image of its own version, the one pyproject.toml holds, pulled by the digest
-the manifest signed (never by tag, which a registry can move), so the code in the image is the
-code of the checkout's release; the registry (host and owner) is `ghcr.io/flock-io` unless
-`--registry` / VALIDATOR_IMAGE_REGISTRY says otherwise: a mirror serves the same digests, and
-one that does not is refused. A release that cannot be had or verified runs nothing: building
-this checkout's image is what run.py does without `--pull`, never a fallback of it.
-"""
+A release `vX.Y.Z` pushes `<registry>/flock-validator-<module>:X.Y.Z` and `:latest`, built from the
+production base, and publishes a signed manifest of their digests (launcher/release/manifest.py). A
+checkout runs the image of its own version, the one pyproject.toml holds, pulled by the digest the
+manifest signed (never by tag, which a registry can move), so the code in the image is the code of
+the checkout's release; the registry (host and owner) is `ghcr.io/flock-io` unless `--registry` /
+VALIDATOR_IMAGE_REGISTRY says otherwise: a mirror serves the same digests, and one that does not is
+refused. A release that cannot be had or verified runs nothing: building this checkout's image is
+what run.py does without `--pull`, never a fallback of it."""
 
 from __future__ import annotations
 
@@ -23,11 +22,11 @@ from pathlib import Path
 import docker
 from docker.errors import ImageNotFound
 
+from launcher.engine.images import PRODUCTION_BASE, BuildSpec, pull_failure_reason, source_hash
+from launcher.engine.pulls import pull
 from launcher.errors import UsageError
-from launcher.images import PRODUCTION_BASE, BuildSpec, pull_failure_reason, source_hash
-from launcher.pulls import pull
-from launcher.release import FIX, ReleaseManifest, ReleaseRefused
-from launcher.release_channel import Channel, ReleaseUnavailable, fetch_release
+from launcher.release.channel import Channel, ReleaseUnavailable, fetch_release
+from launcher.release.manifest import FIX, ReleaseManifest, ReleaseRefused
 from validator.errors import ConfigError, ExitCode
 from validator.spec import REPO_ROOT, find_modules, load_spec, module_folder
 
@@ -128,7 +127,7 @@ def pull_release(
     return reference
 
 
-# What a registry answers for a digest it does not hold (launcher/images.py's words for it).
+# What a registry answers for a digest it does not hold (launcher/engine/images.py's words for it).
 ABSENT = ("no such tag", "no such image")
 
 
@@ -165,7 +164,7 @@ def release_outputs(
     if ref is not None and "@sha256:" not in base:
         raise UsageError(
             f"the production base {base} is named by tag: pin it by digest first "
-            "(python -m launcher.release_cli pin-base, then make compose)"
+            "(python -m launcher.release.maintain pin-base, then make compose)"
         )
     spec = load_spec(module_folder(module, repo_root))
     build = BuildSpec(module, repo_root, base, environment=spec.environment)
@@ -181,7 +180,9 @@ def release_outputs(
 def main(argv: list[str]) -> int:
     """`modules`: the modules as a JSON list; `build-args MODULE OWNER [TAG]`: release_outputs
     as key=value lines. The release workflow appends both to $GITHUB_OUTPUT."""
-    parser = argparse.ArgumentParser(prog="python -m launcher.published", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m launcher.release.published", description=main.__doc__
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("modules", help="the modules, as modules=[...]")
     build_args = commands.add_parser("build-args", help="a module's build arguments and tags")

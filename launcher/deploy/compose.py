@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from launcher.compose_gpus import GPUS_FILE, HOSTS_FILE, load_hosts, render_gpus
-from launcher.compose_services import (
+from launcher.deploy.compose_gpus import GPUS_FILE, HOSTS_FILE, load_hosts, render_gpus
+from launcher.deploy.compose_services import (
     COMPOSE_FILE,
     CPU_OVERRIDE_FILE,
     render,

@@ -3,13 +3,13 @@ against the keys this checkout trusts before any released image runs (docs/image
 released image is verified").
 
 A release `vX.Y.Z` publishes, beside its images and through another channel than the registry
-(the GitHub release's assets, launcher/release_channel.py), two files:
+(the GitHub release's assets, launcher/release/channel.py), two files:
 
 - `release.json`: the version, the commit it was built from, the journal's schema version, and
   each module's image digest (`sha256:...`, the digest of what the registry holds for the tag);
 - `release.json.sig`: an Ed25519 signature of those exact bytes, and the id of the key.
 
-The trust anchor is `launcher/release_keys.json` in this checkout: the public keys whose
+The trust anchor is `launcher/release/release_keys.json` in this checkout: the public keys whose
 signatures count. Nothing else can add one (no option, no environment variable): whoever could
 set the validator's environment (a .env file, a unit's Environment=) could otherwise make a
 host trust their own images. A checkout trusts the keys its own history committed; a new key is
@@ -49,7 +49,7 @@ class ReleaseRefused(LaunchError):
 
 
 class ReleaseManifest(BaseModel):
-    """`release.json`, as the release workflow writes it (`python -m launcher.release_cli`)."""
+    """`release.json`, as the release workflow writes it (`python -m launcher.release.maintain`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

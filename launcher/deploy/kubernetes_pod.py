@@ -1,11 +1,11 @@
-"""The StatefulSet of one module in deploy/kubernetes (launcher/kubernetes.py writes the files):
-its pod, container, environment, probes, claims and scratch space, from the module's spec."""
+"""The StatefulSet of one module in deploy/kubernetes (launcher/deploy/kubernetes.py writes the
+files): its pod, container, environment, probes, claims and scratch space, from its spec."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from launcher.published import DEFAULT_REGISTRY, repository
+from launcher.release.published import DEFAULT_REGISTRY, repository
 from validator.spec import CONFIG_PATH, CORE_ENV, CORE_SECRETS, STATE_PATH, ModuleSpec
 
 SECRET = "flock-validator-secrets"

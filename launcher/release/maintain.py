@@ -1,18 +1,18 @@
-"""`python -m launcher.release_cli`: the release's signed manifest, made and checked
+"""`python -m launcher.release.maintain`: the release's signed manifest, made and checked
 (docs/images.md "How a released image is verified").
 
 The release workflow (.github/workflows/release.yml), once every module's image is pushed:
 
     manifest --digest lora=sha256:... --digest rl=sha256:... --commit SHA > release.json
     sign release.json            # the key in RELEASE_SIGNING_KEY (PEM): release.json.sig
-    verify release.json release.json.sig     # against this checkout's launcher/release_keys.json
+    verify release.json release.json.sig     # against launcher/release/release_keys.json
     deploy-files release.json OUT            # compose*.yaml, deploy/kubernetes/ by digest
 
 A maintainer, once: `keygen FILE` (a new key: its private half to FILE, for the workflow's
-secret; its public half into launcher/release_keys.json, to commit), and `pin-base`, which names
-the production base by the digest the registry holds for its tag (run where the registry can
-be reached). An operator: `pin`, which verifies the checkout's release on the channel and
-writes its Compose files and Kubernetes base by digest into the checkout.
+secret; its public half into launcher/release/release_keys.json, to commit), and `pin-base`,
+which names the production base by the digest the registry holds for its tag (run where the
+registry can be reached). An operator: `pin`, which verifies the checkout's release on the
+channel and writes its Compose files and Kubernetes base by digest into the checkout.
 """
 
 from __future__ import annotations
@@ -32,13 +32,18 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from launcher import kubernetes
-from launcher.compose_gpus import GPUS_FILE, HOSTS_FILE, load_hosts, render_gpus
-from launcher.compose_services import COMPOSE_FILE, CPU_OVERRIDE_FILE, render, specs_with_files
+from launcher.deploy import kubernetes
+from launcher.deploy.compose_gpus import GPUS_FILE, HOSTS_FILE, load_hosts, render_gpus
+from launcher.deploy.compose_services import (
+    COMPOSE_FILE,
+    CPU_OVERRIDE_FILE,
+    render,
+    specs_with_files,
+)
+from launcher.engine.images import PRODUCTION_BASE
 from launcher.errors import LaunchError
-from launcher.images import PRODUCTION_BASE
-from launcher.published import checkout_version
-from launcher.release import (
+from launcher.release.channel import CHANNEL_ENV, DEFAULT_CHANNEL, Channel, fetch_release
+from launcher.release.manifest import (
     DIGEST,
     KEYS_FILE,
     ReleaseManifest,
@@ -47,14 +52,14 @@ from launcher.release import (
     trusted_keys,
     verify,
 )
-from launcher.release_channel import CHANNEL_ENV, DEFAULT_CHANNEL, Channel, fetch_release
+from launcher.release.published import checkout_version
 from validator.errors import ExitCode
 from validator.spec import REPO_ROOT
 from validator.state.store import SCHEMA_VERSION
 
 KEY_ENV = "RELEASE_SIGNING_KEY"
 # Where the production base is named, for pin-base (the test of the base checks they agree).
-BASE_FILES = ("launcher/images.py", "docker/Dockerfile", "docs/images.md")
+BASE_FILES = ("launcher/engine/images.py", "docker/Dockerfile", "docs/images.md")
 
 
 def make_manifest(repo_root: Path, digests: list[str], commit: str) -> ReleaseManifest:
@@ -134,15 +139,17 @@ def pin_base(repo_root: Path, digest: str) -> list[Path]:
 
 def _registry_digest(image: str) -> str:
     """The digest the registry holds for `image`'s tag, asked through the Docker engine within
-    the manifest read's deadline (launcher/pulls.py)."""
-    from launcher.docker_errors import docker_client  # noqa: PLC0415 - only this command
-    from launcher.pulls import registry_digest  # noqa: PLC0415
+    the manifest read's deadline (launcher/engine/pulls.py)."""
+    from launcher.engine.docker_errors import docker_client  # noqa: PLC0415 - only this command
+    from launcher.engine.pulls import registry_digest  # noqa: PLC0415
 
     return registry_digest(docker_client(), image)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m launcher.release_cli", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m launcher.release.maintain", description=__doc__
+    )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     commands = parser.add_subparsers(dest="command", required=True)
     made = commands.add_parser("manifest", help="release.json for this checkout, on stdout")

@@ -21,7 +21,7 @@ from pathlib import Path
 import docker
 from docker.errors import APIError, NotFound
 
-from launcher.containers import LABEL_LAUNCHER
+from launcher.engine.containers import LABEL_LAUNCHER
 
 LABEL_OWNER = "org.flock-validator.launcher-process"
 

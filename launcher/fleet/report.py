@@ -1,7 +1,7 @@
 """`python run.py <module> report [--json | --html FILE] [--worker K]`: the report of a module's
 journal, made inside the module's image from its state volume (the journal's SQLite file is read
 where it lives, never copied while the validator may be writing it). A fleet's workers each
-have their own volume (launcher/fleet.py): the report adds them up, with a line per worker."""
+have their own volume (launcher/fleet/plan.py): the report adds them up, with a line per worker."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import docker
 from docker.errors import ContainerError
 
+from launcher.engine.supervisor import say
 from launcher.errors import LaunchError
-from launcher.fleet import worker_state_volume
-from launcher.fleet_report import FleetSummary, WorkerSummary, add_up, render_fleet
-from launcher.supervisor import say
+from launcher.fleet.plan import worker_state_volume
+from launcher.fleet.totals import FleetSummary, WorkerSummary, add_up, render_fleet
 from validator.errors import ExitCode
 from validator.report.summary import Summary
 from validator.spec import STATE_PATH
@@ -73,7 +73,7 @@ def report_output(
 def worker_volumes(
     client: docker.DockerClient, base: str, worker: int | None
 ) -> list[tuple[int, str]]:
-    """(worker index, journal volume) of every worker whose volume exists (launcher/fleet.py
+    """(worker index, journal volume) of every worker whose volume exists (launcher/fleet/plan.py
     names them `base`, `base-1`, ...), or of the one `--worker` names. A host that never ran a
     fleet has worker 0's only, which is the one-container report as before."""
     if worker is not None:
