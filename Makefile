@@ -157,8 +157,8 @@ list-modules:
 # deploy/hosts/example.yaml) and deploy/kubernetes/ from the module specs (a test fails when
 # they are stale).
 compose: install
-	$(PY) -m launcher.deploy.compose
-	$(PY) -m launcher.deploy.kubernetes
+	$(PY) run.py compose
+	$(PY) run.py kubernetes
 
 # A new module that works with no edit: make new-module NAME=my_task (docs/adding-a-module.md);
 # ARGS="--pip roman==5.2 --own-venv" passes options (python -m devkit.scaffold --help).

@@ -192,7 +192,7 @@ def test_a_worker_moves_to_the_next_release_between_assignments(tmp_path, engine
                         left.remove(force=True)
             state = sim.state()
             report = subprocess.run(
-                run_py_command(repo, "fixture", "report", "--json", "--state-volume", volumes[1]),
+                run_py_command(repo, "report", "fixture", "--json", "--state-volume", volumes[1]),
                 env=launcher_env(),
                 capture_output=True,
                 text=True,

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import yaml
 
 from devkit.release_channel import ASSETS, LocalReleaseChannel, Release, ReleaseKey
-from launcher.release import maintain as release_cli
+from launcher.commands import release as release_command
+from launcher.deploy.release_files import deploy_files
+from launcher.options import PRODUCTION_BASE
+from launcher.release import maintain
 from launcher.release import manifest as release
 from launcher.release.channel import (
     Channel,
@@ -32,6 +36,7 @@ from launcher.release.manifest import (
     version_key,
 )
 from launcher.release.published import repository
+from tests.helpers.run_py import run_py
 from validator.spec import REPO_ROOT
 
 DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
@@ -149,59 +154,61 @@ def test_a_release_writes_compose_and_kubernetes_by_digest(key, tmp_path):
     digests = {name: f"sha256:{i:064x}" for i, name in enumerate(("llm_judge", "lora", "rl"))}
     files = made.release("0.1.0", digests).files
     manifest = verify(files[MANIFEST], files[SIGNATURE], "0.1.0", keys)
-    written = release_cli.deploy_files(REPO_ROOT, manifest)
-    compose = yaml.safe_load(written[release_cli.Path("compose.yaml")])
+    written = deploy_files(REPO_ROOT, manifest)
+    compose = yaml.safe_load(written[Path("compose.yaml")])
     for name, digest in digests.items():
         service = compose["services"][f"validator-{name}"]
         assert service["image"] == (
             f"${{VALIDATOR_IMAGE_REGISTRY:-ghcr.io/flock-io}}/flock-validator-{name}@{digest}"
         )
         assert "build" not in service  # the signed image or nothing, never a build under its name
-    gpus = yaml.safe_load(written[release_cli.Path("compose.gpus.yaml")])
+    gpus = yaml.safe_load(written[Path("compose.gpus.yaml")])
     assert all("@sha256:" in s["image"] and "build" not in s for s in gpus["services"].values())
-    base = yaml.safe_load(written[release_cli.Path("deploy/kubernetes/base/kustomization.yaml")])
+    base = yaml.safe_load(written[Path("deploy/kubernetes/base/kustomization.yaml")])
     assert base["images"] == [
         {"name": f"ghcr.io/flock-io/flock-validator-{name}", "digest": digest}
         for name, digest in digests.items()
     ]
 
 
-def test_the_release_cli_signs_what_the_checkouts_keys_verify(tmp_path, monkeypatch, capsys):
+def test_the_release_command_signs_what_the_checkouts_keys_verify(tmp_path, monkeypatch):
     keys = tmp_path / "launcher" / "release" / "release_keys.json"
     keys.parent.mkdir(parents=True)
     keys.write_text('{"keys": []}\n')
-    monkeypatch.setattr(release_cli, "KEYS_FILE", keys)
-    monkeypatch.setattr(release_cli, "trusted_keys", lambda: trusted_keys(keys))
+    monkeypatch.setattr(maintain, "KEYS_FILE", keys)
+    monkeypatch.setattr(release_command, "trusted_keys", lambda: trusted_keys(keys))
     private = tmp_path / "release.pem"
-    assert release_cli.main(["keygen", str(private)]) == 0
+    made = run_py("release", "keygen", str(private))
+    assert made.exit_code == 0 and "added key" in made.stdout
     assert os.stat(private).st_mode & 0o777 == 0o600
-    assert "added key" in capsys.readouterr().out
     digests = [f"--digest={n}={DIGEST_A}" for n in ("llm_judge", "lora", "rl")]
-    assert release_cli.main(["manifest", *digests, "--commit", "abc1234"]) == 0
+    made = run_py("release", "manifest", *digests, "--commit", "abc1234")
+    assert made.exit_code == 0
     manifest = tmp_path / "release.json"
-    manifest.write_bytes(capsys.readouterr().out.encode())
-    monkeypatch.setenv(release_cli.KEY_ENV, private.read_text())
-    assert release_cli.main(["sign", str(manifest)]) == 0
+    manifest.write_bytes(made.stdout_bytes)
+    signing = {maintain.KEY_ENV: private.read_text()}
+    assert run_py("release", "sign", str(manifest), **signing).exit_code == 0
     signature = tmp_path / "release.json.sig"
-    assert release_cli.main(["verify", str(manifest), str(signature)]) == 0
+    assert run_py("release", "verify", str(manifest), str(signature)).exit_code == 0
     manifest.write_text(manifest.read_text().replace("abc1234", "abc1235"))
-    assert release_cli.main(["verify", str(manifest), str(signature)]) == 3
-    assert "the signature of its release.json is wrong" in capsys.readouterr().err
-    assert release_cli.main(["manifest", "--digest", f"rl={DIGEST_A}", "--commit", "abc1"]) == 2
-    assert "no --digest for llm_judge, lora" in capsys.readouterr().err
+    refused = run_py("release", "verify", str(manifest), str(signature))
+    assert refused.exit_code == 3
+    assert "the signature of its release.json is wrong" in refused.stderr
+    refused = run_py("release", "manifest", "--digest", f"rl={DIGEST_A}", "--commit", "abc1")
+    assert refused.exit_code == 2 and "error: no --digest for llm_judge, lora" in refused.stderr
 
 
 def test_pin_base_names_the_production_base_by_digest_everywhere(tmp_path):
-    tag = release_cli.PRODUCTION_BASE
-    for name in release_cli.BASE_FILES:
+    tag = PRODUCTION_BASE
+    for name in maintain.BASE_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text((REPO_ROOT / name).read_text())
-    changed = release_cli.pin_base(tmp_path, DIGEST_A)
-    assert len(changed) == len(release_cli.BASE_FILES)
-    for name in release_cli.BASE_FILES:
+    changed = maintain.pin_base(tmp_path, DIGEST_A)
+    assert len(changed) == len(maintain.BASE_FILES)
+    for name in maintain.BASE_FILES:
         text = (tmp_path / name).read_text()
         assert f"{tag}@{DIGEST_A}" in text and text.count(tag) == text.count(f"{tag}@{DIGEST_A}")
-    release_cli.pin_base(tmp_path, DIGEST_B)  # again: the digest replaced, not appended
+    maintain.pin_base(tmp_path, DIGEST_B)  # again: the digest replaced, not appended
     assert f"{tag}@{DIGEST_B}" in (tmp_path / "docker/Dockerfile").read_text()
     assert DIGEST_A not in (tmp_path / "docker/Dockerfile").read_text()
 

@@ -23,16 +23,15 @@ from devkit.docker_env import launcher_env, make_module_repo, run_py_command
 from devkit.local_registry import LocalRegistry, free_port
 from devkit.local_registry import push_image as push
 from devkit.release_channel import LocalReleaseChannel, Release, ReleaseKey
+from launcher.deploy.release_files import deploy_files, write_files
 from launcher.engine import pulls
 from launcher.engine.images import BuildSpec, ensure_base, source_hash
 from launcher.errors import LaunchError, UsageError
+from launcher.options import DEFAULT_REGISTRY, REGISTRY_ENV
 from launcher.release.channel import Channel
 from launcher.release.follow import Follower
-from launcher.release.maintain import deploy_files, write_files
 from launcher.release.manifest import SIGNATURE, ReleaseManifest, ReleaseRefused, trusted_keys
 from launcher.release.published import (
-    DEFAULT_REGISTRY,
-    REGISTRY_ENV,
     checkout_version,
     published_image,
     pull_release,

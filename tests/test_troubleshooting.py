@@ -266,15 +266,15 @@ def _release_not_had(monkeypatch) -> Produced:
 
 def _run_py_usage(*args: str) -> Produced:
     """What run.py's command line says of `args` (launcher/commands/run.py; one line, exit 2)."""
-    from launcher.commands.run import main
+    from launcher.commands.run import run
 
     with pytest.raises(click.UsageError) as raised:
-        main.make_context("run.py", list(args))
+        run.make_context("run.py", list(args))
     return raised.value.format_message(), raised.value.exit_code
 
 
 def _host_config(tmp_path: Path) -> Produced:
-    from launcher.commands.run import check_configs
+    from launcher.commands.launch import check_configs
 
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "rl.json").write_text(json.dumps({"seeed": 1}))

@@ -46,7 +46,7 @@ GPUS_HEADER = f"""\
 # (flock-validator-<module>-state, then -state-1, ...); one that an earlier file named after its
 # GPU (flock-validator-<module>-gpu<id>-state) is moved by `python run.py <module> --gpus ...`
 # at its start (docs/compose.md). For another host, write its own host file and run
-#   python -m launcher.deploy.compose --hosts my-host.yaml --gpus-output compose.gpus.my-host.yaml
+#   python run.py compose --hosts my-host.yaml --gpus-output compose.gpus.my-host.yaml
 """
 
 

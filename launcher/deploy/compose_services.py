@@ -11,8 +11,15 @@ from typing import Any
 import yaml
 
 from launcher.engine.containers import state_volume_name, volume_name
-from launcher.engine.images import DEFAULT_INSTALLER, DEFAULT_LOCK, DOCKERFILE, PRODUCTION_BASE
-from launcher.release.published import DEFAULT_REGISTRY, REGISTRY_ENV, repository
+from launcher.engine.images import DOCKERFILE
+from launcher.options import (
+    DEFAULT_INSTALLER,
+    DEFAULT_LOCK,
+    DEFAULT_REGISTRY,
+    PRODUCTION_BASE,
+    REGISTRY_ENV,
+)
+from launcher.release.published import repository
 from validator.spec import (
     CONFIG_PATH,
     SPEC_FILE,

@@ -17,7 +17,6 @@ port only from the monitoring namespace (the status server listens on 0.0.0.0 in
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,7 +45,7 @@ EXAMPLE_OVERLAY = Path("overlays/example")
 NAMESPACE = "flock-validator"
 MONITORING_NAMESPACE = "monitoring"
 HEADER = f"""\
-# Written by `make compose` (python -m launcher.deploy.kubernetes) from modules/*/{SPEC_FILE}; edit
+# Written by `make compose` (python run.py kubernetes) from modules/*/{SPEC_FILE}; edit
 # the specs, not this file, and change a deployment with an overlay (overlays/example/).
 """
 
@@ -233,16 +232,13 @@ def _read(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write deploy/kubernetes from the module specs.")
-    parser.add_argument("--repo", type=Path, default=REPO_ROOT)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
-    args = parser.parse_args(argv)
-    specs = specs_with_files(args.repo)
-    output = args.repo / OUTPUT_DIR
+def write_kubernetes(repo: Path, check: bool) -> int:
+    """Writes deploy/kubernetes/ (with `check`: exit 1 naming each stale file, writing none)."""
+    specs = specs_with_files(repo)
+    output = repo / OUTPUT_DIR
     files = render(specs)
     stale = stale_files(output, files)
-    if args.check:
+    if check:
         for path in stale:
             print(
                 f"{OUTPUT_DIR / path} is not what the module specs say; run `make compose`",
@@ -257,7 +253,3 @@ def main(argv: list[str] | None = None) -> int:
         (output / path).write_text(text)
     print(f"wrote {OUTPUT_DIR}: {', '.join(specs) or 'no modules'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

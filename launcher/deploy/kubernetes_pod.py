@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.release.published import DEFAULT_REGISTRY, repository
+from launcher.options import DEFAULT_REGISTRY
+from launcher.release.published import repository
 from validator.spec import CONFIG_PATH, CORE_ENV, CORE_SECRETS, STATE_PATH, ModuleSpec
 
 SECRET = "flock-validator-secrets"

@@ -1,30 +1,20 @@
-"""`python run.py doctor [MODULE]`: the host's rows (the Docker engine, Compose v2, the NVIDIA
-driver against the module's CUDA, the NVIDIA runtime and a GPU seen from inside the module's
-image, the NVIDIA Container Toolkit's version against its escape fixes, the image, the images
-its validators run (Compose's and run.py's), the disk under Docker's volumes), then the rows the
-validator would check itself (validator/doctor/checks.py): the settings, the configs, the Fed
-Ledger and the key, the clock, the task types, the Hub, and the module's own start-up checks,
-run in its image. A check that
-cannot run here is a row that says what it needs. One table, within the deadline whatever the
-servers do; exit 0 when nothing failed, 1 otherwise, 2 for usage."""
+"""The rows of `python run.py doctor [MODULE]`: the host's (the Docker engine, Compose v2, the
+NVIDIA driver against the module's CUDA, the NVIDIA runtime and a GPU seen from inside the
+module's image, the NVIDIA Container Toolkit's version against its escape fixes, the image, the
+images its validators run, the disk under Docker's volumes), then those the validator would
+check itself (validator/doctor/checks.py), the module's own start-up checks run in its image. A
+check that cannot run here is a row that says what it needs; the table comes within the
+deadline whatever the servers do."""
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import click
 import docker
 
-from launcher.commands.build_options import (
-    base_image_option,
-    env_installer_option,
-    lock_option,
-    pip_options_option,
-)
 from launcher.doctor.deployed_images import NAME as IMAGES_ROW
 from launcher.doctor.deployed_images import deployed_images_row
 from launcher.doctor.rows import (
@@ -40,27 +30,12 @@ from launcher.doctor.rows import (
 )
 from launcher.doctor.toolkit import NAME as TOOLKIT
 from launcher.doctor.toolkit import toolkit_row
-from launcher.engine.images import (
-    DEFAULT_INSTALLER,
-    DEFAULT_LOCK,
-    PRODUCTION_BASE,
-    BuildSpec,
-    source_hash,
-)
-from launcher.errors import UsageError
+from launcher.engine.images import BuildSpec, source_hash
+from launcher.options import DEFAULT_INSTALLER, DEFAULT_LOCK, PRODUCTION_BASE
 from validator.doctor.checks import SETUP, Settings, service_checks
-from validator.doctor.command import (
-    DEADLINE_OPTION,
-    JUDGE_MODEL_OPTION,
-    hf_free_gb_option,
-    service_options,
-)
-from validator.doctor.rows import Check, Row, exit_code, render, run_checks
-from validator.errors import ConfigError, ExitCode
-from validator.options import config_dir_option, finite, gathered_secrets, secret_names
+from validator.doctor.rows import Check, Row, run_checks
+from validator.options import gathered_secrets, secret_names
 from validator.spec import REPO_ROOT, ModuleSpec, load_spec, module_folder, readable_modules
-
-DEFAULT_MIN_GPU_GB = 16.0
 
 
 def image_tag(
@@ -137,35 +112,6 @@ def host_checks(
     if spec is not None:
         checks.append(with_engine("journal volumes", lambda c: journals_row(c, spec)))
     return checks
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("module", required=False)
-@service_options
-@config_dir_option("The configs run.py will mount [default: ./configs].")
-@base_image_option("The base run.py builds the module's image on (names the image checked).")
-@env_installer_option("As run.py's (names the image checked).")
-@pip_options_option("As run.py's (names the image checked).")
-@lock_option("As run.py's (names the image checked).")
-@hf_free_gb_option("--min-free-gb", "Free space Docker's volumes (the HF cache, the journal) need.")
-@click.option(
-    "--min-gpu-gb",
-    type=finite(0),
-    default=DEFAULT_MIN_GPU_GB,
-    show_default=True,
-    help="Free memory each GPU needs for the module's bases.",
-)
-@JUDGE_MODEL_OPTION
-@DEADLINE_OPTION
-def main(module: str | None, **options) -> None:
-    """Check this host for MODULE (or only Docker and the GPUs): one line per check."""
-    try:
-        rows, secrets = doctor(module, **options)
-    except (UsageError, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(int(ExitCode.USAGE))
-    print(render(rows, secrets))
-    sys.exit(exit_code(rows))
 
 
 def doctor(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from docker.types import DeviceRequest
+from typing import TYPE_CHECKING
 
 from launcher.errors import UsageError
 from validator.spec import CHECK_SOURCE_ENV, CONFIG_PATH, CORE_ENV, STATE_PATH, STATE_SOURCE_ENV
+
+if TYPE_CHECKING:
+    from docker.types import DeviceRequest
 
 LABEL_MODULE = "org.flock-validator.module"
 LABEL_LAUNCHER = "org.flock-validator.launcher"
@@ -43,6 +45,9 @@ def device_requests(gpus: str) -> list[DeviceRequest]:
     """`--gpus all|none|0,1` as Docker device requests."""
     if gpus == "none":
         return []
+    # Docker's client where a container is made, not where an option is read (run.py --help).
+    from docker.types import DeviceRequest  # noqa: PLC0415
+
     if gpus == "all":
         return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return [DeviceRequest(device_ids=gpu_ids(gpus), capabilities=[["gpu"]])]

@@ -15,6 +15,7 @@ from docker.utils import parse_repository_tag
 
 from launcher.engine.pulls import pull
 from launcher.errors import LaunchError
+from launcher.options import DEFAULT_INSTALLER, DEFAULT_LOCK, PRODUCTION_BASE
 from validator.spec import REPO_ROOT
 
 DOCKERFILE = "docker/Dockerfile"
@@ -22,19 +23,7 @@ SOURCE_LABEL = "org.flock-validator.source-hash"  # the whole source hash (docke
 # The same hash, computed by the build from the files it was given: in every image, whoever
 # built it (Compose passes no SOURCE_HASH, so its images' label is empty).
 SOURCE_FILE = "/app/source-hash"
-# micromamba 2.x on NVIDIA's CUDA 12 base for Ubuntu 22.04 (docs/images.md "The base image").
-# Named by tag until a maintainer pins its digest (`python -m launcher.release.maintain pin-base`
-# writes it here, in docker/Dockerfile and docs/images.md); meanwhile a build stands on the
-# digest the engine holds it as (pinned_base).
-PRODUCTION_BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
 DIGEST_REFERENCE = re.compile(r"@sha256:[0-9a-f]{64}$")
-# How the module's environment.yml is installed on it (docker/install-env.sh; pip: bases
-# without conda).
-DEFAULT_INSTALLER = "micromamba"
-# Which of the module's locks (modules/<name>/locks/<lock>.txt, `make lock`) the image installs:
-# production (PyPI's packages, torch's CUDA build) or cpu (torch's CPU build: CI's stand-in).
-DEFAULT_LOCK = "production"
-LOCKS = (DEFAULT_LOCK, "cpu")
 
 
 def _load_hasher():
@@ -114,7 +103,7 @@ def ensure_image(client: docker.DockerClient, spec: BuildSpec, rebuild: bool = F
             found = client.images.get(tag)
         except ImageNotFound:
             found = None
-        # Reused only when it is this checkout's build (issue 40): the tag names 12 characters
+        # Reused only when it is this checkout's build: the tag names 12 characters
         # of the hash, the label holds all of it.
         if found is not None and found.labels.get(SOURCE_LABEL) == digest:
             print(f"[run.py] using image {tag} (already built)", file=sys.stderr, flush=True)
@@ -175,8 +164,8 @@ def pinned_base(client: docker.DockerClient, base: str) -> str:
         return base
     print(
         f"[run.py] base {base} is named by tag: building on the digest this engine holds it as, "
-        f"{pinned[0]} (pin it for every host: --base-image NAME@sha256:..., docs/images.md "
-        '"The base image")',
+        f"{pinned[0]} (pin it for every host: --base-image NAME@sha256:..., "
+        'docs/images.md "The base image")',
         file=sys.stderr,
         flush=True,
     )

@@ -19,7 +19,7 @@ from launcher.engine.containers import LABEL_LAUNCHER, ContainerSpec
 from launcher.engine.docker_errors import refused_to_run
 from launcher.engine.fault_hook import kill_point
 from launcher.engine.takeover import owner_labels
-from launcher.errors import LaunchError
+from launcher.errors import LaunchError, say
 from validator.errors import ExitCode
 
 MAX_RESTART_DELAY = 300.0
@@ -49,10 +49,6 @@ EXIT_MESSAGES = {
         f"the validator was killed (exit {KILLED_EXIT:d}): out of memory, or killed from outside"
     ),
 }
-
-
-def say(message: str) -> None:
-    print(f"[run.py] {message}", file=sys.stderr, flush=True)
 
 
 class Supervisor:

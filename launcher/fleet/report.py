@@ -1,4 +1,4 @@
-"""`python run.py <module> report [--json | --html FILE] [--worker K]`: the report of a module's
+"""`python run.py report <module> [--json | --html FILE] [--worker K]`: the report of a module's
 journal, made inside the module's image from its state volume (the journal's SQLite file is read
 where it lives, never copied while the validator may be writing it). A fleet's workers each
 have their own volume (launcher/fleet/plan.py): the report adds them up, with a line per worker."""
@@ -12,8 +12,7 @@ from pathlib import Path
 import docker
 from docker.errors import ContainerError
 
-from launcher.engine.supervisor import say
-from launcher.errors import LaunchError
+from launcher.errors import LaunchError, say
 from launcher.fleet.plan import worker_state_volume
 from launcher.fleet.totals import FleetSummary, WorkerSummary, add_up, render_fleet
 from validator.errors import ExitCode

@@ -14,8 +14,8 @@ from docker.errors import DockerException
 
 from launcher.engine.containers import ContainerSpec
 from launcher.engine.docker_errors import lost_engine
-from launcher.engine.supervisor import Supervisor, say
-from launcher.errors import LaunchError
+from launcher.engine.supervisor import Supervisor
+from launcher.errors import LaunchError, say
 from launcher.fleet.plan import Worker
 from validator.errors import ExitCode
 from validator.spec import STATE_PATH

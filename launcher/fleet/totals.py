@@ -1,7 +1,7 @@
 """A fleet's report: each worker's journal summary (what `python -m validator report --json`
 says of its volume) added up, and a line per worker. The per-worker summaries are the
 validator's own (validator/report/summary.py); only the counts are added here, since medians
-and percentiles do not add (`run.py MODULE report --worker K` has a worker's in full)."""
+and percentiles do not add (`run.py report MODULE --worker K` has a worker's in full)."""
 
 from __future__ import annotations
 
@@ -80,5 +80,5 @@ def render_fleet(fleet: FleetSummary) -> str:
             f"  worker {worker.worker} ({worker.state_volume}): {summary.assignments} "
             f"assignments ({counts or 'none'}), tasks {tasks}"
         )
-    lines += ["", "One worker's full report: run.py MODULE report --worker K", ""]
+    lines += ["", "One worker's full report: run.py report MODULE --worker K", ""]
     return "\n".join(lines)

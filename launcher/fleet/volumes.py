@@ -29,8 +29,7 @@ from docker.errors import APIError, DockerException, NotFound
 
 from launcher.engine.containers import LABEL_LAUNCHER
 from launcher.engine.fault_hook import kill_point, passed_on
-from launcher.engine.supervisor import say
-from launcher.errors import LaunchError
+from launcher.errors import LaunchError, say
 from launcher.fleet import journal_move
 from launcher.fleet.plan import Worker
 from validator.errors import ExitCode

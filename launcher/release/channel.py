@@ -26,6 +26,7 @@ import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from launcher.errors import UsageError
+from launcher.options import DEFAULT_CHANNEL
 from launcher.release.manifest import (
     KEYS_FILE,
     MANIFEST,
@@ -42,8 +43,6 @@ from validator.outbound.answer_caps import ANSWER_CAPS, Cap, where
 from validator.outbound.bounded_reader import Answer, fetch_answer
 from validator.outbound.deadline import CallAbandoned, overall_deadline
 
-DEFAULT_CHANNEL = "https://github.com/FLock-io/flock-validator"
-CHANNEL_ENV = "VALIDATOR_RELEASE_CHANNEL"
 LISTING_CAP = ANSWER_CAPS["release.listing"]
 MAX_LISTING_BYTES = LISTING_CAP.max_bytes
 ASSET_CAP = ANSWER_CAPS["release.asset"]

@@ -13,25 +13,20 @@ what run.py does without `--pull`, never a fallback of it."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import sys
 from pathlib import Path
 
 import docker
 from docker.errors import ImageNotFound
 
-from launcher.engine.images import PRODUCTION_BASE, BuildSpec, pull_failure_reason, source_hash
+from launcher.engine.images import BuildSpec, pull_failure_reason, source_hash
 from launcher.engine.pulls import pull
-from launcher.errors import UsageError
+from launcher.errors import UsageError, say
+from launcher.options import DEFAULT_REGISTRY, PRODUCTION_BASE, REGISTRY_ENV
 from launcher.release.channel import Channel, ReleaseUnavailable, fetch_release
 from launcher.release.manifest import FIX, ReleaseManifest, ReleaseRefused
-from validator.errors import ConfigError, ExitCode
-from validator.spec import REPO_ROOT, find_modules, load_spec, module_folder
+from validator.spec import load_spec, module_folder
 
-DEFAULT_REGISTRY = "ghcr.io/flock-io"
-REGISTRY_ENV = "VALIDATOR_IMAGE_REGISTRY"
 # How an operator runs this checkout without a release: its own build, chosen, never a fallback.
 BUILD_INSTEAD = "to build this checkout's image here instead, run it without --pull"
 # `version = "..."` in pyproject.toml's [project] table: read with a pattern, as tomllib is
@@ -104,9 +99,9 @@ def pull_release(
     reference = released_reference(registry, module, manifest.digest(module))
     version = manifest.version
     if _holds(client, reference):
-        _say(f"using the published image {reference} (already pulled, verified)")
+        say(f"using the published image {reference} (already pulled, verified)")
         return reference
-    _say(f"pulling the published image {reference} (release v{version}, verified)")
+    say(f"pulling the published image {reference} (release v{version}, verified)")
     name, digest = reference.split("@", 1)
     error = pull(client, name, digest)
     if error is not None:
@@ -142,12 +137,8 @@ def _holds(client: docker.DockerClient, reference: str) -> bool:
 
 
 def _not_pulled(image: str, error: str, instead: str) -> None:
-    _say(f"published image {image} not pulled ({pull_failure_reason(error)}): {instead}")
+    say(f"published image {image} not pulled ({pull_failure_reason(error)}): {instead}")
     return None
-
-
-def _say(message: str) -> None:
-    print(f"[run.py] {message}", file=sys.stderr, flush=True)
 
 
 def release_outputs(
@@ -164,7 +155,7 @@ def release_outputs(
     if ref is not None and "@sha256:" not in base:
         raise UsageError(
             f"the production base {base} is named by tag: pin it by digest first "
-            "(python -m launcher.release.maintain pin-base, then make compose)"
+            "(python run.py release pin-base, then make compose)"
         )
     spec = load_spec(module_folder(module, repo_root))
     build = BuildSpec(module, repo_root, base, environment=spec.environment)
@@ -175,32 +166,3 @@ def release_outputs(
         "repository": repository(f"ghcr.io/{owner.lower()}", module),
         "version": version,
     }
-
-
-def main(argv: list[str]) -> int:
-    """`modules`: the modules as a JSON list; `build-args MODULE OWNER [TAG]`: release_outputs
-    as key=value lines. The release workflow appends both to $GITHUB_OUTPUT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m launcher.release.published", description=main.__doc__
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("modules", help="the modules, as modules=[...]")
-    build_args = commands.add_parser("build-args", help="a module's build arguments and tags")
-    build_args.add_argument("module")
-    build_args.add_argument("owner", help="the GitHub owner (lower-cased for ghcr.io)")
-    build_args.add_argument("tag", nargs="?", help="the pushed tag, which must be v<version>")
-    args = parser.parse_args(argv)
-    if args.command == "modules":
-        print(f"modules={json.dumps(sorted(find_modules(REPO_ROOT)))}")
-        return ExitCode.OK
-    try:
-        outputs = release_outputs(REPO_ROOT, args.module, args.owner, args.tag)
-    except (UsageError, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    print("\n".join(f"{key}={value}" for key, value in outputs.items()))
-    return ExitCode.OK
-
-
-if __name__ == "__main__":
-    sys.exit(int(main(sys.argv[1:])))

@@ -1,0 +1,7 @@
+"""`python -m launcher.compose`: an earlier spelling of `python run.py compose`."""
+
+if __name__ == "__main__":
+    from launcher.commands.moved import run_moved
+    from validator._moved import alias
+
+    run_moved(alias("python -m launcher.compose"))
