@@ -38,11 +38,12 @@ $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt 
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
-# A module's own venv: its stack, the launcher's and the test tools, and this repository.
+# A module's own venv: the validator's runtime, its stack, the launcher's and the test tools, and
+# this repository.
 .venv-%/.installed: requirements-%.txt requirements.txt requirements-host.txt pyproject.toml
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
-	.venv-$*/bin/python -m pip install --quiet -r requirements-$*.txt -r requirements-host.txt \
+	.venv-$*/bin/python -m pip install --quiet -r requirements.txt -r requirements-$*.txt -r requirements-host.txt \
 		"pytest>=8,<10" "pytest-xdist>=3.6,<4"
 	.venv-$*/bin/python -m pip install --quiet --no-deps --editable .
 	touch $@
