@@ -1,21 +1,14 @@
 """`run.py MODULE --pull --follow-releases`: opt-in updates, as Watchtower and PM2 offer them,
-but only to what verifies (issue 40; docs/upgrading.md "Following releases").
+but only to what verifies (docs/upgrading.md "Following releases" says what an operator sees).
 
-Every VALIDATOR_FOLLOW_INTERVAL seconds (an hour unless set) a thread asks the releases' channel
-for releases after the one running with the same major version. The newest one whose manifest
-verifies against this checkout's keys, and whose journal schema is not newer than the running
-release's (a rollback must still read the journal), is pulled by digest while the validator
-works; then each worker (launcher/engine/supervisor.py `upgrade`) is stopped as an operator's stop
-stops it, finishing and submitting the assignment in progress, and started again on the new
-image with the same journal volume. A release that does not verify, whose schema is newer, or
-whose image the registry does not hold is refused in one line, once, and the worker keeps the
-release it runs. The launcher's own code stays the checkout's: a new major version, or a
-release refused here, is an upgrade by hand.
-
-A start looks at once, before any worker starts (`start_on`): a restart resumes the newest
-release that verifies (the one it followed, unless a newer one came), verified and pulled by
-digest again, rather than the checkout's release for an interval. A release that signs the
-image already running is followed without a move.
+A thread looks every VALIDATOR_FOLLOW_INTERVAL seconds for releases after the running one with
+the same major version; the newest whose manifest verifies against this checkout's keys, and
+whose journal schema a rollback can still read, is pulled by digest while the validator works,
+then each worker (launcher/engine/supervisor.py `upgrade`) is stopped as an operator's stop
+stops it and started on the new image with the same journal. A release refused is one line,
+once; a start looks at once (`start_on`), so a restart resumes the newest release that
+verifies. The launcher's own code stays the checkout's: a new major version is an upgrade by
+hand.
 """
 
 from __future__ import annotations
@@ -30,8 +23,7 @@ import docker
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from launcher.engine.fault_hook import kill_point
-from launcher.engine.supervisor import say
-from launcher.errors import UsageError
+from launcher.errors import UsageError, say
 from launcher.release.channel import Channel, ReleaseUnavailable, fetch_release, newer_versions
 from launcher.release.manifest import ReleaseRefused
 from launcher.release.published import pull_release
