@@ -38,11 +38,12 @@ $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt 
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
-# A module's own venv: its stack, the launcher's and the test tools, and this repository.
+# A module's own venv: the validator's runtime, its stack, the launcher's and the test tools, and
+# this repository.
 .venv-%/.installed: requirements-%.txt requirements.txt requirements-host.txt pyproject.toml
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
-	.venv-$*/bin/python -m pip install --quiet -r requirements-$*.txt -r requirements-host.txt \
+	.venv-$*/bin/python -m pip install --quiet -r requirements.txt -r requirements-$*.txt -r requirements-host.txt \
 		"pytest>=8,<10" "pytest-xdist>=3.6,<4"
 	.venv-$*/bin/python -m pip install --quiet --no-deps --editable .
 	touch $@
@@ -157,8 +158,8 @@ list-modules:
 # deploy/hosts/example.yaml) and deploy/kubernetes/ from the module specs (a test fails when
 # they are stale).
 compose: install
-	$(PY) -m launcher.compose
-	$(PY) -m launcher.kubernetes
+	$(PY) run.py compose
+	$(PY) run.py kubernetes
 
 # A new module that works with no edit: make new-module NAME=my_task (docs/adding-a-module.md);
 # ARGS="--pip roman==5.2 --own-venv" passes options (python -m devkit.scaffold --help).

@@ -1,18 +1,9 @@
-"""The outer launcher: `python run.py <module> [options]` on the GPU host.
+"""The outer launcher: `python run.py <module> [options]` on the GPU host, and its other commands
+(`python run.py --help` lists them). Builds the module's image when needed, runs `python -m
+validator` in it, restarts it when it asks for a restart, and explains every other exit; the
+code is in launcher/ (launcher/commands/program.py the command line)."""
 
-Builds the module's image when needed, runs `python -m validator` in it, restarts it when it asks
-for a restart, and explains every other exit. The code is in `launcher/` (`cli.py` the command
-line, `supervisor.py` the restart loop and signals, `docker_errors.py` Docker's errors as one
-line); `python run.py --help` lists the options.
-"""
-
-import sys
-
-from launcher.cli import main
+from launcher.commands.program import main
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["doctor"]:  # not a module: module names are identifiers, checked here
-        from launcher.doctor import main as doctor
-
-        doctor(sys.argv[2:], prog_name="run.py doctor")
     main()

@@ -1,10 +1,10 @@
-"""A stand-in for the releases' channel (GitHub releases, launcher/release_channel.py) on
+"""A stand-in for the releases' channel (GitHub releases, launcher/release/channel.py) on
 127.0.0.1, and a release key made on the spot: the tests of `run.py --pull` and
 `--follow-releases` publish signed releases here, the way .github/workflows/release.yml does on
 GitHub, and nothing leaves the machine.
 
     key = ReleaseKey()
-    key.trust_in(repo)                      # the copy's launcher/release_keys.json
+    key.trust_in(repo)                      # the copy's launcher/release/release_keys.json
     with LocalReleaseChannel() as channel:  # channel.url: http://127.0.0.1:PORT/FLock-io/...
         channel.publish(key.release("0.1.0", {"fixture": "sha256:..."}))
 
@@ -23,7 +23,14 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from devkit.local_server import LocalHandler, LocalServer, bind
-from launcher.release import MANIFEST, SIGNATURE, ReleaseManifest, key_id, public_entry, sign
+from launcher.release.manifest import (
+    MANIFEST,
+    SIGNATURE,
+    ReleaseManifest,
+    key_id,
+    public_entry,
+    sign,
+)
 from validator.state.store import SCHEMA_VERSION
 
 REPOSITORY = "FLock-io/flock-validator"
@@ -49,7 +56,7 @@ class ReleaseKey:
 
     def trust_in(self, repo: Path, *, alone: bool = True) -> None:
         """Makes the checkout at `repo` trust this key (alone, or beside those it trusts)."""
-        path = repo / "launcher" / "release_keys.json"
+        path = repo / "launcher" / "release" / "release_keys.json"
         keys = [] if alone else json.loads(path.read_text())["keys"]
         keys.append(public_entry(self._private.public_key(), "a test's release key"))
         path.write_text(json.dumps({"keys": keys}, indent=2) + "\n")

@@ -1,6 +1,6 @@
 """The source hash of a module's image: a SHA-256 of its build arguments and of every file that
 goes into it. One implementation for both sides: run.py names and reuses images by it
-(launcher/images.py loads this file), and the image build computes it again from the files it
+(launcher/engine/images.py loads this file), and the image build computes it again from the files it
 was given (docker/Dockerfile), so that every image carries the hash of what it was built from,
 whoever built it (run.py, Compose, the release workflow).
 

@@ -1,6 +1,13 @@
-"""Errors the launcher reports as one clear message (never a traceback) and an exit code."""
+"""Errors the launcher reports as one clear message (never a traceback) and an exit code, and
+`say`, how run.py writes a line of its own (prefixed, on stderr, beside the container's log)."""
+
+import sys
 
 from validator.errors import ExitCode
+
+
+def say(message: str) -> None:
+    print(f"[run.py] {message}", file=sys.stderr, flush=True)
 
 
 class LaunchError(Exception):

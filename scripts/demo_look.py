@@ -43,10 +43,13 @@ def run_args(count: int) -> list[str]:
 
 
 def report(module: str, state_volume: str, *options: str) -> subprocess.CompletedProcess[str]:
-    """`run.py MODULE report OPTIONS` on the demo's state volume (in the module's image)."""
-    command = [sys.executable, str(REPO_ROOT / "run.py"), module, "--state-volume", state_volume]
+    """`run.py report MODULE OPTIONS` on the demo's state volume (in the module's image)."""
+    command = [sys.executable, str(REPO_ROOT / "run.py"), "report", module]
     return subprocess.run(
-        [*command, "report", *options], cwd=REPO_ROOT, capture_output=True, text=True
+        [*command, "--state-volume", state_volume, *options],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from devkit.validator_cli import REPO_ROOT
-from launcher.published import checkout_version
+from launcher.release.published import checkout_version
 from validator import _moved, errors, kit
 from validator._moved import ALIASES, MovedPathWarning
 

@@ -27,8 +27,6 @@ PENDING = {
     "validator/outbound/hub_http.py",
     "validator/outbound/safe_json.py",
     "validator/state/journal.py",
-    "launcher/follow.py",
-    "launcher/images.py",
 }
 
 

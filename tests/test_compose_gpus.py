@@ -10,16 +10,17 @@ import pytest
 import yaml
 
 from devkit.docker_env import launcher_env
-from launcher.compose import main as compose_main
-from launcher.compose import specs_with_files
-from launcher.compose_gpus import (
+from launcher.deploy.compose import write_compose
+from launcher.deploy.compose_gpus import (
     GPUS_FILE,
     HOSTS_FILE,
     PORT_STEP,
     load_hosts,
     render_gpus,
 )
-from launcher.fleet import FleetOptions, plan
+from launcher.deploy.compose_services import specs_with_files
+from launcher.fleet.plan import FleetOptions, plan
+from tests.helpers.run_py import run_py
 from validator.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -43,12 +44,12 @@ def test_a_host_file_change_makes_the_per_gpu_file_stale(tmp_path, capsys):
     hosts = tmp_path / HOSTS_FILE
     hosts.parent.mkdir(parents=True)
     hosts.write_text("heavy: [0]\n")
-    assert compose_main(["--repo", str(tmp_path)]) == 0
-    assert compose_main(["--check", "--repo", str(tmp_path)]) == 0
+    assert write_compose(tmp_path, False, None, None) == 0
+    assert write_compose(tmp_path, True, None, None) == 0
     hosts.write_text("heavy: [0, 1]\n")
-    assert compose_main(["--check", "--repo", str(tmp_path)]) == 1
+    assert write_compose(tmp_path, True, None, None) == 1
     assert f"{GPUS_FILE} is not what the module specs say" in capsys.readouterr().err
-    assert compose_main(["--repo", str(tmp_path)]) == 0
+    assert write_compose(tmp_path, False, None, None) == 0
     services = yaml.safe_load((tmp_path / GPUS_FILE).read_text())["services"]
     assert list(services) == ["validator-heavy-gpu0", "validator-heavy-gpu1"]
 
@@ -125,17 +126,16 @@ def test_the_command_reports_a_bad_host_file_and_writes_nothing(tmp_path, capsys
     path = tmp_path / "host.yaml"
     path.write_text("rl: [3]\n")
     output = tmp_path / "compose.gpus.mine.yaml"
-    args = ["--repo", str(REPO_ROOT), "--hosts", str(path), "--gpus-output", str(output)]
-    assert compose_main(args) == 2
+    assert write_compose(REPO_ROOT, False, path, output) == 2
     assert "rl is CPU-only" in capsys.readouterr().err
     assert not output.exists()
 
 
 def test_another_host_file_needs_its_own_output(tmp_path):
     # Written over the committed compose.gpus.yaml, it would leave the repository stale.
-    with pytest.raises(SystemExit) as caught:
-        compose_main(["--repo", str(tmp_path), "--hosts", str(tmp_path / "h.yaml")])
-    assert caught.value.code == 2
+    result = run_py("compose", "--repo", str(tmp_path), "--hosts", str(tmp_path / "h.yaml"))
+    assert result.exit_code == 2
+    assert "--hosts needs --gpus-output" in result.stderr
 
 
 def test_colliding_status_ports_are_refused(tmp_path):

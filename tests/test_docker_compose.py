@@ -17,7 +17,7 @@ from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_policies import linear_policy, npz_bytes, to_bytes, validation_arrays
 from devkit.validator_cli import REPO_ROOT
-from launcher.images import BuildSpec, ensure_image
+from launcher.engine.images import BuildSpec, ensure_image
 from tests.helpers.docker_env import require_engine
 from tests.helpers.locks import entries
 

@@ -189,7 +189,7 @@ def test_two_workers_share_the_tasks_survive_a_kill_and_add_up_in_the_report(
     assert engine.containers.list(all=True, filters={"name": base}) == []
 
     report = subprocess.run(
-        run_py_command(repo, "fixture", "report", "--json", "--state-volume", base),
+        run_py_command(repo, "report", "fixture", "--json", "--state-volume", base),
         env=launcher_env(),
         capture_output=True,
         text=True,
@@ -207,7 +207,7 @@ def test_two_workers_share_the_tasks_survive_a_kill_and_add_up_in_the_report(
     assert set(fleet["workers"][0]["summary"]["by_task"]) == {"1", "3"}
     assert set(fleet["workers"][1]["summary"]["by_task"]) == {"2", "4"}
     one = subprocess.run(
-        run_py_command(repo, "fixture", "report", "--state-volume", base, "--worker", "1"),
+        run_py_command(repo, "report", "fixture", "--state-volume", base, "--worker", "1"),
         env=launcher_env(),
         capture_output=True,
         text=True,

@@ -205,12 +205,12 @@ def test_run_py_report_reads_the_module_state_volume(engine, repo, tmp_path, vol
         result = run_py(repo, *loop_args(sim, "1", "--max-assignments", "2", *volumes))
         assert result.returncode == 0, result.stderr
     state = volumes[volumes.index("--state-volume") + 1]
-    report = run_py(repo, "fixture", "report", "--json", "--state-volume", state)
+    report = run_py(repo, "report", "fixture", "--json", "--state-volume", state)
     assert report.returncode == 0, report.stderr
     body = json.loads(report.stdout)
     assert body["by_task"] == {"1": {"completed": 1, "failed": 1}} and body["records"] == 2
     page = tmp_path / "report.html"
-    report = run_py(repo, "fixture", "report", "--html", str(page), "--state-volume", state)
+    report = run_py(repo, "report", "fixture", "--html", str(page), "--state-volume", state)
     assert report.returncode == 0, report.stderr
     assert page.read_text().count("data:image/png;base64,") == 3
 
@@ -226,7 +226,7 @@ def test_ctrl_c_stops_the_container_and_leaves_none(engine, repo, tmp_path, volu
         )
         wait_for(lambda: len(sim.lookups()) >= 2, 120, "the container's lookups")
         [container] = fixture_containers(engine)
-        # Docker's default log driver, rotated (launcher/containers.py): 5 files of 10 MB.
+        # Docker's default log driver, rotated (launcher/engine/containers.py): 5 files of 10 MB.
         if engine.info()["LoggingDriver"] == "json-file":
             assert container.attrs["HostConfig"]["LogConfig"] == {
                 "Type": "json-file",

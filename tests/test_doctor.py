@@ -18,8 +18,9 @@ from click.testing import CliRunner
 
 from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
-from launcher import doctor as host_doctor
-from launcher import doctor_rows
+from launcher.commands.doctor import doctor as host_doctor_command
+from launcher.doctor import host as host_doctor
+from launcher.doctor import rows as doctor_rows
 from tests.helpers.odd_server import TRICKLE, OddServer
 from validator.doctor.checks import clock_row
 from validator.doctor.command import main as inner_doctor
@@ -295,7 +296,7 @@ def test_with_the_engine_down_every_check_that_needs_it_is_a_row(ledger, config_
     env = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "FLOCK_API_KEY": KEY,
            "FLOCK_API_URL": ledger.api_url}  # fmt: skip
     args = ["rl", "--config-dir", str(config_dir), "--task_ids", "12", "--timeout", "20"]
-    result = CliRunner().invoke(host_doctor.main, args, env=env)
+    result = CliRunner().invoke(host_doctor_command, args, env=env)
     rows = rows_of(result.output)
     assert result.exit_code == CHECK_FAILED
     assert rows["Docker engine"][0] == "failed"

@@ -27,25 +27,18 @@ from devkit.validator_cli import (
     wait_for,
     write_config,
 )
-from launcher import doctor as host_doctor
-from launcher import doctor_rows
-from launcher.cli import FORWARDED
-from launcher.cli import main as run_py_main
-from launcher.forwarded import FORWARDED_SECTION, NOT_FORWARDED, launch_values
+from launcher.commands.doctor import doctor as host_doctor
+from launcher.commands.forwarded import FORWARDED_SECTION, NOT_FORWARDED, forwarded_args
+from launcher.commands.run import FORWARDED, run
+from launcher.doctor import rows as doctor_rows
+from tests.helpers.run_py import run_py
 from validator.doctor.command import main as inner_doctor
 from validator.entrypoint import RunOptions
 from validator.entrypoint import main as validator_main
 from validator.spec import REPO_ROOT, find_module_folders, load_spec
 
-NOWHERE = "unix:///nonexistent/docker.sock"
 LOOKUP = "/api/v1/tasks/request-validation-assignment/12"
 TYPES = {"lora": "training", "rl": "rl"}  # each module's tasks in the Fed Ledger's list
-
-
-def run_py(*args: str, **env: str):
-    result = CliRunner().invoke(run_py_main, list(args), env={"DOCKER_HOST": NOWHERE, **env})
-    assert "Traceback" not in result.output
-    return result
 
 
 @pytest.mark.parametrize(
@@ -59,8 +52,7 @@ def run_py(*args: str, **env: str):
         (["--state-dir", "/x"], {}, "No such option '--state-dir'. (Did you mean one of"),
         (["--task_ids", "12,abc"], {}, "'abc' is not a task id: give the Fed Ledger's task ids"),
         ([], {"TASK_IDS": "abc"}, "'abc' is not a task id"),
-        (["report", "--debug"], {}, "--debug: the validator's, not the report's"),
-        (["--json"], {}, "--json goes with report"),
+        (["--json"], {}, "--json is the report's: python run.py report MODULE --json"),
     ],
 )
 def test_a_mistake_is_one_line_and_exit_2_before_docker(args, env, said):
@@ -93,17 +85,17 @@ def test_configs_are_checked_on_the_host_naming_its_file_and_the_key_meant(tmp_p
 def test_the_validators_options_go_on_as_given():
     result = run_py("rl", "--workers", "2", "--task_ids", "1,2", "--http-port", "9000", "--plan")
     assert [json.loads(line)["http_port"] for line in result.stdout.splitlines()] == [9000, 9010]
-    context = run_py_main.make_context(
+    context = run.make_context(
         "run.py", ["rl", "--task_ids", "1", "--time-sleep", "3", "--debug", "--no-protocol-watch"]
     )
-    values = launch_values(context, dict(context.params), FORWARDED)
-    assert values["passthrough"] == ["--time-sleep", "3.0", "--debug", "--no-protocol-watch"]
+    passthrough = forwarded_args(context, FORWARDED.values())
+    assert passthrough == ["--time-sleep", "3.0", "--debug", "--no-protocol-watch"]
 
 
 def test_every_validator_option_is_run_pys_and_help_lists_them_the_modules_and_commands():
     """One definition: each of the validator's options is an option of run.py (its own where
     run.py has one of that name, the validator's otherwise), or refused naming what to give."""
-    own = {name for param in run_py_main.params for name in param.opts}
+    own = {name for param in run.params for name in param.opts}
     for param in validator_main.params:
         if isinstance(param, click.Option):
             assert set(param.opts) <= own or param.name in NOT_FORWARDED, param.opts
@@ -114,7 +106,7 @@ def test_every_validator_option_is_run_pys_and_help_lists_them_the_modules_and_c
         assert name in forwarded, name
     assert "--gpus" not in forwarded and "--api-retries" not in page  # hidden stays hidden
     assert ", ".join(find_module_folders()) in page
-    assert "python run.py doctor [MODULE]" in page and "python run.py MODULE report" in page
+    assert "python run.py doctor [MODULE]" in page and "python run.py report MODULE" in page
 
 
 def test_the_validators_command_line_is_one_frozen_options_object():
@@ -130,7 +122,7 @@ def test_the_validators_command_line_is_one_frozen_options_object():
         options.time_sleep = 1.0  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("command", [host_doctor.main, inner_doctor], ids=["run.py", "validator"])
+@pytest.mark.parametrize("command", [host_doctor, inner_doctor], ids=["run.py", "validator"])
 def test_every_doctor_option_has_help(command):
     for param in command.params:
         if isinstance(param, click.Option) and not param.hidden:

@@ -16,16 +16,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import doctor as host_doctor
-from launcher.cli import main as run_py_main
-from launcher.containers import ContainerSpec
+from launcher.commands.doctor import doctor as host_doctor
+from launcher.engine.containers import ContainerSpec
 from tests.helpers.hostile_server import HostileServer, answer
+from tests.helpers.run_py import NOWHERE, run_py
 from validator.doctor.command import main as inner_doctor
 from validator.entrypoint import main as validator_main
 from validator.observe.logs import OneLineFormatter
 from validator.spec import CHECK_SOURCE_ENV
 
-NOWHERE = "unix:///nonexistent/docker.sock"
 KEY = "flock-key-0123456789"
 # llm_judge's settings, none given: the keys as secrets, the judge's URL as a required env var.
 JUDGE_UNSET: dict[str, str | None] = {
@@ -35,12 +34,6 @@ JUDGE_UNSET: dict[str, str | None] = {
     "OPENAI_BASE_URL": None,
 }
 JUDGE_URL = "missing OPENAI_BASE_URL: the judge endpoint's URL, e.g. https://.../v1, for llm_judge"
-
-
-def run_py(*args: str, **env: str | None):
-    result = CliRunner().invoke(run_py_main, list(args), env={"DOCKER_HOST": NOWHERE, **env})
-    assert "Traceback" not in result.output
-    return result
 
 
 # -- every missing setting at once ------------------------------------------------------------
@@ -75,7 +68,7 @@ def test_the_doctors_settings_row_names_the_missing_judge_url():
     closed = "http://127.0.0.1:9"  # the Fed Ledger and the Hub: refused at once
     args = ["llm_judge", "--task_ids", "12", "--api-url", closed, "--timeout", "10"]
     env = {"DOCKER_HOST": NOWHERE, "HF_ENDPOINT": closed, **JUDGE_UNSET, **keys}
-    result = CliRunner().invoke(host_doctor.main, args, env=env)
+    result = CliRunner().invoke(host_doctor, args, env=env)
     [row] = [line for line in result.stdout.splitlines() if line.startswith("settings ")]
     assert row.split()[1] == "failed" and JUDGE_URL in row, row  # before: ok
     assert result.exit_code == 1

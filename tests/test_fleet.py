@@ -1,5 +1,5 @@
-"""launcher/fleet.py, the plan of a many-GPU host, and `run.py --plan`, which prints it without
-a Docker engine; launcher/fleet_report.py's totals."""
+"""launcher/fleet/plan.py, the plan of a many-GPU host, and `run.py --plan`, which prints it without
+a Docker engine; launcher/fleet/totals.py's totals."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from devkit.validator_cli import REPO_ROOT
-from launcher.containers import device_requests, gpu_ids
+from launcher.engine.containers import device_requests, gpu_ids
 from launcher.errors import UsageError
-from launcher.fleet import FleetOptions, Worker, check_passthrough, plan, take_http_port
-from launcher.fleet_report import FleetSummary, WorkerSummary, add_up, render_fleet
+from launcher.fleet.plan import FleetOptions, Worker, check_passthrough, plan, take_http_port
+from launcher.fleet.totals import FleetSummary, WorkerSummary, add_up, render_fleet
 from validator.report.html import render_html
 from validator.report.summary import PenaltyStats, Summary, outcome_table, render_text
 
@@ -137,7 +137,7 @@ def test_plans_that_do_not_fit_are_one_line_usage_errors(args, message):
 @pytest.mark.parametrize("gpus", ["0,x", "0\n1", "\u0663", "0,", "GPU-zz"])
 def test_both_readers_of_the_gpus_flag_refuse_what_is_not_a_gpu_id(gpus):
     # One worker's device requests and the fleet's groups read --gpus with one parser
-    # (launcher.containers.gpu_ids): matched whole and in ASCII digits.
+    # (launcher.engine.containers.gpu_ids): matched whole and in ASCII digits.
     message = f"--gpus {gpus!r}: use all, none, or device ids such as 0,1"
     with pytest.raises(UsageError) as single:
         device_requests(gpus)

@@ -1,8 +1,8 @@
-"""`run.py MODULE --pull --follow-releases` (launcher/follow.py, issue 40): a worker moves to a
-newer verified release of its major version between assignments, its journal carried over,
-nothing lost or submitted twice (end to end against a local registry, a stand-in for the
-releases' channel and the Fed Ledger simulator); a release that does not verify, or whose
-journal schema a rollback could not read, is refused in one line and the worker stays."""
+"""`run.py MODULE --pull --follow-releases` (launcher/release/follow.py, issue 40): a worker moves
+to a newer verified release of its major version between assignments, its journal carried over,
+nothing lost or submitted twice (end to end against a local registry, a stand-in for the releases'
+channel and the Fed Ledger simulator); a release that does not verify, or whose journal schema a
+rollback could not read, is refused in one line and the worker stays."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from devkit.release_channel import LocalReleaseChannel, ReleaseKey
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
 from launcher.errors import UsageError
-from launcher.follow import INTERVAL_ENV, Follower, check_options, interval
-from launcher.published import checkout_version
-from launcher.release import FIX, trusted_keys
-from launcher.release_channel import Channel
+from launcher.release.channel import Channel
+from launcher.release.follow import INTERVAL_ENV, Follower, check_options, interval
+from launcher.release.manifest import FIX, trusted_keys
+from launcher.release.published import checkout_version
 from validator.state.store import SCHEMA_VERSION
 
 DIGEST = "sha256:" + "e" * 64
@@ -56,7 +56,7 @@ class Worker:
 
 def test_a_release_that_does_not_verify_or_would_strand_a_rollback_is_refused_once(tmp_path):
     key, stranger = ReleaseKey(), ReleaseKey()
-    (tmp_path / "launcher").mkdir()
+    (tmp_path / "launcher" / "release").mkdir(parents=True)
     key.trust_in(tmp_path)
     worker, said = Worker(), []
     with LocalReleaseChannel() as channel:
@@ -65,7 +65,7 @@ def test_a_release_that_does_not_verify_or_would_strand_a_rollback_is_refused_on
         newer = key.release("0.1.2", {"fixture": DIGEST}, journal_schema=SCHEMA_VERSION + 1)
         channel.publish(newer)
         channel.publish(key.release("1.0.0", {"fixture": DIGEST}))  # another major: not followed
-        keys = trusted_keys(tmp_path / "launcher" / "release_keys.json")
+        keys = trusted_keys(tmp_path / "launcher" / "release" / "release_keys.json")
         follower = Follower(
             None, "127.0.0.1:9", "fixture", Channel(channel.url), "0.1.0", [worker],
             tell=said.append, keys=keys,
@@ -87,7 +87,7 @@ def test_the_follower_keeps_looking_after_a_look_that_failed(tmp_path):
     # waits) is one line, and the next look comes: before, the exception ended the thread and
     # the process never followed a release again, silently (issue 40 attack).
     key = ReleaseKey()
-    (tmp_path / "launcher").mkdir()
+    (tmp_path / "launcher" / "release").mkdir(parents=True)
     key.trust_in(tmp_path)
     gone = docker.DockerClient(base_url=f"tcp://127.0.0.1:{free_port()}", version="1.41")
     said, stop = [], threading.Event()
@@ -95,7 +95,8 @@ def test_the_follower_keeps_looking_after_a_look_that_failed(tmp_path):
         channel.publish(key.release("0.1.1", {"fixture": DIGEST}))
         follower = Follower(
             gone, "127.0.0.1:9", "fixture", Channel(channel.url), "0.1.0", [Worker()],
-            tell=said.append, keys=trusted_keys(tmp_path / "launcher" / "release_keys.json"),
+            tell=said.append, keys=trusted_keys(tmp_path / "launcher" / "release" /
+            "release_keys.json"),
         )  # fmt: skip
         thread = follower.start(0.05, stop)
 
@@ -191,7 +192,7 @@ def test_a_worker_moves_to_the_next_release_between_assignments(tmp_path, engine
                         left.remove(force=True)
             state = sim.state()
             report = subprocess.run(
-                run_py_command(repo, "fixture", "report", "--json", "--state-volume", volumes[1]),
+                run_py_command(repo, "report", "fixture", "--json", "--state-volume", volumes[1]),
                 env=launcher_env(),
                 capture_output=True,
                 text=True,

@@ -1,4 +1,4 @@
-"""A journal's move between state dirs (launcher/journal_move.py, which run.py runs in the
+"""A journal's move between state dirs (launcher/fleet/journal_move.py, which run.py runs in the
 module's image): checked by the validator's own journal before anything is trusted, idempotent
 when cut short at any step, and, merged by assignment id, never sending a result twice. The
 journals are made through the journal's own code; the end-to-end trials through run.py, the
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import journal_move
-from launcher.journal_move import JOURNAL, journal_digest, merge_entry, move
+from launcher.fleet import journal_move
+from launcher.fleet.journal_move import JOURNAL, journal_digest, merge_entry, move
 from tests.helpers.damaged_journals import DAMAGES, newer_schema
 from validator.state.entry import State
 from validator.state.journal import Journal

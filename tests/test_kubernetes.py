@@ -15,17 +15,17 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from launcher.compose import specs_with_files
-from launcher.kubernetes import (
+from launcher.deploy.compose_services import specs_with_files
+from launcher.deploy.kubernetes import (
     BASE,
     EXAMPLE_OVERLAY,
     MONITORING_NAMESPACE,
     NETWORK_POLICIES,
     OUTPUT_DIR,
-    main,
     render,
+    write_kubernetes,
 )
-from launcher.kubernetes_pod import (
+from launcher.deploy.kubernetes_pod import (
     CONFIGS,
     ENTRYPOINT,
     GPU_RESOURCE,
@@ -39,7 +39,7 @@ from launcher.kubernetes_pod import (
     object_name,
     settings_name,
 )
-from launcher.published import checkout_version
+from launcher.release.published import checkout_version
 from validator.spec import CONFIG_PATH, CORE_ENV, CORE_SECRETS, STATE_PATH
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -71,28 +71,28 @@ def write_module(root: Path, name: str, spec_text: str) -> None:
 def test_the_committed_manifests_are_what_the_specs_say():
     for path, text in render(SPECS).items():
         assert (DEPLOY / path).read_text() == text, f"{path}: run `make compose`"
-    assert main(["--check", "--repo", str(REPO_ROOT)]) == 0
+    assert write_kubernetes(REPO_ROOT, check=True) == 0
 
 
 def test_a_spec_change_or_a_left_over_file_makes_the_manifests_stale(tmp_path, capsys):
     write_module(tmp_path, "alpha", "name: alpha\n")
-    assert main(["--repo", str(tmp_path)]) == 0
-    assert main(["--check", "--repo", str(tmp_path)]) == 0
+    assert write_kubernetes(tmp_path, check=False) == 0
+    assert write_kubernetes(tmp_path, check=True) == 0
     (tmp_path / "modules" / "alpha" / "module.yaml").write_text("name: alpha\ngpu: true\n")
-    assert main(["--check", "--repo", str(tmp_path)]) == 1
+    assert write_kubernetes(tmp_path, check=True) == 1
     assert "base/validator-alpha.yaml is not what the module specs say" in capsys.readouterr().err
-    assert main(["--repo", str(tmp_path)]) == 0
+    assert write_kubernetes(tmp_path, check=False) == 0
     left_over = tmp_path / OUTPUT_DIR / BASE / "validator-gone.yaml"
     left_over.write_text("kind: StatefulSet\n")
-    assert main(["--check", "--repo", str(tmp_path)]) == 1
-    assert main(["--repo", str(tmp_path)]) == 0
+    assert write_kubernetes(tmp_path, check=True) == 1
+    assert write_kubernetes(tmp_path, check=False) == 0
     assert not left_over.exists()  # a removed module's manifest goes with it
     # An operator's own overlay is theirs, not stale.
     mine = tmp_path / OUTPUT_DIR / "overlays" / "mine" / "kustomization.yaml"
     mine.parent.mkdir(parents=True)
     mine.write_text("resources: [../../base]\n")
-    assert main(["--check", "--repo", str(tmp_path)]) == 0
-    assert main(["--repo", str(tmp_path)]) == 0
+    assert write_kubernetes(tmp_path, check=True) == 0
+    assert write_kubernetes(tmp_path, check=False) == 0
     assert mine.exists()
 
 

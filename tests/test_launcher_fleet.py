@@ -1,4 +1,4 @@
-"""launcher/fleet_run.py without a Docker engine: a stand-in client whose containers, one per
+"""launcher/fleet/run.py without a Docker engine: a stand-in client whose containers, one per
 worker name, exit with the codes a test gives. Each worker restarts on its own, one that ends
 for good is one line and the others go on, a stop reaches every worker at once."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from docker.errors import APIError, NotFound
 
-from launcher.containers import LABEL_LAUNCHER, ContainerSpec
+from launcher.engine.containers import LABEL_LAUNCHER, ContainerSpec
+from launcher.engine.supervisor import KILLED_EXIT, STOPPED_EXIT, Supervisor
 from launcher.errors import LaunchError
-from launcher.fleet import FleetOptions, plan
-from launcher.fleet_run import WORKER_ENV, FleetSupervisor, worker_containers
-from launcher.supervisor import KILLED_EXIT, STOPPED_EXIT, Supervisor
+from launcher.fleet.plan import FleetOptions, plan
+from launcher.fleet.run import WORKER_ENV, FleetSupervisor, worker_containers
 from validator.errors import ExitCode
 
 WAIT = 30  # seconds a stand-in container waits for a stop before the test fails

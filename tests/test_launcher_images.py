@@ -12,9 +12,8 @@ import pytest
 from docker.errors import ImageNotFound
 
 from devkit.validator_cli import REPO_ROOT
-from launcher import pulls
-from launcher.errors import LaunchError
-from launcher.images import (
+from launcher.engine import pulls
+from launcher.engine.images import (
     PRODUCTION_BASE,
     BuildSpec,
     base_unavailable,
@@ -24,6 +23,7 @@ from launcher.images import (
     pull_failure_reason,
     source_hash,
 )
+from launcher.errors import LaunchError
 
 BASE = "mambaorg/micromamba:2.3.3-cuda12.6.3-ubuntu22.04"
 # The same base named by a digest: what a build needs (a tag is what a registry can move).
@@ -124,7 +124,7 @@ class StandInClient:
 def test_a_pull_error_in_the_stream_is_the_one_line_and_no_build_starts(
     tmp_path, capsys, monkeypatch
 ):
-    # The pull's own connection to the engine (launcher/pulls.py) is the stand-in's API.
+    # The pull's own connection to the engine (launcher/engine/pulls.py) is the stand-in's API.
     monkeypatch.setattr(pulls, "own_api", lambda client: nullcontext(client.api))
     client = StandInClient(
         pull_chunks=[{"status": "Pulling from mambaorg/micromamba"}, {"error": "toomanyrequests"}],

@@ -1,5 +1,5 @@
-"""launcher/supervisor.py and launcher/docker_errors.py without a Docker engine: a stand-in
-client whose containers exit with the codes a test gives."""
+"""launcher/engine/supervisor.py and launcher/engine/docker_errors.py without a Docker engine: a
+stand-in client whose containers exit with the codes a test gives."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from docker.errors import APIError, DockerException
 
-from launcher.containers import ContainerSpec
-from launcher.docker_errors import docker_client, refused_to_run
+from launcher.engine.containers import ContainerSpec
+from launcher.engine.docker_errors import docker_client, refused_to_run
+from launcher.engine.supervisor import MAX_SIGNAL_RESTARTS, Supervisor
 from launcher.errors import LaunchError
-from launcher.supervisor import MAX_SIGNAL_RESTARTS, Supervisor
 from validator.errors import ExitCode
 
 
@@ -205,7 +205,7 @@ def test_an_unreachable_engine_is_one_line(monkeypatch):
     def no_engine():
         raise DockerException("Error while fetching server API version")
 
-    monkeypatch.setattr("launcher.docker_errors.docker.from_env", no_engine)
+    monkeypatch.setattr("launcher.engine.docker_errors.docker.from_env", no_engine)
     with pytest.raises(LaunchError, match="^cannot reach the Docker engine .*docker group") as e:
         docker_client()
     assert e.value.exit_code == ExitCode.OPERATOR

@@ -137,6 +137,19 @@ def test_the_host_lock_covers_what_its_requirements_bring():
     assert {"docker", "cryptography", "pydantic-core", "urllib3"} <= seen
 
 
+def test_the_host_takes_what_it_runs_at_the_runtimes_ranges():
+    # The loop's own (its metrics, the report's plots) run in the module's image, not on the
+    # host; a package both name has one range, the runtime's.
+    host = {Requirement(line).name.lower(): Requirement(line) for line in _requirement_lines(
+        REPO_ROOT / HOST_INPUT)}  # fmt: skip
+    runtime = {Requirement(line).name.lower(): Requirement(line) for line in _requirement_lines(
+        REPO_ROOT / "requirements.txt")}  # fmt: skip
+    assert not {"matplotlib", "prometheus-client", "blake3"} & set(host)
+    assert {name: host[name].specifier for name in host.keys() & runtime.keys()} == {
+        name: runtime[name].specifier for name in host.keys() & runtime.keys()
+    }
+
+
 def _requirement_lines(path):
     for line in path.read_text().splitlines():
         line = line.split("#")[0].strip()

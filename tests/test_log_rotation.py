@@ -1,6 +1,6 @@
-"""Every container of the validator rotates its log: run.py's (launcher/containers.py), on an
+"""Every container of the validator rotates its log: run.py's (launcher/engine/containers.py), on an
 engine whose default driver is Docker's own json-file (which never rotates), and every service
-of the committed Compose files (launcher/compose_services.py), at 5 files of 10 MB unless the
+of the committed Compose files (launcher/deploy/compose_services.py), at 5 files of 10 MB unless the
 host's environment says otherwise. The engine's view of both: tests/test_docker_launcher.py and
 tests/test_docker_compose.py; Kubernetes pods: the kubelet's rotation (docs/kubernetes.md)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.containers import ContainerSpec
+from launcher.engine.containers import ContainerSpec
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILES = ("compose.yaml", "compose.gpus.yaml")

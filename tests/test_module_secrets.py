@@ -11,8 +11,9 @@ import pytest
 
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import API_KEY, loop_args, run_validator, validator_env
-from launcher.cli import LaunchOptions
-from launcher.containers import ContainerSpec
+from launcher.commands.image_choice import ImageChoice
+from launcher.commands.launch import Launch
+from launcher.engine.containers import ContainerSpec
 from launcher.errors import UsageError
 from validator.spec import ModuleSpec
 
@@ -111,17 +112,28 @@ def test_a_declared_secret_reaches_the_module_stripped_and_is_never_logged(tmp_p
 # --- the launcher's side: what the container is given ------------------------------------------
 
 
-def options(**given) -> LaunchOptions:
-    defaults = dict(
-        passthrough=[],
-        module="secretive",
-        gpus=None,
+def options(**given) -> Launch:
+    image = ImageChoice(
         image=None,
         rebuild=False,
-        build_only=False,
+        pull=False,
+        release_channel="https://github.com/FLock-io/flock-validator",
+        registry="ghcr.io/flock-io",
         base_image="local/base:bookworm",
         env_installer="pip",
         pip_options="",
+        lock="cpu",
+    )
+    defaults = dict(
+        passthrough=[],
+        module="secretive",
+        image=image,
+        gpus=None,
+        gpus_per_worker=None,
+        workers=None,
+        plan=False,
+        build_only=False,
+        follow_releases=False,
         config_dir=Path("configs"),
         state_volume=None,
         hf_cache_volume=None,
@@ -133,10 +145,10 @@ def options(**given) -> LaunchOptions:
         hf_token="hf_TESTnotforthismodule",
         check_file=None,
     )
-    return LaunchOptions(**{**defaults, **given})
+    return Launch(**{**defaults, **given})
 
 
-def container(spec: ModuleSpec, launch: LaunchOptions) -> ContainerSpec:
+def container(spec: ModuleSpec, launch: Launch) -> ContainerSpec:
     return launch.container(spec, "flock-validator-test:1")
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from launcher.cli import module_spec
-from launcher.compose import main as compose_main
-from launcher.compose import render, specs_with_files
+from launcher.commands.launch import module_spec
+from launcher.deploy.compose import write_compose
+from launcher.deploy.compose_services import render, specs_with_files
 from launcher.errors import UsageError
 from validator.errors import ConfigError, UnknownModuleError
 from validator.spec import (
@@ -137,15 +137,15 @@ def test_the_committed_compose_files_are_what_the_specs_say():
     compose, cpu = render(specs_with_files(REPO_ROOT))
     assert (REPO_ROOT / "compose.yaml").read_text() == compose, "run `make compose`"
     assert (REPO_ROOT / "compose.cpu.yaml").read_text() == cpu, "run `make compose`"
-    assert compose_main(["--check", "--repo", str(REPO_ROOT)]) == 0
+    assert write_compose(REPO_ROOT, True, None, None) == 0
 
 
 def test_a_spec_change_makes_the_compose_files_stale_until_regenerated(tmp_path, capsys):
     write_module(tmp_path, "alpha", "name: alpha\n")
-    assert compose_main(["--repo", str(tmp_path)]) == 0
-    assert compose_main(["--check", "--repo", str(tmp_path)]) == 0
+    assert write_compose(tmp_path, False, None, None) == 0
+    assert write_compose(tmp_path, True, None, None) == 0
     (tmp_path / "modules" / "alpha" / "module.yaml").write_text("name: alpha\ngpu: true\n")
-    assert compose_main(["--check", "--repo", str(tmp_path)]) == 1
+    assert write_compose(tmp_path, True, None, None) == 1
     assert "compose.yaml is not what the module specs say" in capsys.readouterr().err
 
 

@@ -15,8 +15,8 @@ import stat
 import pytest
 from click.testing import CliRunner
 
-from launcher import doctor as host_doctor
-from launcher.toolkit import NAME, parse_version, toolkit_row
+from launcher.commands.doctor import doctor as host_doctor
+from launcher.doctor.toolkit import NAME, parse_version, toolkit_row
 from validator.spec import REPO_ROOT, load_spec
 
 pytestmark = pytest.mark.integration  # the doctor runs the stand-ins as child processes
@@ -54,7 +54,7 @@ def stand_in(folder, name: str, output: str, code: int = 0) -> str:
 
 def host_rows(bin_dir) -> dict[str, tuple[str, str]]:
     env = {"DOCKER_HOST": NOWHERE, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    result = CliRunner().invoke(host_doctor.main, ["--timeout", "20"], env=env)
+    result = CliRunner().invoke(host_doctor, ["--timeout", "20"], env=env)
     assert "Traceback" not in result.output, result.output
     rows = {}
     for line in result.output.splitlines()[1:-1]:

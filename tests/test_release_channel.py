@@ -1,4 +1,4 @@
-"""A hostile releases' channel (launcher/release_channel.py, issue 40's attack): it answers
+"""A hostile releases' channel (launcher/release/channel.py, issue 40's attack): it answers
 before any signature is checked (a mirror given with --release-channel, anyone on the path of a
 plain-http one), so what it sends is read through the validator's bounded reader: one overall
 deadline for a trickle, the `release.listing` and `release.asset` caps for padding, the bounded
@@ -13,15 +13,15 @@ import tracemalloc
 import pytest
 
 from devkit.release_channel import ReleaseKey
-from launcher import release_channel
-from launcher.release import ReleaseRefused, trusted_keys
-from launcher.release_channel import (
+from launcher.release import channel as release_channel
+from launcher.release.channel import (
     MAX_LISTING_BYTES,
     Channel,
     ReleaseUnavailable,
     fetch_release,
     newer_versions,
 )
+from launcher.release.manifest import ReleaseRefused, trusted_keys
 from tests.helpers.hostile_server import HostileServer, answer
 
 REPOSITORY = "FLock-io/flock-validator"
@@ -55,7 +55,7 @@ def test_a_trickling_channel_is_abandoned_at_its_overall_deadline(monkeypatch):
 def test_deep_nesting_from_the_channel_is_refused_not_a_crash(tmp_path, what):
     # Before: RecursionError out of json.loads, past every except clause (run.py: a traceback,
     # exit 1; the follower's thread: dead).
-    (tmp_path / "launcher").mkdir()
+    (tmp_path / "launcher" / "release").mkdir(parents=True)
     key = ReleaseKey()
     key.trust_in(tmp_path)
     files = key.release("0.1.1", {"fixture": "sha256:" + "e" * 64}).files
@@ -71,7 +71,7 @@ def test_deep_nesting_from_the_channel_is_refused_not_a_crash(tmp_path, what):
             with pytest.raises(ReleaseUnavailable, match="nests deeper than the 64 levels"):
                 newer_versions(channel_of(server), "0.1.0")
         else:
-            keys = trusted_keys(tmp_path / "launcher" / "release_keys.json")
+            keys = trusted_keys(tmp_path / "launcher" / "release" / "release_keys.json")
             with pytest.raises(ReleaseRefused, match="release.json.sig is not a signature"):
                 fetch_release(channel_of(server), "0.1.1", keys)
 

@@ -1,20 +1,31 @@
-"""A release's signed manifest (launcher/release.py) and its channel (launcher/release_channel.py,
-against devkit's stand-in on 127.0.0.1): what verifies, what is refused in one line, and what
-counts as not published (the caller builds here). The trust anchor is the checkout's own
-keys file, which no option or environment variable adds to."""
+"""A release's signed manifest (launcher/release/manifest.py) and its channel
+(launcher/release/channel.py, against devkit's stand-in on 127.0.0.1): what verifies, what is
+refused in one line, and what counts as not published (the caller builds here). The trust anchor
+is the checkout's own keys file, which no option or environment variable adds to."""
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import yaml
 
 from devkit.release_channel import ASSETS, LocalReleaseChannel, Release, ReleaseKey
-from launcher import release, release_cli
-from launcher.published import repository
-from launcher.release import (
+from launcher.commands import release as release_command
+from launcher.deploy.release_files import deploy_files
+from launcher.options import PRODUCTION_BASE
+from launcher.release import maintain
+from launcher.release import manifest as release
+from launcher.release.channel import (
+    Channel,
+    ReleaseUnavailable,
+    _redirected,
+    fetch_release,
+    newer_versions,
+)
+from launcher.release.manifest import (
     KEYS_FILE,
     MANIFEST,
     SIGNATURE,
@@ -24,13 +35,8 @@ from launcher.release import (
     verify,
     version_key,
 )
-from launcher.release_channel import (
-    Channel,
-    ReleaseUnavailable,
-    _redirected,
-    fetch_release,
-    newer_versions,
-)
+from launcher.release.published import repository
+from tests.helpers.run_py import run_py
 from validator.spec import REPO_ROOT
 
 DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
@@ -39,9 +45,9 @@ DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 @pytest.fixture
 def key(tmp_path):
     made = ReleaseKey()
-    (tmp_path / "launcher").mkdir()
+    (tmp_path / "launcher" / "release").mkdir(parents=True)
     made.trust_in(tmp_path)
-    return made, trusted_keys(tmp_path / "launcher" / "release_keys.json")
+    return made, trusted_keys(tmp_path / "launcher" / "release" / "release_keys.json")
 
 
 def test_a_signed_release_verifies_and_names_its_digests(key):
@@ -85,7 +91,7 @@ def test_what_does_not_verify_is_refused_in_one_line(key, change, words):
 
 
 def test_a_keys_file_edited_wrong_is_refused(tmp_path, key):
-    path = tmp_path / "launcher" / "release_keys.json"
+    path = tmp_path / "launcher" / "release" / "release_keys.json"
     entries = json.loads(path.read_text())
     entries["keys"][0]["id"] = "0" * 16  # an id that is not the key's
     path.write_text(json.dumps(entries))
@@ -97,12 +103,12 @@ def test_the_trust_anchor_is_the_checkouts_file_and_nothing_else():
     # The file beside the launcher's code: no option names another, and the code that reads
     # and checks releases reads no environment variable (one in an attacker's reach would
     # otherwise make a host trust their images).
-    assert KEYS_FILE == (REPO_ROOT / "launcher" / "release_keys.json").resolve()
+    assert KEYS_FILE == (REPO_ROOT / "launcher" / "release" / "release_keys.json").resolve()
     assert KEYS_FILE.is_file()
-    for name in ("release.py", "release_channel.py"):
+    for name in ("release/manifest.py", "release/channel.py"):
         text = (REPO_ROOT / "launcher" / name).read_text()
         assert "os.environ" not in text and "getenv" not in text, name
-    assert "release_keys" not in (REPO_ROOT / "launcher" / "cli.py").read_text()
+    assert "release_keys" not in (REPO_ROOT / "launcher" / "commands" / "run.py").read_text()
 
 
 def test_channel_addresses_are_githubs():
@@ -148,59 +154,61 @@ def test_a_release_writes_compose_and_kubernetes_by_digest(key, tmp_path):
     digests = {name: f"sha256:{i:064x}" for i, name in enumerate(("llm_judge", "lora", "rl"))}
     files = made.release("0.1.0", digests).files
     manifest = verify(files[MANIFEST], files[SIGNATURE], "0.1.0", keys)
-    written = release_cli.deploy_files(REPO_ROOT, manifest)
-    compose = yaml.safe_load(written[release_cli.Path("compose.yaml")])
+    written = deploy_files(REPO_ROOT, manifest)
+    compose = yaml.safe_load(written[Path("compose.yaml")])
     for name, digest in digests.items():
         service = compose["services"][f"validator-{name}"]
         assert service["image"] == (
             f"${{VALIDATOR_IMAGE_REGISTRY:-ghcr.io/flock-io}}/flock-validator-{name}@{digest}"
         )
         assert "build" not in service  # the signed image or nothing, never a build under its name
-    gpus = yaml.safe_load(written[release_cli.Path("compose.gpus.yaml")])
+    gpus = yaml.safe_load(written[Path("compose.gpus.yaml")])
     assert all("@sha256:" in s["image"] and "build" not in s for s in gpus["services"].values())
-    base = yaml.safe_load(written[release_cli.Path("deploy/kubernetes/base/kustomization.yaml")])
+    base = yaml.safe_load(written[Path("deploy/kubernetes/base/kustomization.yaml")])
     assert base["images"] == [
         {"name": f"ghcr.io/flock-io/flock-validator-{name}", "digest": digest}
         for name, digest in digests.items()
     ]
 
 
-def test_the_release_cli_signs_what_the_checkouts_keys_verify(tmp_path, monkeypatch, capsys):
-    keys = tmp_path / "launcher" / "release_keys.json"
-    keys.parent.mkdir()
+def test_the_release_command_signs_what_the_checkouts_keys_verify(tmp_path, monkeypatch):
+    keys = tmp_path / "launcher" / "release" / "release_keys.json"
+    keys.parent.mkdir(parents=True)
     keys.write_text('{"keys": []}\n')
-    monkeypatch.setattr(release_cli, "KEYS_FILE", keys)
-    monkeypatch.setattr(release_cli, "trusted_keys", lambda: trusted_keys(keys))
+    monkeypatch.setattr(maintain, "KEYS_FILE", keys)
+    monkeypatch.setattr(release_command, "trusted_keys", lambda: trusted_keys(keys))
     private = tmp_path / "release.pem"
-    assert release_cli.main(["keygen", str(private)]) == 0
+    made = run_py("release", "keygen", str(private))
+    assert made.exit_code == 0 and "added key" in made.stdout
     assert os.stat(private).st_mode & 0o777 == 0o600
-    assert "added key" in capsys.readouterr().out
     digests = [f"--digest={n}={DIGEST_A}" for n in ("llm_judge", "lora", "rl")]
-    assert release_cli.main(["manifest", *digests, "--commit", "abc1234"]) == 0
+    made = run_py("release", "manifest", *digests, "--commit", "abc1234")
+    assert made.exit_code == 0
     manifest = tmp_path / "release.json"
-    manifest.write_bytes(capsys.readouterr().out.encode())
-    monkeypatch.setenv(release_cli.KEY_ENV, private.read_text())
-    assert release_cli.main(["sign", str(manifest)]) == 0
+    manifest.write_bytes(made.stdout_bytes)
+    signing = {maintain.KEY_ENV: private.read_text()}
+    assert run_py("release", "sign", str(manifest), **signing).exit_code == 0
     signature = tmp_path / "release.json.sig"
-    assert release_cli.main(["verify", str(manifest), str(signature)]) == 0
+    assert run_py("release", "verify", str(manifest), str(signature)).exit_code == 0
     manifest.write_text(manifest.read_text().replace("abc1234", "abc1235"))
-    assert release_cli.main(["verify", str(manifest), str(signature)]) == 3
-    assert "the signature of its release.json is wrong" in capsys.readouterr().err
-    assert release_cli.main(["manifest", "--digest", f"rl={DIGEST_A}", "--commit", "abc1"]) == 2
-    assert "no --digest for llm_judge, lora" in capsys.readouterr().err
+    refused = run_py("release", "verify", str(manifest), str(signature))
+    assert refused.exit_code == 3
+    assert "the signature of its release.json is wrong" in refused.stderr
+    refused = run_py("release", "manifest", "--digest", f"rl={DIGEST_A}", "--commit", "abc1")
+    assert refused.exit_code == 2 and "error: no --digest for llm_judge, lora" in refused.stderr
 
 
 def test_pin_base_names_the_production_base_by_digest_everywhere(tmp_path):
-    tag = release_cli.PRODUCTION_BASE
-    for name in release_cli.BASE_FILES:
+    tag = PRODUCTION_BASE
+    for name in maintain.BASE_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text((REPO_ROOT / name).read_text())
-    changed = release_cli.pin_base(tmp_path, DIGEST_A)
-    assert len(changed) == len(release_cli.BASE_FILES)
-    for name in release_cli.BASE_FILES:
+    changed = maintain.pin_base(tmp_path, DIGEST_A)
+    assert len(changed) == len(maintain.BASE_FILES)
+    for name in maintain.BASE_FILES:
         text = (tmp_path / name).read_text()
         assert f"{tag}@{DIGEST_A}" in text and text.count(tag) == text.count(f"{tag}@{DIGEST_A}")
-    release_cli.pin_base(tmp_path, DIGEST_B)  # again: the digest replaced, not appended
+    maintain.pin_base(tmp_path, DIGEST_B)  # again: the digest replaced, not appended
     assert f"{tag}@{DIGEST_B}" in (tmp_path / "docker/Dockerfile").read_text()
     assert DIGEST_A not in (tmp_path / "docker/Dockerfile").read_text()
 

@@ -23,21 +23,20 @@ from devkit.docker_env import launcher_env, make_module_repo, run_py_command
 from devkit.local_registry import LocalRegistry, free_port
 from devkit.local_registry import push_image as push
 from devkit.release_channel import LocalReleaseChannel, Release, ReleaseKey
-from launcher import pulls
+from launcher.deploy.release_files import deploy_files, write_files
+from launcher.engine import pulls
+from launcher.engine.images import BuildSpec, ensure_base, source_hash
 from launcher.errors import LaunchError, UsageError
-from launcher.follow import Follower
-from launcher.images import BuildSpec, ensure_base, source_hash
-from launcher.published import (
-    DEFAULT_REGISTRY,
-    REGISTRY_ENV,
+from launcher.options import DEFAULT_REGISTRY, REGISTRY_ENV
+from launcher.release.channel import Channel
+from launcher.release.follow import Follower
+from launcher.release.manifest import SIGNATURE, ReleaseManifest, ReleaseRefused, trusted_keys
+from launcher.release.published import (
     checkout_version,
     published_image,
     pull_release,
     release_outputs,
 )
-from launcher.release import SIGNATURE, ReleaseManifest, ReleaseRefused, trusted_keys
-from launcher.release_channel import Channel
-from launcher.release_cli import deploy_files, write_files
 from tests.helpers.docker_env import require_engine
 from tests.helpers.hostile_server import HostileServer, answer
 from validator.spec import REPO_ROOT
@@ -306,7 +305,7 @@ def test_a_trickling_registry_is_abandoned_and_the_engine_cancels_the_pull(
             yield answer(b"", "404 Not Found")
 
     key = ReleaseKey()
-    (tmp_path / "launcher").mkdir()
+    (tmp_path / "launcher" / "release").mkdir(parents=True)
     key.trust_in(tmp_path)
     with HostileServer(respond) as registry, LocalReleaseChannel() as channel:
         owner = f"127.0.0.1:{registry.port}/fv-attack"

@@ -1,7 +1,9 @@
 """The layout is the architecture (docs/development.md, "Layout"): the kit is the module authors'
 door and holds nothing else, nothing outside it reaches past that door into its files, and the
-rooms below it (the sandbox, outbound) never import what stands above them. Read from the code's
-own import statements, so a new import that breaks a rule fails here, naming the file."""
+rooms below it (the sandbox, outbound) never import what stands above them; the launcher's rooms
+import only the rooms below them, and no two of its files import each other, even by a detour.
+Read from the code's own import statements, so a new import that breaks a rule fails here,
+naming the file."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from devkit.validator_cli import REPO_ROOT
 from validator import kit
+from validator._moved import ALIASES
 
 VALIDATOR = REPO_ROOT / "validator"
 KIT = VALIDATOR / "kit"
@@ -43,6 +46,28 @@ BELOW = {
         "validator.sandbox",
     },
 }
+
+
+LAUNCHER = REPO_ROOT / "launcher"
+# Each of the launcher's rooms, and the rooms it may import besides its own: the commands stand
+# on top; the doctor and the deployment files it writes above the fleet and the releases, which
+# stand side by side (neither imports the other) on the Docker engine's side.
+LAUNCHER_BELOW = {
+    "launcher.commands": {
+        "launcher.doctor",
+        "launcher.deploy",
+        "launcher.fleet",
+        "launcher.release",
+        "launcher.engine",
+    },
+    "launcher.doctor": {"launcher.fleet", "launcher.engine"},
+    "launcher.deploy": {"launcher.fleet", "launcher.release", "launcher.engine"},
+    "launcher.fleet": {"launcher.engine"},
+    "launcher.release": {"launcher.engine"},
+    "launcher.engine": set(),
+}
+# What every room may import: the launcher's errors and its options, which import no room.
+LAUNCHER_BASE = {"launcher", "launcher.errors", "launcher.options"}
 
 
 def python_files(*places: Path) -> list[Path]:
@@ -135,3 +160,66 @@ def test_the_sandbox_never_imports_the_kit_and_its_child_side_runs_without_the_v
         if any(room_of(module) == "validator.kit" for module, _ in imports(path))
     ]
     assert kit_users == []
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_every_file_of_the_launcher_lives_in_a_room():
+    # Beside the base, only the earlier `python -m launcher.X` spellings (validator/_moved.py).
+    moved = {a.old.split()[-1] for a in ALIASES if a.old.startswith("python -m launcher.")}
+    loose = {module_name(path) for path in LAUNCHER.glob("*.py")} - LAUNCHER_BASE - moved
+    assert loose == set(), "give it a room (docs/development.md, Layout)"
+    assert {path.name for path in LAUNCHER.iterdir() if path.is_dir()} - {"__pycache__"} == {
+        room.split(".")[1] for room in LAUNCHER_BELOW
+    }
+
+
+def test_the_launchers_rooms_import_only_the_rooms_below_them():
+    upward: list[str] = []
+    for room, allowed in LAUNCHER_BELOW.items():
+        for path in python_files(LAUNCHER / room.split(".")[1]):
+            for module, names in imports(path):
+                targets = [f"{module}.{name}" for name in names] if module == "launcher" else []
+                for target in targets or [module]:
+                    if not target.startswith("launcher"):
+                        continue
+                    if room_of(target) not in allowed | {room} | LAUNCHER_BASE:
+                        upward.append(f"{rel(path)}: {target}")
+    base_files = [LAUNCHER / f"{name.split('.')[-1]}.py" for name in LAUNCHER_BASE - {"launcher"}]
+    base = [
+        f"{rel(path)}: {module}"
+        for path in base_files
+        for module, _ in imports(path)
+        if module.startswith("launcher")
+    ]
+    assert upward == [] and base == []
+
+
+def test_no_launcher_file_imports_itself_back():
+    graph: dict[str, set[str]] = {}
+    for path in python_files(LAUNCHER):
+        found = set()
+        for module, names in imports(path):
+            if module == "launcher":
+                found |= {f"launcher.{name}" for name in names}
+            elif module.startswith("launcher."):
+                found.add(module)
+        graph[module_name(path)] = found
+    circles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        for target in sorted(graph.get(node, ())):
+            if target in trail:
+                circles.append([*trail[trail.index(target) :], target])
+            elif target in graph and target not in done:
+                visit(target, [*trail, target])
+        done.add(node)
+
+    done: set[str] = set()
+    for start in sorted(graph):
+        if start not in done:
+            visit(start, [start])
+    assert circles == []

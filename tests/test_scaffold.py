@@ -96,6 +96,7 @@ def test_its_image_builds_and_compose_lists_its_service(scaffolded, engine):
         ("class", "a Python keyword"),
         ("_hidden", "private"),
         ("naïve", "not a valid module name"),
+        ("doctor", r"is a command \(python run.py doctor\)"),
     ],
 )
 def test_it_refuses_taken_and_invalid_names_writing_nothing(name, message):

@@ -115,6 +115,6 @@ def test_a_module_with_its_own_dependency_is_tested_in_its_own_venv(tmp_path):
         p for p in changed if p.startswith("deploy/kubernetes/")
     }, sorted(changed)
     assert {f"configs/{NAME}.json", f"requirements-{NAME}.txt", "compose.yaml"} <= changed
-    for check in ("devkit.requirements", "launcher.compose", "launcher.kubernetes"):
-        done = run(repo, sys.executable, "-m", check, "--check")
+    for check in (["-m", "devkit.requirements"], ["run.py", "compose"], ["run.py", "kubernetes"]):
+        done = run(repo, sys.executable, *check, "--check")
         assert done.returncode == 0, (check, done.stderr)

@@ -1,13 +1,13 @@
-"""Which container a start may take over (launcher/takeover.py): one whose run.py is known to be
-gone, never one whose run.py is alive or cannot be told (another host, another pid namespace,
-an earlier launcher's container without the label). The take-over itself, through run.py and
-the engine: tests/faults/test_moves.py."""
+"""Which container a start may take over (launcher/engine/takeover.py): one whose run.py is known to
+be gone, never one whose run.py is alive or cannot be told (another host, another pid namespace, an
+earlier launcher's container without the label). The take-over itself, through run.py and the
+engine: tests/faults/test_moves.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.takeover import LABEL_OWNER, launcher_gone, owner_labels
+from launcher.engine.takeover import LABEL_OWNER, launcher_gone, owner_labels
 
 
 def test_this_run_py_is_alive_and_one_that_ended_is_gone():

@@ -18,13 +18,14 @@ import click
 import pytest
 from docker.errors import APIError, DockerException, ImageNotFound
 
-from launcher import pulls
-from launcher.docker_errors import refused_to_run, unreachable
+from launcher.engine import pulls
+from launcher.engine.docker_errors import refused_to_run, unreachable
+from launcher.engine.images import base_unavailable
+from launcher.engine.supervisor import EXIT_MESSAGES, KILLED_EXIT, killed_in_a_row
 from launcher.errors import LaunchError
-from launcher.fleet import FleetOptions, gpu_groups
-from launcher.images import base_unavailable
-from launcher.published import pull_release, pull_verified
-from launcher.release import (
+from launcher.fleet.plan import FleetOptions, gpu_groups
+from launcher.release.channel import Channel
+from launcher.release.manifest import (
     MANIFEST,
     SIGNATURE,
     ReleaseManifest,
@@ -32,8 +33,7 @@ from launcher.release import (
     trusted_keys,
     verify,
 )
-from launcher.release_channel import Channel
-from launcher.supervisor import EXIT_MESSAGES, KILLED_EXIT, killed_in_a_row
+from launcher.release.published import pull_release, pull_verified
 from validator import errors
 from validator.config import read_json_object, resolve_config
 from validator.errors import ExitCode, outcome_of
@@ -208,18 +208,19 @@ def _no_spec(tmp_path: Path) -> Produced:
 
 
 def _unverified(tmp_path: Path, change: str) -> Produced:
-    """The line of a release that does not verify (launcher/release.py), signed with a key made
+    """The line of a release that does not verify (launcher/release/manifest.py), signed with a key
+    made
     here: by a key this checkout does not trust, or a manifest changed after signing."""
     from devkit.release_channel import ReleaseKey
 
     made, checkout = ReleaseKey(), tmp_path / change
-    (checkout / "launcher").mkdir(parents=True)
+    (checkout / "launcher" / "release").mkdir(parents=True)
     (ReleaseKey() if change == "untrusted" else made).trust_in(checkout)
     files = made.release("0.1.1", {"rl": DIGEST}).files
     manifest = files[MANIFEST]
     if change == "tampered":
         manifest = manifest.replace(DIGEST.encode(), ("sha256:" + "b" * 64).encode())
-    keys = trusted_keys(checkout / "launcher" / "release_keys.json")
+    keys = trusted_keys(checkout / "launcher" / "release" / "release_keys.json")
     with pytest.raises(ReleaseRefused) as raised:
         verify(manifest, files[SIGNATURE], "0.1.1", keys)
     return _launch(raised.value)
@@ -256,7 +257,7 @@ def _not_pulled(error: str) -> Produced:
 
 def _release_not_had(monkeypatch) -> Produced:
     """run.py --pull when this checkout trusts no release key yet (nothing is asked)."""
-    monkeypatch.setattr("launcher.release_channel.trusted_keys", dict)
+    monkeypatch.setattr("launcher.release.channel.trusted_keys", dict)
     channel = Channel("https://github.com/FLock-io/flock-validator")
     with pytest.raises(ReleaseRefused) as raised:
         pull_verified(None, "ghcr.io/flock-io", "rl", "0.1.0", channel)  # type: ignore[arg-type]
@@ -264,16 +265,16 @@ def _release_not_had(monkeypatch) -> Produced:
 
 
 def _run_py_usage(*args: str) -> Produced:
-    """What run.py's command line says of `args` (launcher/cli.py; one line, exit 2)."""
-    from launcher.cli import main
+    """What run.py's command line says of `args` (launcher/commands/run.py; one line, exit 2)."""
+    from launcher.commands.run import run
 
     with pytest.raises(click.UsageError) as raised:
-        main.make_context("run.py", list(args))
+        run.make_context("run.py", list(args))
     return raised.value.format_message(), raised.value.exit_code
 
 
 def _host_config(tmp_path: Path) -> Produced:
-    from launcher.cli import check_configs
+    from launcher.commands.launch import check_configs
 
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "rl.json").write_text(json.dumps({"seeed": 1}))
@@ -284,12 +285,12 @@ def _host_config(tmp_path: Path) -> Produced:
 
 def _old_driver(monkeypatch) -> Produced:
     """What run.py says of an R535 driver (nvidia-smi cannot run here: its reading stands in)."""
-    from launcher import driver
+    from launcher.doctor import driver
 
     monkeypatch.setattr(driver, "read_driver", lambda: ((535, 183, 1), ""))
     verdict = driver.check_driver(load_module_spec("lora"))
     assert not verdict.ok and verdict.known
-    return verdict.line, int(ExitCode.OPERATOR)  # launcher/cli.py raises it as LaunchError
+    return verdict.line, int(ExitCode.OPERATOR)  # launcher/commands/run.py raises it as LaunchError
 
 
 def _setup_fails() -> Produced:
@@ -391,8 +392,8 @@ class _FailedMove:
 
 
 def _old_volume(used: bool) -> Produced:
-    from launcher.fleet import Worker
-    from launcher.volumes import _move
+    from launcher.fleet.plan import Worker
+    from launcher.fleet.volumes import _move
 
     worker = Worker(0, "flock-validator-lora", "0", "flock-validator-lora-state", None, None)
     with pytest.raises(LaunchError) as raised:

@@ -125,6 +125,11 @@ ALIASES: tuple[Alias, ...] = (
     ),
     # What else a person writes: a command, a declaration, a config key, an argument.
     _said("python -m validator new-module", "python -m devkit.scaffold NAME", "0.3"),
+    _said("python run.py MODULE report", "python run.py report MODULE", "0.3"),
+    _said("python -m launcher.release_cli", "python run.py release", "0.3"),
+    _said("python -m launcher.published", "python run.py release", "0.3"),
+    _said("python -m launcher.compose", "python run.py compose", "0.3"),
+    _said("python -m launcher.kubernetes", "python run.py kubernetes", "0.3"),
     _said("MODULE.task_type", "task_type in the module's module.yaml", "0.3"),
     _said(
         "llm_judge's prompt_files",

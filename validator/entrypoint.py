@@ -37,33 +37,22 @@ from validator.observe import telemetry
 from validator.observe.drift import start_drift_watch
 from validator.observe.logs import adopt_library_loggers, setup_logging
 from validator.observe.observer import Observer
-from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS, StatusServer
+from validator.observe.status_server import StatusServer
 from validator.options import (
-    CONFIG_DIR_ENV,
-    HF_CACHE_BUDGET_ENV,
-    MIN_FREE_MB_OPTION,
-    POSITIVE_SECONDS,
-    api_url_option,
-    config_dir_option,
-    finite,
-    flock_api_key_option,
     gathered_secrets,
     given_unstripped,
-    hf_token_option,
     missing_for_module,
     secret_names,
-    state_dir_option,
-    task_ids_option,
 )
 from validator.outbound.deadline import set_stop_event
 from validator.registry import load_module_class, load_module_spec, module_roots
 from validator.run_context import RunContext, install_run
+from validator.run_options import run_options
 from validator.runner import Interrupted, LoopSettings, Runner
 from validator.scoring import ModulePool
-from validator.shard import SHARD_ENV, describe_lookups, parse_shard, shard_task_ids
+from validator.shard import describe_lookups, parse_shard, shard_task_ids
 from validator.spec import ModuleSpec, readable_modules
 from validator.state.journal import Journal
-from validator.state.records import DEFAULT_KEEP
 from validator.state.store import lock_timeout_from_env
 
 log = logging.getLogger(__name__)
@@ -73,109 +62,7 @@ log = logging.getLogger(__name__)
 # Both from the environment too, so that a module's image runs with no command at all (a pod):
 # the image sets VALIDATOR_MODULE, the operator TASK_IDS (the name compose.yaml reads).
 @click.argument("module", envvar="VALIDATOR_MODULE")
-@task_ids_option("Comma-separated task ids to validate (positive whole numbers), e.g. 12,34.")
-@flock_api_key_option()
-@hf_token_option("HuggingFace token; required by modules that declare it (lora).")
-@click.option(
-    "--time-sleep",
-    envvar="TIME_SLEEP",
-    type=POSITIVE_SECONDS,
-    default=180.0,
-    show_default=True,
-    help="Seconds to wait after an unexpected API answer.",
-)
-@click.option(
-    "--assignment-lookup-interval",
-    envvar="ASSIGNMENT_LOOKUP_INTERVAL",
-    type=POSITIVE_SECONDS,
-    default=180.0,
-    show_default=True,
-    help="Minimum seconds between two lookups of one task.",
-)
-@click.option("--debug", is_flag=True, help="Verbose logs (secrets are still never shown).")
-@api_url_option()
-@click.option(
-    "--max-assignments",
-    type=click.IntRange(min=1),
-    help="Exit 0 after this many assignments were finished.",
-)
-@click.option(
-    "--check",
-    "check_input",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Score one input JSON locally and print the metrics; nothing is submitted.",
-)
-@state_dir_option("Where the journal lives.")
-@config_dir_option("Module and task configs [default: ./configs].", CONFIG_DIR_ENV)
-@MIN_FREE_MB_OPTION
-@click.option(
-    "--http-port",
-    envvar="VALIDATOR_HTTP_PORT",
-    type=click.IntRange(min=0, max=65535),
-    default=None,
-    help="Serve the status page, /metrics and /healthz on this port (0: any free port).",
-)
-@click.option(
-    "--http-host",
-    envvar="VALIDATOR_HTTP_HOST",
-    default=DEFAULT_HOST,
-    show_default=True,
-    help="Address the status page listens on; the page shows what the validator does.",
-)
-@click.option(
-    "--health-stale-seconds",
-    envvar="VALIDATOR_HEALTH_STALE_SECONDS",
-    type=finite(1),
-    default=DEFAULT_STALE_SECONDS,
-    show_default=True,
-    help="/healthz answers 503 when the loop made no progress for this long.",
-)
-@click.option(
-    "--records-keep",
-    envvar="VALIDATOR_RECORDS_KEEP",
-    type=click.IntRange(min=1),
-    default=DEFAULT_KEEP,
-    show_default=True,
-    help="Per-assignment records kept in STATE_DIR/records (oldest dropped first).",
-)
-@click.option(
-    "--hf-cache-max-gb",
-    envvar=HF_CACHE_BUDGET_ENV,
-    type=finite(0, min_open=True),
-    default=None,
-    help="Keep the (shared) HF cache under this many GB: the least recently used base models "
-    "no worker is using are deleted before and after a base is fetched [default: no limit].",
-)
-@click.option(
-    "--shard",
-    "shard_text",
-    envvar=SHARD_ENV,
-    metavar="K/N",
-    help="Worker K of N sharing --task_ids: look up only the ids at positions K, K+N, ... "
-    "(0-based); work already in the journal is finished whatever its task.",
-)
-@click.option(
-    "--protocol-watch/--no-protocol-watch",
-    envvar="VALIDATOR_PROTOCOL_WATCH",
-    default=True,
-    show_default=True,
-    help="Warn when the network's code of the module's rules has commits after the one it "
-    "follows (asks GitHub at start-up and every 6 h; docs/operating.md).",
-)
-@click.option(
-    "--api-retries",
-    envvar="VALIDATOR_API_RETRIES",
-    type=click.IntRange(min=0),
-    default=4,
-    hidden=True,
-)
-@click.option(
-    "--api-backoff",
-    envvar="VALIDATOR_API_BACKOFF",
-    type=finite(0),
-    default=1.0,
-    hidden=True,
-)
+@run_options
 def main(**params: Any) -> None:
     """Validate FLock assignments of MODULE's tasks (e.g. `lora`; default: $VALIDATOR_MODULE,
     which a module's image sets). --task_ids defaults to $TASK_IDS."""

@@ -26,6 +26,9 @@ PACKAGE_FILE = "__init__.py"
 # party's), each found by the same rule.
 MODULES_DIR = "modules"
 MAX_SPEC_BYTES = 64 * 1024
+# The commands of run.py and `python -m validator`: the first word of either names a command or a
+# module, so no module takes one of these names.
+COMMANDS = frozenset({"run", "doctor", "report", "release", "compose", "kubernetes"})
 # Every validator gets these from the core; a module cannot redeclare them.
 CORE_SECRETS = ("FLOCK_API_KEY",)
 CORE_ENV = (
@@ -246,6 +249,10 @@ class ModuleSpec(BaseModel):
     def _identifier(cls, name: str) -> str:
         if not name.isidentifier() or name != name.lower():
             raise ValueError(f"{name!r} is not a lower-case Python identifier")
+        if name in COMMANDS:
+            raise ValueError(
+                f"{name!r} is a command (python run.py {name}): give the module another name"
+            )
         return name
 
     @field_validator("task_type")

@@ -23,11 +23,11 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from devkit.lock import all_locks, default_find_links
 from devkit.lock import write as write_locks
 from devkit.requirements import write as write_requirements
-from launcher.compose import main as write_compose
-from launcher.kubernetes import OUTPUT_DIR as KUBERNETES_DIR
-from launcher.kubernetes import main as write_kubernetes
+from launcher.deploy.compose import write_compose
+from launcher.deploy.kubernetes import OUTPUT_DIR as KUBERNETES_DIR
+from launcher.deploy.kubernetes import write_kubernetes
 from validator.errors import ConfigError
-from validator.spec import REPO_ROOT
+from validator.spec import COMMANDS, REPO_ROOT
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # Template -> where it goes, relative to the repo; {name} is the module's name.
@@ -59,6 +59,8 @@ def check_name(name: str, repo: Path) -> None:
         raise ScaffoldError(f"{name!r}: module names are lower case, e.g. {name.lower()!r}")
     if keyword.iskeyword(name) or name.startswith("_"):
         raise ScaffoldError(f"{name!r} cannot be a module name (a Python keyword or private)")
+    if name in COMMANDS:
+        raise ScaffoldError(f"{name!r} is a command (python run.py {name}): give another name")
     if (repo / "modules" / name).exists():
         raise ScaffoldError(f"module {name!r} exists already (modules/{name}/)")
     taken = [p for p in _targets(name, repo) if p.exists()]
@@ -126,10 +128,10 @@ def scaffold(
         written += write_locks(all_locks(repo, name), default_find_links())
     except (ConfigError, OSError) as exc:  # no uv or index here; a repo without the runtime's
         print(f"warning: {exc}; `make lock` writes its locks", file=sys.stderr)
-    write_compose(["--repo", str(repo)])
+    write_compose(repo, check=False, hosts=None, gpus_output=None)
     # A module author's scratch repo has no deploy/kubernetes: none is started there.
     if (repo / KUBERNETES_DIR).is_dir():
-        write_kubernetes(["--repo", str(repo)])
+        write_kubernetes(repo, check=False)
     return Scaffold(name, written)
 
 

@@ -19,7 +19,7 @@ from docker.errors import NotFound
 from devkit.docker_env import launcher_env, run_py_command
 from devkit.simulator.process import Simulator
 from devkit.validator_cli import API_KEY
-from launcher.fault_hook import KILL_AT_ENV
+from launcher.engine.fault_hook import KILL_AT_ENV
 from tests.faults.ledger import Ledger
 from validator.ledger.client import FedLedgerClient
 from validator.spec import STATE_PATH
@@ -28,7 +28,7 @@ from validator.state.journal import Journal
 WAIT = 120
 UID = 10001  # the image's user, who owns its state volume
 LOOP = ["--assignment-lookup-interval", "0.2", "--time-sleep", "0.3"]
-STARTED = "[run.py] starting "  # a worker's container started (launcher/supervisor.py)
+STARTED = "[run.py] starting "  # a worker's container started (launcher/engine/supervisor.py)
 
 
 @dataclass

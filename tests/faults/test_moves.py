@@ -1,14 +1,14 @@
 """Moves that lose nothing, through run.py, a real Docker engine and the Fed Ledger simulator: a
-journal's move from a volume named after a GPU (launcher/volumes.py), a release switch under
---follow-releases (launcher/follow.py) and the launcher's own death, each killed (kill -9) at
-one step, or given a damaged journal, then started again as an operator would.
+journal's move from a volume named after a GPU (launcher/fleet/volumes.py), a release switch under
+--follow-releases (launcher/release/follow.py) and the launcher's own death, each killed (kill -9)
+at one step, or given a damaged journal, then started again as an operator would.
 
 Counted in the simulator, which saw every call: lost (handed out, never finished), sent twice (a
-result the API took twice, or an update sent again for one it had taken) and starts that needed
-a person (a start that ended by itself with an error before everything was submitted). A kill
-at a step is FLOCK_FAULT_KILL_AT=<step> (launcher/fault_hook.py): the launcher kills itself with
-SIGKILL there, so each step is a trial of its own rather than a race. The container's own steps
-of a move are killed in tests/test_journal_move.py.
+result the API took twice, or an update sent again for one it had taken) and starts that needed a
+person (a start that ended by itself with an error before everything was submitted). A kill at a
+step is FLOCK_FAULT_KILL_AT=<step> (launcher/engine/fault_hook.py): the launcher kills itself with
+SIGKILL there, so each step is a trial of its own rather than a race. The container's own steps of a
+move are killed in tests/test_journal_move.py.
 
 They need the engine, so they run with the Docker tests, one after another (the marker below),
 and print their figures with the fault suite's.
@@ -30,10 +30,10 @@ from devkit.local_registry import LocalRegistry, push_image
 from devkit.release_channel import LocalReleaseChannel, ReleaseKey
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
-from launcher.follow import INTERVAL_ENV, Follower
-from launcher.published import checkout_version
-from launcher.release import trusted_keys
-from launcher.release_channel import Channel
+from launcher.release.channel import Channel
+from launcher.release.follow import INTERVAL_ENV, Follower
+from launcher.release.manifest import trusted_keys
+from launcher.release.published import checkout_version
 from tests.faults.figures import record
 from tests.faults.ledger import Ledger
 from tests.faults.moves import (
@@ -284,7 +284,8 @@ def test_a_release_signing_the_running_image_is_followed_without_a_move(
         channel.publish(key.release(next_patch(second), {"fixture": digests[first]}))
         follower = Follower(
             engine, registry.address, "fixture", Channel(channel.url), first, [Worker()],
-            tell=said.append, keys=trusted_keys(repo / "launcher" / "release_keys.json"),
+            tell=said.append, keys=trusted_keys(repo / "launcher" / "release" /
+            "release_keys.json"),
         )  # fmt: skip
         assert follower.start_on(f"{name}@{digests[first]}") == f"{name}@{digests[first]}"
         assert follower.check() is None  # looked again: nothing newer

@@ -1,6 +1,6 @@
 """Issue 25's acceptance: `python run.py rl --workers 2` in the rl image against the Fed Ledger
 simulator with four tasks and a local Hub: every assignment submitted once, each task looked up
-by one worker only (the User-Agent the simulator heard), and `run.py rl report` adding up both
+by one worker only (the User-Agent the simulator heard), and `run.py report rl` adding up both
 workers' journals to what the simulator received."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_two_rl_workers_share_four_tasks_and_report_them_together(engine, tmp_pa
                 assert result.returncode == 0, result.stderr[-4000:]
                 sim_state = sim.state()
                 lookups = sim.lookups()
-            report = run_py("rl", "report", "--json", "--state-volume", state, env=env)
+            report = run_py("report", "rl", "--json", "--state-volume", state, env=env)
         finally:
             for volume in (state, f"{state}-1"):
                 subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)

@@ -26,6 +26,7 @@ from validator.config import (
 )
 from validator.disk import DEFAULT_MIN_FREE_MB, MIB, free_bytes
 from validator.doctor.hub_rows import PROBE_DEADLINE_S, TIMEOUT, UNANSWERED, hub_names, hub_rows
+from validator.doctor.options import DEFAULT_HF_MIN_FREE_GB
 from validator.doctor.rows import Check, Row
 from validator.errors import AnswerTooLarge, ConfigError, JsonRefused, OperatorError
 from validator.kit import BaseConfig, BaseValidationModule
@@ -37,8 +38,6 @@ from validator.spec import ModuleSpec
 
 # The Date header has a one-second resolution and the request takes a while.
 SKEW_OK_SECONDS = 10.0
-# A 7B base in bf16 is about 15 GB; two of them while the cache turns over.
-DEFAULT_HF_MIN_FREE_GB = 40.0
 TASK_LIST = TypeAdapter(list[Task])
 SETUP = "module setup"
 TYPES = "task types"

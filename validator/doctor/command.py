@@ -8,83 +8,31 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from validator.config import with_class_task_type
-from validator.doctor.checks import DEFAULT_HF_MIN_FREE_GB, Settings, service_checks
-from validator.doctor.rows import (
-    DEFAULT_DEADLINE,
-    MAX_DEADLINE,
-    exit_code,
-    render,
-    render_json,
-    run_checks,
+from validator.doctor.checks import Settings, service_checks
+from validator.doctor.options import (
+    DEADLINE_OPTION,
+    JUDGE_MODEL_OPTION,
+    hf_free_gb_option,
+    service_options,
 )
+from validator.doctor.rows import exit_code, render, render_json, run_checks
 from validator.errors import ConfigError, ExitCode
 from validator.options import (
     CONFIG_DIR_ENV,
     MIN_FREE_MB_OPTION,
-    F,
-    api_url_option,
     config_dir_option,
-    finite,
-    flock_api_key_option,
     gathered_secrets,
-    hf_token_option,
     secret_names,
     state_dir_option,
-    task_ids_option,
 )
 from validator.registry import load_module_class, load_module_spec, module_roots
 from validator.run_context import RunContext, running
 from validator.spec import module_folder, readable_modules
-
-DEADLINE_OPTION = click.option(
-    "--timeout",
-    "deadline",
-    type=finite(1, max=MAX_DEADLINE),
-    default=DEFAULT_DEADLINE,
-    show_default=True,
-    help="Seconds each check may take (they run at once); one that runs over is a failed row.",
-)
-# The Fed Ledger and the key, the Hub, the task ids' configs, as --help lists them.
-SERVICE_OPTIONS = (
-    flock_api_key_option(),
-    hf_token_option(),
-    api_url_option(),
-    task_ids_option(
-        "The task ids the validator will look up (their configs are checked too), e.g. 12,34."
-    ),
-)
-JUDGE_MODEL_OPTION = click.option(
-    "--judge-model",
-    "judge_models",
-    multiple=True,
-    help="llm_judge: a judge model the endpoint must list, beside the config's judge_models.",
-)
-
-
-def service_options(command: F) -> F:
-    """The options of the services' checks, first on both doctors' --help: run.py's doctor
-    checks the same services."""
-    for option in reversed(SERVICE_OPTIONS):  # the last decorator is applied first
-        command = option(command)
-    return command
-
-
-def hf_free_gb_option(flag: str, help: str) -> Callable[[F], F]:
-    """The free GB the HF cache's disk needs for the next base: the HF cache's folder here, the
-    Docker volumes that hold it for run.py's doctor, which names it `--min-free-gb`."""
-    return click.option(
-        flag,
-        type=finite(0),
-        default=DEFAULT_HF_MIN_FREE_GB,
-        show_default=True,
-        help=help,
-    )
 
 
 def default_hf_cache() -> Path:

@@ -30,10 +30,6 @@ Result = Literal["ok", "warning", "failed", "skipped"]
 # validator exit: nothing restarts on it.
 CHECK_FAILED = 1
 DETAIL_WIDTH = 400
-# Seconds each check may take (all run at once): the table comes within about this long,
-# whatever the servers do. --timeout changes it, up to MAX_DEADLINE.
-DEFAULT_DEADLINE = 30.0
-MAX_DEADLINE = 50.0
 
 
 @dataclass(frozen=True)

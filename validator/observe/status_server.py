@@ -27,12 +27,11 @@ from validator.observe import telemetry
 from validator.observe.bounded_http import BoundedHTTPServer, RequestHead
 from validator.observe.drift import status_line as protocol_line
 from validator.observe.observer import StatusBoard
+from validator.run_options import DEFAULT_STALE_SECONDS
 from validator.spec import REPO_ROOT, STATE_SOURCE_ENV
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_STALE_SECONDS = 1800.0
 REFRESH_SECONDS = 10
 # The report reads the whole journal and draws plots (hundreds of ms): a page opened by many at
 # once, or reloaded in a loop, is drawn once per this many seconds.

@@ -3,45 +3,51 @@ Offline: the loop never imports this package (the status page runs this command 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sqlite3
 import sys
 from pathlib import Path
 
+import click
+
+from validator.errors import ExitCode
 from validator.report.summary import render_text, summarize
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m validator report", description=__doc__)
-    parser.add_argument("--state-dir", type=Path, default=Path("state"))
-    parser.add_argument(
-        "--source",
-        metavar="NAME",
-        help="what the report calls the state dir (run.py passes its volume's name)",
-    )
-    output = parser.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="the summary as JSON")
-    output.add_argument(
-        "--html", metavar="FILE", help="write a page with plots to FILE (- for stdout)"
-    )
-    args = parser.parse_args(argv)
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=Path("state"),
+    show_default=True,
+    help="The state dir whose journal and records are read.",
+)
+@click.option(
+    "--source",
+    metavar="NAME",
+    help="What the report calls the state dir (run.py passes its volume's name).",
+)
+@click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
+@click.option("--html", metavar="FILE", help="Write a page with plots to FILE (- for stdout).")
+def main(state_dir: Path, source: str | None, as_json: bool, html: str | None) -> None:
+    """The summary of a state dir: what its journal and records say happened."""
+    if as_json and html:
+        raise click.UsageError("--json or --html, not both")
     try:
-        summary, records = summarize(args.state_dir, args.source)
+        summary, records = summarize(state_dir, source)
     except (FileNotFoundError, sqlite3.Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
+        sys.exit(int(ExitCode.USAGE))
+    if as_json:
         print(json.dumps(summary.model_dump(), indent=2))
-    elif args.html:
+    elif html:
         from validator.report.html import render_html  # matplotlib: only for this
 
         page = render_html(summary, records)
-        if args.html == "-":
+        if html == "-":
             sys.stdout.write(page)
         else:
-            Path(args.html).write_text(page)
-            print(f"wrote {args.html}", file=sys.stderr)
+            Path(html).write_text(page)
+            print(f"wrote {html}", file=sys.stderr)
     else:
         sys.stdout.write(render_text(summary))
-    return 0

@@ -21,12 +21,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from validator.run_options import DEFAULT_KEEP
 from validator.text import MAX_LOG_MESSAGE, bounded
 
 log = logging.getLogger(__name__)
 
 RECORDS_DIR = "records"
-DEFAULT_KEEP = 2000
 MAX_LOG_LINES = 400
 RECORD_FORMAT = 1
 
