@@ -257,7 +257,7 @@ def test_a_journal_of_an_earlier_validator_is_migrated_and_keeps_its_rows(tmp_pa
     finally:
         journal.close()
     with sqlite3.connect(tmp_path / JOURNAL) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         # The constraints hold from now on.
         with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
             db.execute("UPDATE assignments SET id = NULL")
@@ -312,7 +312,7 @@ def test_a_version_2_journal_gains_the_penalty_columns_and_its_failures_their_re
     finally:
         journal.close()
     with sqlite3.connect(tmp_path / JOURNAL) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
         rows = db.execute("SELECT id, penalty_kind, penalty FROM assignments ORDER BY id")
         assert rows.fetchall() == [
             ("1", None, "ValueError: bad rank"),

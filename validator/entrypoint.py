@@ -34,6 +34,7 @@ from validator.observe.status_server import DEFAULT_HOST, DEFAULT_STALE_SECONDS,
 from validator.options import (
     CONFIG_DIR_ENV,
     HF_CACHE_BUDGET_ENV,
+    JOURNAL_KEEP_DAYS_OPTION,
     MIN_FREE_MB_OPTION,
     api_url_option,
     config_dir_option,
@@ -100,6 +101,7 @@ POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 @state_dir_option("Where the journal lives.")
 @config_dir_option("Module and task configs [default: ./configs].", CONFIG_DIR_ENV)
 @MIN_FREE_MB_OPTION
+@JOURNAL_KEEP_DAYS_OPTION
 @click.option(
     "--http-port",
     envvar="VALIDATOR_HTTP_PORT",
@@ -191,6 +193,7 @@ class RunOptions:
     state_dir: Path
     config_dir: Path
     min_free_mb: int
+    journal_keep_days: int
     http_port: int | None
     http_host: str
     health_stale_seconds: float
@@ -288,7 +291,11 @@ def build_loop(
     """The loop's parts, in the order start-up needs them; the status page serves once they
     are all built. `looked_up`: the task ids this worker looks up (`lookups` says them)."""
     settings = LoopSettings(
-        looked_up, options.time_sleep, options.assignment_lookup_interval, options.max_assignments
+        looked_up,
+        options.time_sleep,
+        options.assignment_lookup_interval,
+        options.max_assignments,
+        options.journal_keep_days,
     )
     # The signals' stop event, so that the first one also ends an outbound call in progress:
     # the API's, and a module's (Hub, judge) through the outbound deadline.

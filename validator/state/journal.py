@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from validator.disk import DEFAULT_MIN_FREE_MB, DiskGuard
 from validator.errors import SQLITE_IOERR, JournalUnwritable, disk_full, sqlite_result
 from validator.state import store
-from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, Entry, State
+from validator.state.entry import UNDECIDED, UNFINISHED, UNSUBMITTED, Entry, State, score_of
 from validator.state.owner import StateDirLock
 from validator.state.quarantine import ROW_KEY, SetAside, sift
 from validator.state.store import DEFAULT_LOCK_TIMEOUT_S
@@ -153,6 +153,24 @@ class Journal:
             with self._db:
                 return work()
 
+    # --- upkeep (validator/state/upkeep.py) ----------------------------------------------
+
+    def check_pages(self) -> None:
+        """SQLite's check of every page (seconds for a million assignments): raise JournalBroken,
+        as at start, when it finds the file damaged."""
+        problem = self._run(lambda: store.pages_problem(self._db))
+        if problem is not None:
+            raise store.damaged(self.path, problem)
+
+    def maintain(self, work: Callable[[sqlite3.Connection], T], *, spend_reserve: bool = True) -> T:
+        """`work` on the journal's connection in one transaction, its errors the journal's (a
+        full disk, a lock, a broken file). Without `spend_reserve`, for work that only gives
+        space back, SQLite's error is raised as it is, and the reserve is kept for a record."""
+        if spend_reserve:
+            return self._run(lambda: work(self._db))
+        with self._db:
+            return work(self._db)
+
     # --- assignments -------------------------------------------------------------------
 
     def get(self, assignment_id: str) -> Entry | None:
@@ -251,8 +269,15 @@ class Journal:
         """Scored: `metrics` to submit, and with `penalty` (kind, reason) why they are the
         network's penalty rather than a score (the module said so: Scope.penalty)."""
         kind, reason = penalty or (None, None)
+        metric, score = score_of(metrics)
         return self._move(
-            entry, State.SCORED, metrics=metrics, error=None, penalty_kind=kind, penalty=reason
+            entry,
+            State.SCORED,
+            derived={"metric": metric, "score": score},
+            metrics=metrics,
+            error=None,
+            penalty_kind=kind,
+            penalty=reason,
         )
 
     def failed(self, entry: Entry, reason: str, kind: str | None = None) -> Entry:
@@ -296,11 +321,9 @@ class Journal:
     def pending(self, module: str, states: tuple[State, ...]) -> list[Entry]:
         """Entries of `module` in `states`, oldest first, whether due or not. Every row not
         final is read, so that one in a state this validator never writes is set aside and
-        told, not passed over without a word."""
-        marks = ",".join("?" * len(FINAL))
-        entries = self._select(
-            f"module = ? AND state NOT IN ({marks})", (module, *(s.value for s in FINAL))
-        )
+        told, not passed over without a word; through the index of those rows alone (the
+        condition written as the index's: entry.UNFINISHED), so a pass costs the backlog."""
+        entries = self._select(f"module = ? AND {UNFINISHED}", (module,))
         return [entry for entry in entries if entry.state in states]
 
     def report_backlog(self, module: str) -> None:
@@ -342,8 +365,10 @@ class Journal:
         *,
         note: str | None = None,
         event: bool = True,
+        derived: dict[str, Any] | None = None,
         **changes: Any,
     ) -> Entry:
+        """`changes` to the entry, and `derived` columns the entry does not carry (its score's)."""
         now = time.time()
         for column in ("error", "penalty"):
             if isinstance(changes.get(column), str):
@@ -355,11 +380,13 @@ class Journal:
             changes.setdefault("not_before", 0.0)
         # Validated as any entry is: a transition cannot make one the journal would not read.
         new = Entry.model_validate({**entry.model_dump(), **changes})
-        sets = ", ".join(f"{column} = ?" for column in changes)
-        params = [_column_value(new, column) for column in changes]
+        params = {column: _column_value(new, column) for column in changes}
+        params.update(derived or {})
+        sets = ", ".join(f"{column} = ?" for column in params)
 
         def update() -> None:
-            self._db.execute(f"UPDATE assignments SET {sets} WHERE id = ?", (*params, entry.id))
+            values = (*params.values(), entry.id)
+            self._db.execute(f"UPDATE assignments SET {sets} WHERE id = ?", values)
             if event:
                 self._event(entry.id, state, note or changes.get("error"), now)
 

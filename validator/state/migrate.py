@@ -11,16 +11,21 @@ lost; a scored row without metrics goes back to be scored. Version 1 marked a da
 Version 1 wrote what an earlier submit try may have had taken into the error's text; it is read
 out once, here, into the `maybe_taken` column.
 
-Version 2 to 3: the penalty's columns are added in place. Whatever the version, a result
-submitted as failed before version 3 gets its reason from the journal's event of the failure
-(its `error` may since hold a submit try's words); its kind stays empty: not recorded then.
+Version 2 to 3: the penalty's columns are added in place. A result submitted as failed before
+version 3 gets its reason from the journal's event of the failure (its `error` may since hold a
+submit try's words); its kind stays empty: not recorded then.
+
+Version 3 to 4: the main metric's columns are added in place and filled from each row's metrics,
+and the indexes and the compacted history's table are made. Each step reads every row once, or
+looks one up by an index: a migration costs what the journal holds, not its square.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
-from validator.state.entry import V1_COLUMNS
+from validator.state.entry import UNFINISHED, V1_COLUMNS, score_of
 from validator.state.quarantine import ROW_KEY, SetAside, set_aside, sift
 
 OLD = "assignments_v1"
@@ -36,6 +41,40 @@ V3_ASSIGNMENT_COLUMNS = (
     "penalty TEXT CHECK (penalty IS NULL OR typeof(penalty) = 'text')",
 )
 V3_QUARANTINE_COLUMNS = ("penalty_kind", "penalty")
+V4_ASSIGNMENT_COLUMNS = (
+    "metric TEXT CHECK (metric IS NULL OR typeof(metric) = 'text')",
+    "score REAL CHECK (score IS NULL OR typeof(score) = 'real')",
+)
+# What a loop pass reads (the unfinished rows, oldest first: Journal.pending) is found through
+# a partial index that holds only them, so a pass costs the backlog, not the history; a query
+# uses it only when its WHERE holds the index's condition as written (entry.UNFINISHED). An
+# assignment's events, and a quarantined id, are looked up by index too. `history` holds what the
+# report needs of the rows compaction removed (validator/state/compaction.py): per hour of their
+# finish, task, outcome, penalty kind and main metric, the count and the scores' sum, min, max.
+V4_STATEMENTS = f"""
+CREATE INDEX IF NOT EXISTS assignments_unfinished ON assignments (module, received_at, id)
+    WHERE {UNFINISHED};
+CREATE INDEX IF NOT EXISTS events_of_assignment ON events (assignment_id);
+CREATE INDEX IF NOT EXISTS quarantine_id ON quarantine (id);
+CREATE TABLE IF NOT EXISTS history (
+    hour INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    penalty_kind TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    scores INTEGER NOT NULL,
+    score_sum REAL NOT NULL,
+    score_min REAL,
+    score_max REAL,
+    PRIMARY KEY (hour, task_id, outcome, penalty_kind, metric)
+) WITHOUT ROWID;
+"""
+# The main metric and its value of every row with metrics, by the journal's own rule (score_of).
+FILL_SCORES = """
+UPDATE assignments SET metric = main_metric(metrics), score = main_score(metrics)
+WHERE metrics IS NOT NULL
+"""
 # The reason of a failure, from its event: the journal writes it there as it fails the result.
 FAILED_REASONS = """
 UPDATE assignments SET penalty = (
@@ -56,17 +95,44 @@ def upgrade(db: sqlite3.Connection, version: int, schema: str) -> list[SetAside]
             db.execute(f"ALTER TABLE assignments ADD COLUMN {column}")
         for column in V3_QUARANTINE_COLUMNS:
             db.execute(f"ALTER TABLE quarantine ADD COLUMN {column}")
-    db.execute(FAILED_REASONS)
+    if version in (2, 3):
+        for column in V4_ASSIGNMENT_COLUMNS:
+            db.execute(f"ALTER TABLE assignments ADD COLUMN {column}")
+    run_script(db, V4_STATEMENTS)  # the events' index first: FAILED_REASONS looks them up by it
+    if version < 3:
+        db.execute(FAILED_REASONS)
+    register_scores(db)
+    db.execute(FILL_SCORES)
     return notes
+
+
+def run_script(db: sqlite3.Connection, script: str) -> None:
+    """Each statement of `script` in the open transaction (executescript would commit it)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def register_scores(db: sqlite3.Connection) -> None:
+    """main_metric(metrics) and main_score(metrics) in `db`'s SQL: the journal's score_of on a
+    metrics column's text (NULL where it is not a JSON object with a number)."""
+
+    def parsed(text: object) -> tuple[str | None, float | None]:
+        try:
+            metrics = json.loads(text) if isinstance(text, str) else None
+        except (ValueError, RecursionError):
+            return None, None
+        return score_of(metrics) if isinstance(metrics, dict) else (None, None)
+
+    db.create_function("main_metric", 1, lambda text: parsed(text)[0], deterministic=True)
+    db.create_function("main_score", 1, lambda text: parsed(text)[1], deterministic=True)
 
 
 def to_v2(db: sqlite3.Connection, schema: str) -> list[SetAside]:
     """Run inside an open transaction; returns what was set aside or scored again. `schema`
     makes the current tables: version 1's columns are copied, later ones left empty."""
     db.execute(f"ALTER TABLE assignments RENAME TO {OLD}")
-    for statement in schema.split(";"):
-        if statement.strip():
-            db.execute(statement)
+    run_script(db, schema)
     notes: list[SetAside] = []
     rows = db.execute(
         f"SELECT rowid AS {ROW_KEY}, * FROM {OLD} ORDER BY received_at, rowid"
