@@ -64,6 +64,9 @@ COLUMNS = (
     "penalty_kind",
     "penalty",
 )
+# Every column a row holds: the entry's, and the main metric and its score (version 4), which
+# the journal works out of the metrics (score_of) for the report; a row set aside keeps them all.
+STORED_COLUMNS = (*COLUMNS, "metric", "score")
 # Version 1's: no maybe_taken (validator/state/migrate.py reads it out of the error).
 V1_COLUMNS = COLUMNS[: COLUMNS.index("maybe_taken")]
 # Version 2's: no penalty_kind, penalty (version 3 adds them; migrate.py).

@@ -45,6 +45,7 @@ V4_ASSIGNMENT_COLUMNS = (
     "metric TEXT CHECK (metric IS NULL OR typeof(metric) = 'text')",
     "score REAL CHECK (score IS NULL OR typeof(score) = 'real')",
 )
+V4_QUARANTINE_COLUMNS = ("metric", "score")
 # What a loop pass reads (the unfinished rows, oldest first: Journal.pending) is found through
 # a partial index that holds only them, so a pass costs the backlog, not the history; a query
 # uses it only when its WHERE holds the index's condition as written (entry.UNFINISHED). An
@@ -98,6 +99,8 @@ def upgrade(db: sqlite3.Connection, version: int, schema: str) -> list[SetAside]
     if version in (2, 3):
         for column in V4_ASSIGNMENT_COLUMNS:
             db.execute(f"ALTER TABLE assignments ADD COLUMN {column}")
+        for column in V4_QUARANTINE_COLUMNS:
+            db.execute(f"ALTER TABLE quarantine ADD COLUMN {column}")
     run_script(db, V4_STATEMENTS)  # the events' index first: FAILED_REASONS looks them up by it
     if version < 3:
         db.execute(FAILED_REASONS)

@@ -98,7 +98,8 @@ SCHEMA = (
         assignments=_V3_COLUMNS
         + "    -- the main metric and its value, for the report's SQL (version 4)\n"
         + "".join(f"    {column},\n" for column in migrate.V4_ASSIGNMENT_COLUMNS),
-        quarantine=",\n    " + ", ".join(migrate.V3_QUARANTINE_COLUMNS),
+        quarantine=",\n    "
+        + ", ".join((*migrate.V3_QUARANTINE_COLUMNS, *migrate.V4_QUARANTINE_COLUMNS)),
     )
     + migrate.V4_STATEMENTS
 )
