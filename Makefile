@@ -19,7 +19,7 @@ STACK_VENVS := $(foreach m,$(STACKS),.venv-$(m)/.installed)
 # docs` needs nothing else, and `make lint` builds and lints the pages from it.
 DOCS_VENV := .venv-docs
 
-.PHONY: install test lint format docs docs-figures demo demo-serve demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm bench-llm-judge-plan gpu-kit browser prometheus registry report
+.PHONY: install test lint format docs docs-figures demo demo-serve demo-loop images compose new-module up simulator wheels base-image docker-engine bench-launcher bench bench-model-work bench-llm-judge bench-llm-judge-warm bench-llm-judge-plan bench-soak gpu-kit browser prometheus registry report
 
 # The venvs are built side by side (a make of their own with -j): pip waits on the disk and the
 # index as much as on a core (on 2 cores: 181 s one after the other, 93 s side by side).
@@ -254,6 +254,11 @@ bench-llm-judge-warm: install
 # 1,000 tiny shards (issue 40).
 bench-llm-judge-plan: install
 	.venv-llm_judge/bin/python -m bench.llm_judge_plan
+
+# A year of work: each step's cost on a journal of a million assignments beside a small one
+# (bench/soak.py, bench/RESULTS.md "A year of work"); about 20 minutes on 2 cores.
+bench-soak: install
+	$(PY) -m bench.soak
 
 # Pinned wheels for running the GPU benches on a machine without network: the lora stack
 # (bench/gpu_session.sh there) and the llm_judge stack with fla-core

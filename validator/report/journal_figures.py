@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from validator.state.compaction import HOUR, IS_SCORE
-from validator.state.migrate import V4_STATEMENTS, register_scores
+from validator.state.compaction import HOUR
+from validator.state.entry import FINISHED, UNFINISHED
+from validator.state.migrate import IS_SCORE, V4_STATEMENTS, register_scores
 from validator.state.records import outcome_label
 
 JOURNAL_FILE = "journal.sqlite3"
 LATEST_FAILURES = 10
 UNRECORDED = "unrecorded"  # a failure's kind, journaled before kinds were (version 3)
-FINAL_STATES = "('submitted', 'dropped')"
 FAILURE = (
     "state IN ('failed', 'dropped', 'quarantined') OR (state = 'submitted' AND outcome = 'failed')"
     " OR penalty IS NOT NULL"
@@ -112,46 +112,80 @@ def _views(db: sqlite3.Connection) -> None:
 
 
 def _counts(db: sqlite3.Connection, figures: JournalFigures) -> None:
-    """Counts by task and outcome, finished per hour, penalties by task and kind."""
-    for task_id, state, outcome, count in db.execute(
-        "SELECT task_id, state, outcome, count(*) FROM detail GROUP BY 1, 2, 3"
+    """Counts by task and outcome, finished per hour, penalties by task and kind: the finished
+    rows in the order of their index (validator/state/migrate.py), the unfinished through
+    theirs, the history's hours, the rows set aside."""
+    for task_id, state, outcome, kind, penalty, count in db.execute(
+        "SELECT task_id, state, outcome, penalty_kind, penalty IS NOT NULL, count(*)"
+        f" FROM detail WHERE {FINISHED} GROUP BY 1, 2, 3, 4, 5"
     ):
         figures.by_task[task_id][outcome_label(state, outcome)] += count
-    for task_id, outcome, count in db.execute(
-        "SELECT task_id, outcome, sum(count) FROM history GROUP BY 1, 2"
+        if state == "submitted" and penalty:
+            figures.penalties[(task_id, kind or UNRECORDED)] += count
+    for task_id, state, outcome, count in db.execute(
+        f"SELECT task_id, state, outcome, count(*) FROM detail WHERE {UNFINISHED} GROUP BY 1, 2, 3"
+    ):
+        figures.by_task[task_id][outcome_label(state, outcome)] += count
+    for task_id, outcome, kind, count in db.execute(
+        "SELECT task_id, outcome, penalty_kind, sum(count) FROM history GROUP BY 1, 2, 3"
     ):
         figures.by_task[task_id][outcome] += count
+        if outcome != "dropped" and kind:
+            figures.penalties[(task_id, kind)] += count
     for task_id, count in db.execute(
         "SELECT coalesce(CAST(task_id AS TEXT), '?'), count(*) FROM quarantine GROUP BY 1"
     ):
         figures.by_task[task_id]["quarantined"] += count
-    hours = f"SELECT {HOUR}, count(*) FROM detail WHERE state IN {FINAL_STATES} GROUP BY 1"
+    hours = f"SELECT {HOUR}, count(*) FROM detail WHERE {FINISHED} GROUP BY 1"
     for query in (hours, "SELECT hour, sum(count) FROM history GROUP BY 1"):
         for hour, count in db.execute(query):
             figures.per_hour[int(hour)] += count
-    kinds = (
-        f"SELECT task_id, coalesce(penalty_kind, '{UNRECORDED}'), count(*) FROM detail"
-        " WHERE state = 'submitted' AND penalty IS NOT NULL GROUP BY 1, 2",
-        "SELECT task_id, penalty_kind, sum(count) FROM history"
-        " WHERE outcome <> 'dropped' AND penalty_kind <> '' GROUP BY 1, 2",
-    )
-    for query in kinds:
-        for task_id, kind, count in db.execute(query):
-            figures.penalties[(task_id, kind)] += count
 
 
 def _scores(db: sqlite3.Connection, figures: JournalFigures) -> None:
-    """Each task's scores (penalties apart): the rows kept in full, the compacted hours, and the
-    median of the first (the middle one or two of each task's sorted scores)."""
+    """Each task's scores (penalties apart): the rows kept in full, in the order of their index
+    where the journal has it, the compacted hours, and the median of the first."""
     queries = (
         "SELECT task_id, metric, count(*), total(score), min(score), max(score) FROM detail"
         f" WHERE {IS_SCORE} GROUP BY 1, 2",
         "SELECT task_id, metric, sum(scores), sum(score_sum), min(score_min), max(score_max)"
         " FROM history WHERE metric <> '' GROUP BY 1, 2",
     )
+    kept: dict[tuple[str, str], int] = {}  # scores in full, by task and metric
     for query in queries:
         for task_id, metric, count, total, low, high in db.execute(query):
             figures.scores[(task_id, metric)].add(count, total, low, high)
+            if query is queries[0]:
+                kept[(task_id, metric)] = count
+    indexed = db.execute(
+        "SELECT 1 FROM main.sqlite_master WHERE name = 'assignments_scores'"
+    ).fetchone()
+    middle = _middles_by_index(db, kept) if indexed else _middles_by_window(db)
+    for key, values in middle.items():
+        if values:
+            figures.scores[key].median = sum(values) / len(values)
+
+
+def _middles_by_index(
+    db: sqlite3.Connection, counts: dict[tuple[str, str], int]
+) -> dict[tuple[str, str], list[float]]:
+    """The middle one or two of each task's sorted scores, read at their place in the index."""
+    return {
+        (task_id, metric): [
+            row[0]
+            for row in db.execute(
+                f"SELECT score FROM detail WHERE {IS_SCORE} AND task_id = ? AND metric = ?"
+                " ORDER BY score LIMIT ? OFFSET ?",
+                (task_id, metric, 2 - count % 2, (count - 1) // 2),
+            )
+        ]
+        for (task_id, metric), count in counts.items()
+        if count
+    }
+
+
+def _middles_by_window(db: sqlite3.Connection) -> dict[tuple[str, str], list[float]]:
+    """The same, for a journal of an earlier version (no index): one sort of the scores."""
     middle: dict[tuple[str, str], list[float]] = defaultdict(list)
     for task_id, metric, score in db.execute(
         "SELECT task_id, metric, score FROM (SELECT task_id, metric, score,"
@@ -160,8 +194,7 @@ def _scores(db: sqlite3.Connection, figures: JournalFigures) -> None:
         f" FROM detail WHERE {IS_SCORE}) WHERE k IN ((n + 1) / 2, (n + 2) / 2)"
     ):
         middle[(task_id, metric)].append(score)
-    for key, values in middle.items():
-        figures.scores[key].median = sum(values) / len(values)
+    return middle
 
 
 def _latest_failures(db: sqlite3.Connection) -> list[dict[str, Any]]:

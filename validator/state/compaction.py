@@ -20,12 +20,12 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
+from validator.state.migrate import IS_SCORE
+
 STEP_ROWS = 2000
 # The outcome as the report names it (validator/state/records.py outcome_label), for final rows.
 OUTCOME = "CASE WHEN state = 'submitted' THEN coalesce(outcome, 'submitted') ELSE state END"
 KIND = "CASE WHEN penalty IS NULL THEN '' ELSE coalesce(penalty_kind, 'unrecorded') END"
-# A score the report counts: submitted as completed, not a penalty, with a main metric.
-IS_SCORE = "state = 'submitted' AND outcome = 'completed' AND penalty IS NULL AND score IS NOT NULL"
 HOUR = "CAST(updated_at / 3600 AS INTEGER) * 3600"
 
 _ROLL_UP = f"""

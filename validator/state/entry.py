@@ -45,7 +45,9 @@ UNSUBMITTED = (State.SCORED, State.FAILED)
 FINAL = (State.SUBMITTED, State.DROPPED)
 # The rows not final, as SQL: written as literals, once, because SQLite uses the partial index
 # made with this condition (validator/state/migrate.py) only for a query that holds it as is.
-UNFINISHED = "state NOT IN (" + ", ".join(f"'{state.value}'" for state in FINAL) + ")"
+_FINAL_SQL = "(" + ", ".join(f"'{state.value}'" for state in FINAL) + ")"
+UNFINISHED = f"state NOT IN {_FINAL_SQL}"
+FINISHED = f"state IN {_FINAL_SQL}"
 # The assignments table's columns, in its order (validator/state/store.py).
 COLUMNS = (
     "id",

@@ -158,18 +158,21 @@ class Journal:
     def check_pages(self) -> None:
         """SQLite's check of every page (seconds for a million assignments): raise JournalBroken,
         as at start, when it finds the file damaged."""
-        problem = self._run(lambda: store.pages_problem(self._db))
+        problem = self.maintain(store.pages_problem)
         if problem is not None:
             raise store.damaged(self.path, problem)
 
-    def maintain(self, work: Callable[[sqlite3.Connection], T], *, spend_reserve: bool = True) -> T:
-        """`work` on the journal's connection in one transaction, its errors the journal's (a
-        full disk, a lock, a broken file). Without `spend_reserve`, for work that only gives
-        space back, SQLite's error is raised as it is, and the reserve is kept for a record."""
-        if spend_reserve:
-            return self._run(lambda: work(self._db))
-        with self._db:
-            return work(self._db)
+    def maintain(self, work: Callable[[sqlite3.Connection], T], *, translate: bool = True) -> T:
+        """`work` on the journal's connection in one transaction, as the upkeep does it: never
+        paid for with the reserve, which is kept for an assignment's record. Its errors are the
+        journal's (a full disk, a lock, a broken file); with `translate` False SQLite's own, for
+        work whose failure loses nothing (giving space back)."""
+        if not translate:
+            with self._db:
+                return work(self._db)
+        with self._full_disk_stops("the journal's upkeep"):
+            with self._db:
+                return work(self._db)
 
     # --- assignments -------------------------------------------------------------------
 

@@ -93,13 +93,13 @@ class Upkeep:
             )  # fmt: skip
 
     def _give_back(self) -> Iterator[None]:
-        space = self.journal.maintain(compaction.space, spend_reserve=False)
+        space = self.journal.maintain(compaction.space)
         if space.incremental:
             while space.free_pages > 0:
                 yield
                 if not self._try(partial(compaction.give_back, pages=GIVE_BACK_PAGES)):
                     return
-                space = self.journal.maintain(compaction.space, spend_reserve=False)
+                space = self.journal.maintain(compaction.space)
                 if space.free_pages == 0:
                     self._try(compaction.cut_log)
         elif space.free_pages >= REWRITE_SHARE * space.pages and space.free_pages > 0:
@@ -139,7 +139,7 @@ class Upkeep:
         """Give-back work, whose failure (a lock held past the bound, no room after all) loses
         nothing: told, and tried again at the next upkeep."""
         try:
-            self.journal.maintain(work, spend_reserve=False)
+            self.journal.maintain(work, translate=False)
         except (sqlite3.Error, OSError) as exc:
             log.warning("journal %s: giving free space back: %s", self.journal.path, exc)
             return False
