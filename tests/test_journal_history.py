@@ -26,8 +26,9 @@ from devkit.journals import file_bytes, spread, write_seed
 from tests.helpers.loop import MODULE
 from validator.entrypoint import main as validator_main
 from validator.errors import ExitCode, JournalBroken
+from validator.report.journal_figures import _views as journal_views
 from validator.report.summary import buckets, render_text, summarize
-from validator.state import store
+from validator.state import compaction, store
 from validator.state.entry import UNDECIDED, UNSUBMITTED
 from validator.state.journal import Journal
 from validator.state.store import SCHEMA_V2, SCHEMA_V3
@@ -83,9 +84,11 @@ def traced(monkeypatch) -> Iterator[list[sqlite3.Connection]]:
 
 
 def plans(path: Path, statements: list[str]) -> dict[str, list[str]]:
-    """SQLite's plan of each distinct statement that reads a table."""
+    """SQLite's plan of each distinct statement that reads a table (the report's view of the
+    journal made, for the report's)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
+        journal_views(db)
         found = {}
         for sql in dict.fromkeys(statements):
             if sql.split(None, 1)[0].upper() in ("SELECT", "UPDATE", "DELETE", "INSERT", "WITH"):
@@ -127,7 +130,7 @@ def test_a_loop_pass_reads_only_the_unfinished_rows_through_their_index(loop, se
         for step in plan:
             assert not step.startswith(("SCAN assignments", "SCAN events")), (sql, plan)
         if "WHERE rowid >" in sql:
-            assert sql.endswith("LIMIT 2000"), sql
+            assert sql.endswith(f"LIMIT {compaction.STEP_ROWS}"), sql
 
 
 def test_pending_costs_the_same_whatever_the_history(seed, tmp_path, traced):
@@ -269,6 +272,26 @@ def test_the_report_holds_the_same_memory_for_100_times_the_rows(seed, tmp_path)
         tracemalloc.stop()
     assert summary.assignments == 100 * SEED
     assert peaks[1] < 1.5 * peaks[0] + 100_000, peaks
+
+
+def test_the_report_reads_the_rows_through_indexes_and_sorts_none(seed, tmp_path, traced):
+    """Each count, score and failure of the report comes in the order of an index: no table
+    scan, no sort of every row (the rows not final, few, are the only ones sorted)."""
+    state = journal_of(seed, tmp_path, copies=5)
+    journal = Journal(state, min_free_mb=0)
+    journal.receive("u1", MODULE, "1", {"name": "u1"})
+    journal.close()
+    opened = len(traced)
+    summarize(state)
+    statements = [sql for db in traced[opened:] for sql in db.statements]
+    found = plans(state / JOURNAL, statements)
+    rows = {sql: plan for sql, plan in found.items() if "FROM detail" in sql}
+    assert len(rows) >= 8, found
+    for sql, plan in rows.items():
+        unfinished = any("assignments_unfinished" in step for step in plan)
+        for step in plan:
+            assert not step.startswith("SCAN main.assignments") or "INDEX" in step, (sql, plan)
+            assert unfinished or "TEMP B-TREE" not in step, (sql, plan)
 
 
 def test_finished_assignments_over_a_year_are_drawn_in_a_bounded_number_of_bars():

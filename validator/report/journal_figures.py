@@ -17,18 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from validator.state.compaction import HOUR
 from validator.state.entry import FINISHED, UNFINISHED
-from validator.state.migrate import IS_SCORE, V4_STATEMENTS, register_scores
+from validator.state.migrate import register_scores
 from validator.state.records import outcome_label
+from validator.state.schema import HOUR, IS_FAILURE, IS_PENALTY, IS_SCORE, V4_STATEMENTS
 
 JOURNAL_FILE = "journal.sqlite3"
 LATEST_FAILURES = 10
 UNRECORDED = "unrecorded"  # a failure's kind, journaled before kinds were (version 3)
-FAILURE = (
-    "state IN ('failed', 'dropped', 'quarantined') OR (state = 'submitted' AND outcome = 'failed')"
-    " OR penalty IS NOT NULL"
-)
 # A row set aside, as the report shows it: its columns may hold anything (a NULL id, text for a
 # time), so each is made what the report reads.
 QUARANTINED = """
@@ -78,6 +74,7 @@ def read_journal(state_dir: Path, record_ids: list[str]) -> JournalFigures:
         _views(db)
         figures = JournalFigures()
         _counts(db, figures)
+        _history(db, figures)
         _scores(db, figures)
         figures.failures = _latest_failures(db)
         figures.record_penalties = _penalties_of(db, record_ids)
@@ -105,58 +102,61 @@ def _views(db: sqlite3.Connection) -> None:
         " FROM main.assignments"
     )
     if "history" not in tables:
-        history = V4_STATEMENTS[V4_STATEMENTS.index("CREATE TABLE IF NOT EXISTS history") :]
-        db.execute(history.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE").rstrip("\n;"))
+        made = V4_STATEMENTS[V4_STATEMENTS.index("CREATE TABLE IF NOT EXISTS history") :]
+        for statement in made.split(";"):
+            if statement.strip():
+                db.execute(statement.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE"))
     if "quarantine" not in tables:  # version 1: rows were marked in place, migrated on open
         db.execute("CREATE TEMP TABLE quarantine (id, task_id, reason, set_aside_at)")
 
 
 def _counts(db: sqlite3.Connection, figures: JournalFigures) -> None:
-    """Counts by task and outcome, finished per hour, penalties by task and kind: the finished
-    rows in the order of their index (validator/state/migrate.py), the unfinished through
-    theirs, the history's hours, the rows set aside."""
-    for task_id, state, outcome, kind, penalty, count in db.execute(
-        "SELECT task_id, state, outcome, penalty_kind, penalty IS NOT NULL, count(*)"
-        f" FROM detail WHERE {FINISHED} GROUP BY 1, 2, 3, 4, 5"
+    """Counts by task and outcome, finished per hour, penalties by task and kind: the rows kept
+    in full, each count in the order of its index (validator/state/schema.py), the history's
+    hours, the rows set aside."""
+    for where in (FINISHED, UNFINISHED):
+        for task_id, state, outcome, count in db.execute(
+            f"SELECT task_id, state, outcome, count(*) FROM detail WHERE {where} GROUP BY 1, 2, 3"
+        ):
+            figures.by_task[task_id][outcome_label(state, outcome)] += count
+    for task_id, kind, count in db.execute(
+        f"SELECT task_id, coalesce(penalty_kind, '{UNRECORDED}'), count(*) FROM detail"
+        f" WHERE {IS_PENALTY} GROUP BY task_id, penalty_kind"
     ):
-        figures.by_task[task_id][outcome_label(state, outcome)] += count
-        if state == "submitted" and penalty:
-            figures.penalties[(task_id, kind or UNRECORDED)] += count
-    for task_id, state, outcome, count in db.execute(
-        f"SELECT task_id, state, outcome, count(*) FROM detail WHERE {UNFINISHED} GROUP BY 1, 2, 3"
-    ):
-        figures.by_task[task_id][outcome_label(state, outcome)] += count
-    for task_id, outcome, kind, count in db.execute(
-        "SELECT task_id, outcome, penalty_kind, sum(count) FROM history GROUP BY 1, 2, 3"
-    ):
-        figures.by_task[task_id][outcome] += count
-        if outcome != "dropped" and kind:
-            figures.penalties[(task_id, kind)] += count
+        figures.penalties[(task_id, kind)] += count
+    hours = f"SELECT {HOUR}, count(*) FROM detail WHERE {FINISHED} GROUP BY {HOUR}"
+    for query in (hours, "SELECT hour, sum(count) FROM history GROUP BY hour"):
+        for hour, count in db.execute(query):
+            figures.per_hour[int(hour)] += count
     for task_id, count in db.execute(
         "SELECT coalesce(CAST(task_id AS TEXT), '?'), count(*) FROM quarantine GROUP BY 1"
     ):
         figures.by_task[task_id]["quarantined"] += count
-    hours = f"SELECT {HOUR}, count(*) FROM detail WHERE {FINISHED} GROUP BY 1"
-    for query in (hours, "SELECT hour, sum(count) FROM history GROUP BY 1"):
-        for hour, count in db.execute(query):
-            figures.per_hour[int(hour)] += count
+
+
+def _history(db: sqlite3.Connection, figures: JournalFigures) -> None:
+    """The compacted rows' counts, penalties and scores, from their totals."""
+    for task_id, outcome, kind, metric, count, scores, total, low, high in db.execute(
+        "SELECT task_id, outcome, penalty_kind, metric, count, scores, score_sum, score_min,"
+        " score_max FROM history_totals"
+    ):
+        figures.by_task[task_id][outcome] += count
+        if outcome != "dropped" and kind:
+            figures.penalties[(task_id, kind)] += count
+        if metric and scores:
+            figures.scores[(task_id, metric)].add(scores, total, low, high)
 
 
 def _scores(db: sqlite3.Connection, figures: JournalFigures) -> None:
-    """Each task's scores (penalties apart): the rows kept in full, in the order of their index
-    where the journal has it, the compacted hours, and the median of the first."""
-    queries = (
-        "SELECT task_id, metric, count(*), total(score), min(score), max(score) FROM detail"
-        f" WHERE {IS_SCORE} GROUP BY 1, 2",
-        "SELECT task_id, metric, sum(scores), sum(score_sum), min(score_min), max(score_max)"
-        " FROM history WHERE metric <> '' GROUP BY 1, 2",
-    )
+    """Each task's scores kept in full (penalties apart), in the order of their index where the
+    journal has it, and their median."""
     kept: dict[tuple[str, str], int] = {}  # scores in full, by task and metric
-    for query in queries:
-        for task_id, metric, count, total, low, high in db.execute(query):
-            figures.scores[(task_id, metric)].add(count, total, low, high)
-            if query is queries[0]:
-                kept[(task_id, metric)] = count
+    for task_id, metric, count, total, low, high in db.execute(
+        "SELECT task_id, metric, count(*), total(score), min(score), max(score) FROM detail"
+        f" WHERE {IS_SCORE} GROUP BY task_id, metric"
+    ):
+        figures.scores[(task_id, metric)].add(count, total, low, high)
+        kept[(task_id, metric)] = count
     indexed = db.execute(
         "SELECT 1 FROM main.sqlite_master WHERE name = 'assignments_scores'"
     ).fetchone()
@@ -202,7 +202,7 @@ def _latest_failures(db: sqlite3.Connection) -> list[dict[str, Any]]:
     db.row_factory = sqlite3.Row
     found = db.execute(
         "SELECT id, task_id, state, outcome, error, penalty, penalty_kind, updated_at FROM detail"
-        f" WHERE {FAILURE} ORDER BY updated_at DESC, received_at, row_key LIMIT ?",
+        f" WHERE {IS_FAILURE} ORDER BY updated_at DESC LIMIT ?",
         (LATEST_FAILURES,),
     ).fetchall()
     found += db.execute(QUARANTINED, (LATEST_FAILURES,)).fetchall()

@@ -10,8 +10,9 @@ it keeps, never a row twice.
 
 `history` holds, per hour of the finish, task, outcome (completed, failed, dropped), penalty
 kind ('' none, 'unrecorded' for a failure journaled before kinds were) and main metric ('' for
-no score): the count, and the scores' count, sum, min and max. What it does not keep: each
-assignment's id, input, metrics, reason and events.
+no score): the count, and the scores' count, sum, min and max; `history_totals` the same for all
+hours (what the report adds up, a few rows). What they do not keep: each assignment's id, input,
+metrics, reason and events.
 """
 
 from __future__ import annotations
@@ -20,31 +21,38 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
-from validator.state.migrate import IS_SCORE
+from validator.state.schema import HOUR, IS_SCORE
 
-STEP_ROWS = 2000
+STEP_ROWS = 1000
 # The outcome as the report names it (validator/state/records.py outcome_label), for final rows.
 OUTCOME = "CASE WHEN state = 'submitted' THEN coalesce(outcome, 'submitted') ELSE state END"
 KIND = "CASE WHEN penalty IS NULL THEN '' ELSE coalesce(penalty_kind, 'unrecorded') END"
-HOUR = "CAST(updated_at / 3600 AS INTEGER) * 3600"
 
-_ROLL_UP = f"""
-INSERT INTO history
-    (hour, task_id, outcome, penalty_kind, metric, count, scores, score_sum, score_min, score_max)
-SELECT {HOUR}, coalesce(CAST(task_id AS TEXT), '?'), {OUTCOME}, {KIND},
+_KEY = "task_id, outcome, penalty_kind, metric"
+
+
+def _roll_up(table: str, hour: bool) -> str:
+    """The upsert of a step's rows into `table`: `history` by hour, `history_totals` without."""
+    key = f"hour, {_KEY}" if hour else _KEY
+    return f"""
+INSERT INTO {table} ({key}, count, scores, score_sum, score_min, score_max)
+SELECT {f"{HOUR}, " if hour else ""}coalesce(CAST(task_id AS TEXT), '?'), {OUTCOME}, {KIND},
     CASE WHEN {IS_SCORE} THEN coalesce(metric, '') ELSE '' END,
     count(*), count(CASE WHEN {IS_SCORE} THEN score END),
     total(CASE WHEN {IS_SCORE} THEN score END),
     min(CASE WHEN {IS_SCORE} THEN score END), max(CASE WHEN {IS_SCORE} THEN score END)
 FROM assignments WHERE rowid IN (SELECT value FROM json_each(:rows))
-GROUP BY 1, 2, 3, 4, 5
-ON CONFLICT (hour, task_id, outcome, penalty_kind, metric) DO UPDATE SET
+GROUP BY {", ".join(str(i) for i in range(1, 6 if hour else 5))}
+ON CONFLICT ({key}) DO UPDATE SET
     count = count + excluded.count,
     scores = scores + excluded.scores,
     score_sum = score_sum + excluded.score_sum,
     score_min = coalesce(min(score_min, excluded.score_min), score_min, excluded.score_min),
     score_max = coalesce(max(score_max, excluded.score_max), score_max, excluded.score_max)
 """
+
+
+_ROLL_UPS = (_roll_up("history", hour=True), _roll_up("history_totals", hour=False))
 _EVENTS = """
 DELETE FROM events WHERE assignment_id IN (
     SELECT id FROM assignments WHERE rowid IN (SELECT value FROM json_each(:rows))
@@ -77,7 +85,8 @@ def step(db: sqlite3.Connection, cutoff: float, after: int, limit: int = STEP_RO
     ]
     if chosen:
         marks = {"rows": json.dumps(chosen)}
-        db.execute(_ROLL_UP, marks)
+        for roll_up in _ROLL_UPS:
+            db.execute(roll_up, marks)
         db.execute(_EVENTS, marks)
         db.execute(_ROWS, marks)
     return Step(len(chosen), rows[-1][0] if rows else after, len(rows) < limit)

@@ -19,7 +19,9 @@ before any lookup: store.py. One damaged row does not: every row is read whole a
 table with the reason (validator/state/quarantine.py), named in one log line and in the report,
 never scored or submitted, and the rest of the work goes on. A scored row without metrics is
 scored again. A store of an earlier version is migrated to the constraints when opened
-(validator/state/migrate.py), its damaged rows set aside the same way.
+(validator/state/migrate.py), its damaged rows set aside the same way. What a loop pass reads
+(the rows not final) is found by an index of them alone; the finished rows past the retention
+window are compacted by the daily upkeep (validator/state/upkeep.py).
 """
 
 from __future__ import annotations
@@ -154,13 +156,6 @@ class Journal:
                 return work()
 
     # --- upkeep (validator/state/upkeep.py) ----------------------------------------------
-
-    def check_pages(self) -> None:
-        """SQLite's check of every page (seconds for a million assignments): raise JournalBroken,
-        as at start, when it finds the file damaged."""
-        problem = self.maintain(store.pages_problem)
-        if problem is not None:
-            raise store.damaged(self.path, problem)
 
     def maintain(self, work: Callable[[sqlite3.Connection], T], *, translate: bool = True) -> T:
         """`work` on the journal's connection in one transaction, as the upkeep does it: never

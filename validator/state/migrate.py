@@ -25,13 +25,9 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from validator.state.entry import FINISHED, UNFINISHED, V1_COLUMNS, score_of
+from validator.state.entry import V1_COLUMNS, score_of
 from validator.state.quarantine import ROW_KEY, SetAside, set_aside, sift
-
-# A score the report counts (validator/report/journal_figures.py), and the rows compacted into
-# the history count it the same way (validator/state/compaction.py): submitted as completed, not
-# a penalty, with a main metric.
-IS_SCORE = "state = 'submitted' AND outcome = 'completed' AND penalty IS NULL AND score IS NOT NULL"
+from validator.state.schema import V4_STATEMENTS
 
 OLD = "assignments_v1"
 _COLUMNS = ", ".join(V1_COLUMNS)
@@ -51,39 +47,6 @@ V4_ASSIGNMENT_COLUMNS = (
     "score REAL CHECK (score IS NULL OR typeof(score) = 'real')",
 )
 V4_QUARANTINE_COLUMNS = ("metric", "score")
-# What a loop pass reads (the unfinished rows, oldest first: Journal.pending) is found through
-# a partial index that holds only them, so a pass costs the backlog, not the history; a query
-# uses a partial index only when its WHERE holds the index's condition as written (entry.py's
-# UNFINISHED, FINISHED, compaction.py's IS_SCORE). The report counts the finished rows by task
-# and outcome, and each task's scores, in the order of an index of each (no sort of every row);
-# each enters its index once, when it is final. An assignment's events, and a quarantined id, are
-# looked up by index too. `history` holds what the report needs of the rows compaction removed
-# (validator/state/compaction.py): per hour of their finish, task, outcome, penalty kind and main
-# metric, the count and the scores' sum, min, max.
-V4_STATEMENTS = f"""
-CREATE INDEX IF NOT EXISTS assignments_unfinished ON assignments (module, received_at, id)
-    WHERE {UNFINISHED};
-CREATE INDEX IF NOT EXISTS assignments_finished
-    ON assignments (task_id, state, outcome, penalty_kind, penalty IS NOT NULL, updated_at)
-    WHERE {FINISHED};
-CREATE INDEX IF NOT EXISTS assignments_scores ON assignments (task_id, metric, score)
-    WHERE {IS_SCORE};
-CREATE INDEX IF NOT EXISTS events_of_assignment ON events (assignment_id);
-CREATE INDEX IF NOT EXISTS quarantine_id ON quarantine (id);
-CREATE TABLE IF NOT EXISTS history (
-    hour INTEGER NOT NULL,
-    task_id TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    penalty_kind TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    count INTEGER NOT NULL,
-    scores INTEGER NOT NULL,
-    score_sum REAL NOT NULL,
-    score_min REAL,
-    score_max REAL,
-    PRIMARY KEY (hour, task_id, outcome, penalty_kind, metric)
-) WITHOUT ROWID;
-"""
 # The main metric and its value of every row with metrics, by the journal's own rule (score_of).
 FILL_SCORES = """
 UPDATE assignments SET metric = main_metric(metrics), score = main_score(metrics)

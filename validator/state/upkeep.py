@@ -26,7 +26,7 @@ from pathlib import Path
 
 from validator.disk import MIB, free_bytes
 from validator.options import DEFAULT_JOURNAL_KEEP_DAYS
-from validator.state import compaction
+from validator.state import compaction, store
 from validator.state.journal import Journal
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,11 @@ class Upkeep:
         return True
 
     def _run(self, now: float) -> Iterator[None]:
-        self.journal.check_pages()
+        # SQLite's check of every page (seconds for a million assignments); a damaged file is
+        # JournalBroken, as at start.
+        problem = self.journal.maintain(store.pages_problem)
+        if problem is not None:
+            raise store.damaged(self.journal.path, problem)
         yield
         if self.keep_days > 0:
             yield from self._compact(now - self.keep_days * DAY)
