@@ -9,8 +9,9 @@ time proportional to their size (devkit/journals.py: a million over a year, ten 
             stamp), the least of 5 (the machine's other work only adds)
   loop      the validator's CPU per lookup (user+system, /proc) while it looks up 20 tasks of the
             Fed Ledger simulator back to back (an interval of 1 ms: every pass a lookup)
-  report    `python -m validator report`: seconds and peak RSS; `--html`; the status page's
-            /report (a StatusServer in this process, its report child timed by one GET)
+  report    `python -m validator report`: seconds, CPU seconds (user+system: what the machine's
+            other work does not change) and peak RSS; `--html`; the status page's /report (a
+            StatusServer in this process, its report child timed by one GET)
 
 and once: a version 2 journal of 100,000 rows (10% failed, with their events) migrated on open;
 with this version's upkeep, the big journal compacted to --journal-keep-days 30 (seconds, the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import sqlite3
 import subprocess
@@ -182,31 +184,35 @@ def loop_cpu(sim: Simulator, state: Path, root: Path) -> float | None:
     return 1000 * cpu / lookups if lookups else None
 
 
-def timed_child(command: list[str]) -> tuple[float, float]:
-    """Seconds and peak RSS (MB) of a child."""
+def timed_child(command: list[str]) -> tuple[float, float, float]:
+    """Seconds, CPU seconds and peak RSS (MB) of a child."""
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{command} failed")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def report_figures(state: Path) -> dict[str, float | None]:
     report = [sys.executable, "-m", "validator", "report", "--state-dir", str(state)]
-    text_s, text_mb = timed_child(report)
-    html_s, html_mb = timed_child([*report, "--html", str(state.parent / "report.html")])
+    text_s, text_cpu, text_mb = timed_child(report)
+    html_s, html_cpu, html_mb = timed_child([*report, "--html", str(state.parent / "r.html")])
+    page_s, page_cpu = status_page_report(state)
     return {
         "report_s": text_s,
+        "report_cpu_s": text_cpu,
         "report_mb": text_mb,
         "html_s": html_s,
+        "html_cpu_s": html_cpu,
         "html_mb": html_mb,
-        "page_s": status_page_report(state),
+        "page_s": page_s,
+        "page_cpu_s": page_cpu,
     }
 
 
-def status_page_report(state: Path) -> float:
+def status_page_report(state: Path) -> tuple[float, float]:
     """One GET of /report on a fresh status server: the report drawn by its child. A page of
     text instead (the drawing ran past the server's REPORT_TIMEOUT_S) is said."""
     from validator.observe.observer import StatusBoard
@@ -215,15 +221,22 @@ def status_page_report(state: Path) -> float:
     server = StatusServer("127.0.0.1", 0, StatusBoard("fixture"), state)
     server.start()
     try:
+        cpu = _children_cpu()
         started = time.perf_counter()
         with urllib.request.urlopen(f"{server.address}/report", timeout=120) as answer:
             page = answer.read()
         seconds = time.perf_counter() - started
+        cpu = _children_cpu() - cpu
     finally:
         server.stop()
     if b"plot-throughput" not in page:
         print(f"{state.name}: /report gave text, its drawing past the timeout: {page[:60]!r}")
-    return seconds
+    return seconds, cpu
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def compact(sim: Simulator, state: Path, root: Path) -> dict[str, float | None]:
@@ -288,15 +301,22 @@ def migration(folder: Path, rows: int) -> None:
 
 
 def table(figures: dict[str, dict[str, float | None]]) -> None:
-    names = ["start_s", "loop_cpu_ms", "report_s", "report_mb", "html_s", "html_mb", "page_s"]
-    print("\n| figure | " + " | ".join(figures) + " | big / small |")
-    print("|---|" + "---:|" * (len(figures) + 1))
+    names = ["start_s", "loop_cpu_ms", "report_s", "report_cpu_s", "report_mb", "html_s"]
+    names += ["html_cpu_s", "html_mb", "page_s", "page_cpu_s"]
+    later = [f"{key} / small" for key in ("big", "compacted") if key in figures]
+    print("\n| figure | " + " | ".join([*figures, *later]) + " |")
+    print("|---|" + "---:|" * (len(figures) + len(later)))
     for name in names:
         cells = [_cell(found.get(name)) for found in figures.values()]
-        small, big = figures["small"].get(name), figures["big"].get(name)
-        ratio = f"{big / small:.1f}x" if small and big else "n/a"
-        print(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
-    print("\n(big / small; compacted: the big journal after its first upkeep)")
+        small = figures["small"].get(name)
+        ratios = [
+            f"{found[name] / small:.1f}x" if small and found.get(name) else "n/a"
+            for key, found in figures.items()
+            if key in ("big", "compacted")
+        ]
+        print(f"| {name} | " + " | ".join(cells + ratios) + " |")
+    print("\n(the ratios: big / small, compacted / small; compacted: the big journal after its")
+    print("first upkeep at --journal-keep-days 30)")
     empty, big = figures["empty"].get("loop_cpu_ms"), figures["big"].get("loop_cpu_ms")
     if empty and big:
         print(f"\nloop CPU per lookup, big / empty journal: {big / empty:.1f}x")
