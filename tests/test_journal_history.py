@@ -218,7 +218,7 @@ def v2_journal(folder: Path, failed: int) -> Path:
 
 def test_a_migration_costs_what_the_journal_holds(tmp_path, traced):
     """Version 2 to this one: each failed result's reason is looked up in the events by index
-    (it scanned every event for every failure: 3 hours for a million rows)."""
+    (without one, every event is read for every failure: hours for a million rows)."""
     steps = []
     for failed in (100, 400):
         state = v2_journal(tmp_path / str(failed), failed)
