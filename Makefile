@@ -239,11 +239,6 @@ report: install
 bench-launcher: install wheels base-image
 	$(PY) -m bench.launcher_startup
 
-# A year of work on one validator (bench/RESULTS.md): the loop's side in bench/soak_loop.py,
-# 429s at 200 tasks, bytes per idle lookup, an rl run of 1,000 assignments with real children.
-bench-soak: install
-	$(PY) -m bench.soak_loop
-
 # The lora module's scoring against the reference's way (load, merge, Trainer.evaluate), CPU.
 bench: install
 	$(PY) -m bench.lora_bench
@@ -265,6 +260,14 @@ bench-llm-judge-warm: install
 # 1,000 tiny shards (issue 40).
 bench-llm-judge-plan: install
 	.venv-llm_judge/bin/python -m bench.llm_judge_plan
+
+# A year of work (bench/RESULTS.md "A year of work"): each step's cost on a journal of a million
+# assignments beside a small one (bench/soak.py, about 20 minutes on 2 cores), then the loop's
+# side (bench/soak_loop.py): 429s at 200 tasks, bytes per idle lookup, an rl run of 1,000
+# assignments with real children.
+bench-soak: install
+	$(PY) -m bench.soak
+	$(PY) -m bench.soak_loop
 
 # Pinned wheels for running the GPU benches on a machine without network: the lora stack
 # (bench/gpu_session.sh there) and the llm_judge stack with fla-core

@@ -26,7 +26,6 @@ PENDING = {
     "validator/outbound/hf_cache.py",
     "validator/outbound/hub_http.py",
     "validator/outbound/safe_json.py",
-    "validator/state/journal.py",
 }
 
 

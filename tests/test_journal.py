@@ -11,7 +11,7 @@ from validator.errors import ConfigError, JournalBroken, JournalLocked, JournalU
 from validator.observe.logs import RedactSecrets
 from validator.state.entry import UNDECIDED, UNSUBMITTED, State
 from validator.state.journal import RESERVE_NAME, Journal
-from validator.state.store import SCHEMA_V1, SCHEMA_V2, SCHEMA_VERSION
+from validator.state.store import SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_VERSION
 
 JOURNAL = "journal.sqlite3"
 
@@ -257,7 +257,7 @@ def test_a_journal_of_an_earlier_validator_is_migrated_and_keeps_its_rows(tmp_pa
     finally:
         journal.close()
     with sqlite3.connect(tmp_path / JOURNAL) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         # The constraints hold from now on.
         with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
             db.execute("UPDATE assignments SET id = NULL")
@@ -281,6 +281,22 @@ def test_version_2s_schema_keeps_the_columns_version_2_journals_hold():
         "assignments": V2_ROW,
         "events": ["assignment_id", "time", "state", "note"],
         "quarantine": [*V2_ROW, "reason", "set_aside_at"],
+    }
+
+
+def test_version_3s_schema_keeps_the_columns_version_3_journals_hold():
+    """SCHEMA_V3, against which a version 3 journal is checked and migrated, is version 2's and
+    the penalty's two columns: version 4's, built from the same template, adds none to it."""
+    db = sqlite3.connect(":memory:")
+    db.executescript(SCHEMA_V3)
+    tables = ("assignments", "events", "quarantine")
+    columns = {t: [row[1] for row in db.execute(f"PRAGMA table_info({t})")] for t in tables}
+    db.close()
+    v3_row = [*V2_ROW, "penalty_kind", "penalty"]
+    assert columns == {
+        "assignments": v3_row,
+        "events": ["assignment_id", "time", "state", "note"],
+        "quarantine": [*V2_ROW, "reason", "set_aside_at", "penalty_kind", "penalty"],
     }
 
 
@@ -312,7 +328,7 @@ def test_a_version_2_journal_gains_the_penalty_columns_and_its_failures_their_re
     finally:
         journal.close()
     with sqlite3.connect(tmp_path / JOURNAL) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
         rows = db.execute("SELECT id, penalty_kind, penalty FROM assignments ORDER BY id")
         assert rows.fetchall() == [
             ("1", None, "ValueError: bad rank"),

@@ -86,6 +86,7 @@ class RunOptions:
     state_dir: Path
     config_dir: Path
     min_free_mb: int
+    journal_keep_days: int
     http_port: int | None
     http_host: str
     health_stale_seconds: float
@@ -186,7 +187,11 @@ def build_loop(
     """The loop's parts, in the order start-up needs them; the status page serves once they
     are all built. `looked_up`: the task ids this worker looks up (`lookups` says them)."""
     settings = LoopSettings(
-        looked_up, options.time_sleep, options.assignment_lookup_interval, options.max_assignments
+        looked_up,
+        options.time_sleep,
+        options.assignment_lookup_interval,
+        options.max_assignments,
+        options.journal_keep_days,
     )
     # The signals' stop event, so that the first one also ends an outbound call in progress:
     # the API's, and a module's (Hub, judge) through the outbound deadline.

@@ -40,6 +40,18 @@ MIN_FREE_MB_OPTION = click.option(
     help="Free space (MiB) the state dir's file system must have before each lookup or "
     "scoring; below it, or when a test write fails, exit 3 without asking for work.",
 )
+# How long a finished assignment stays in the journal in full (validator/state/upkeep.py).
+DEFAULT_JOURNAL_KEEP_DAYS = 30
+JOURNAL_KEEP_DAYS_OPTION = click.option(
+    "--journal-keep-days",
+    envvar="VALIDATOR_JOURNAL_KEEP_DAYS",
+    type=click.IntRange(min=0),
+    default=DEFAULT_JOURNAL_KEEP_DAYS,
+    show_default=True,
+    help="Days a finished assignment stays in the journal in full (input, metrics, reason, "
+    "events); older ones are compacted once a day into the counts and scores per hour and task "
+    "that the report shows (0: keep every row).",
+)
 STATE_DIR_ENV = "VALIDATOR_STATE_DIR"
 # The validator's configs folder; run.py and its doctor read none (the folder they name is
 # mounted as the container's), so only the validator's commands pass it.

@@ -13,6 +13,7 @@ import click
 from validator.options import (
     CONFIG_DIR_ENV,
     HF_CACHE_BUDGET_ENV,
+    JOURNAL_KEEP_DAYS_OPTION,
     MIN_FREE_MB_OPTION,
     POSITIVE_SECONDS,
     F,
@@ -69,6 +70,7 @@ RUN_OPTIONS: tuple[Callable[[F], F], ...] = (
     state_dir_option("Where the journal lives."),
     config_dir_option("Module and task configs [default: ./configs].", CONFIG_DIR_ENV),
     MIN_FREE_MB_OPTION,
+    JOURNAL_KEEP_DAYS_OPTION,
     click.option(
         "--http-port",
         envvar="VALIDATOR_HTTP_PORT",

@@ -33,10 +33,12 @@ from validator.ledger.submitting import submit_result
 from validator.lookups import Lookups
 from validator.observe.hooks import Hooks
 from validator.observe.lines import result_line
+from validator.options import DEFAULT_JOURNAL_KEEP_DAYS
 from validator.scoring import InvalidInput, ModulePool, score
 from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, Entry, FailedKind, State
 from validator.state.journal import Journal
 from validator.state.phases import PhaseTimes, ScoringMarks
+from validator.state.upkeep import Upkeep
 from validator.text import MAX_INPUT_STRING, bounded, cut_strings, one_line, oversized_strings
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,8 @@ class LoopSettings:
     time_sleep: float
     lookup_interval: float
     max_assignments: int | None = None
+    # Days finished rows stay in the journal in full (validator/state/upkeep.py; 0: for good).
+    journal_keep_days: int = DEFAULT_JOURNAL_KEEP_DAYS
 
 
 class Runner:
@@ -101,6 +105,7 @@ class Runner:
         )
         self.finished = 0
         self.marks = ScoringMarks(journal.state_dir)
+        self.upkeep = Upkeep(journal, settings.journal_keep_days)
 
     def run(self) -> ExitCode:
         try:
@@ -124,6 +129,9 @@ class Runner:
                     continue
                 task_id = self.lookups.due()
                 if task_id is None:
+                    # Nothing due: the journal's upkeep, one bounded piece a pass, if due.
+                    if self.upkeep.step(self.clock.time()):
+                        continue
                     self._wait(pending)
                 else:
                     self._lookup(task_id)

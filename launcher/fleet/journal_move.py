@@ -33,8 +33,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from validator.errors import ExitCode, OperatorError
+from validator.state import store
 from validator.state.entry import UNDECIDED, UNSUBMITTED, DamagedRow, Entry, NoMetrics, State
 from validator.state.journal import Journal
+from validator.state.store import DEFAULT_LOCK_TIMEOUT_S
 
 JOURNAL = "journal.sqlite3"
 MOVED = "moved"
@@ -120,6 +122,8 @@ def _open_whole(stage: Path) -> tuple[int, str | None]:
     then read row by row, so that damage past the journal's start checks is found too."""
     problem = None
     try:
+        # Whole: every page, as a copy is relied on in full once its old volume is removed.
+        store.check(stage / JOURNAL, DEFAULT_LOCK_TIMEOUT_S, whole=True)
         Journal(stage).close()
     except OperatorError as exc:  # broken, of a newer schema, not a file
         problem = _said(str(exc), stage / JOURNAL)

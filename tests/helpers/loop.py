@@ -32,6 +32,7 @@ from validator.clock import Clock
 from validator.errors import ExitCode
 from validator.kit.base import BaseConfig, BaseInputData, BaseMetrics, BaseValidationModule
 from validator.observe.hooks import Hooks, Middleware
+from validator.options import DEFAULT_JOURNAL_KEEP_DAYS
 from validator.runner import LoopSettings, Runner
 from validator.scoring import ModulePool
 from validator.state.entry import Entry
@@ -155,9 +156,11 @@ class Loop:
         lookup_interval: float = LOOKUP_INTERVAL,
         horizon: float = HORIZON,
         on_disk: bool = False,
+        journal_keep_days: int = DEFAULT_JOURNAL_KEEP_DAYS,
     ) -> None:
         # on_disk: the state dir under tmp_path, for a test of what reaches the disk.
         self._memory = None if on_disk else _memory_dir()
+        self.journal_keep_days = journal_keep_days
         self.state_dir = (self._memory or tmp_path) / "state"
         self.config_dir = tmp_path / "configs"
         self.time_sleep, self.lookup_interval, self.horizon = time_sleep, lookup_interval, horizon
@@ -198,7 +201,11 @@ class Loop:
         self.clock.stop_at = self.clock.now + (self.horizon if horizon is None else horizon)
         self.ledger.started_at = time.time()  # a new process's client
         settings = LoopSettings(
-            list(task_ids), self.time_sleep, self.lookup_interval, max_assignments
+            list(task_ids),
+            self.time_sleep,
+            self.lookup_interval,
+            max_assignments,
+            self.journal_keep_days,
         )
         guard = SpinGuard(self.clock, stop)
         pool = ModulePool(self.module, MODULE, self.config_dir)

@@ -33,7 +33,7 @@ from validator.spec import REPO_ROOT, STATE_SOURCE_ENV
 log = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 10
-# The report reads the whole journal and draws plots (hundreds of ms): a page opened by many at
+# The report adds the journal up and draws plots (a second or two): a page opened by many at
 # once, or reloaded in a loop, is drawn once per this many seconds.
 REPORT_TTL_S = 5.0
 BEING_DRAWN = (

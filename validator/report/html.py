@@ -1,7 +1,7 @@
 """The report as one self-contained HTML page: the summary's tables and three plots
-(assignments finished per hour, seconds per phase, score histogram per task: penalties left out,
-counted in their own table), drawn with matplotlib and embedded as PNG data, so the file can be
-mailed or opened offline."""
+(assignments finished over time, in at most MOST_BARS bars; seconds per phase; the latest
+records' score histogram per task: penalties left out, counted in their own table), drawn with
+matplotlib and embedded as PNG data, so the file can be mailed or opened offline."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
 from validator.report.summary import (  # noqa: E402
     Summary,
+    bucket_name,
+    buckets,
     completed_scores,
     is_penalty,
     outcome_grid,
@@ -31,6 +33,8 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 img { max-width: 100%; border: 1px solid #eee; margin-bottom: 1.5em; }
 """
+MOST_BARS = 60
+MOST_LABELS = 24
 
 
 def render_html(summary: Summary, records: list[AssignmentRecord]) -> str:
@@ -44,8 +48,8 @@ def render_html(summary: Summary, records: list[AssignmentRecord]) -> str:
         f"</b> assignments, {summary.records} records; generated {generated}.</p>",
         "<h2>Assignments by task and outcome</h2>",
         _outcome_table(summary),
-        "<h2>Finished per hour</h2>",
-        _image(_throughput_plot(summary), "assignments finished per hour", "plot-throughput"),
+        "<h2>Finished over time</h2>",
+        _image(_throughput_plot(summary), "assignments finished over time", "plot-throughput"),
         "<h2>Seconds per phase</h2>",
         _phase_table(summary),
         _image(_phase_plot(records), "seconds per phase", "plot-phases"),
@@ -60,6 +64,10 @@ def render_html(summary: Summary, records: list[AssignmentRecord]) -> str:
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
 
 
 def _e(value: object) -> str:
@@ -84,7 +92,7 @@ def _phase_table(summary: Summary) -> str:
 
 def _score_table(summary: Summary) -> str:
     rows = [
-        [s.task_id, s.metric, s.count, f"{s.min:.6g}", f"{s.median:.6g}", f"{s.max:.6g}"]
+        [s.task_id, s.metric, s.count, f"{s.min:.6g}", _g(s.median), f"{s.max:.6g}"]
         for s in summary.scores
     ]
     return _table("scores", ["task", "metric", "count", "min", "median", "max"], rows)
@@ -125,13 +133,18 @@ def _png(figure) -> bytes:
 
 
 def _throughput_plot(summary: Summary) -> bytes:
+    """At most MOST_BARS bars, each of the fewest hours that keeps them so (a year of hours is
+    drawn as weeks), with at most MOST_LABELS labelled."""
     figure, axes = plt.subplots(figsize=(8, 2.8))
-    hours = list(summary.per_hour)
-    labels = [time.strftime("%m-%d %H:00", time.gmtime(h)) for h in hours]
-    axes.bar(range(len(hours)), list(summary.per_hour.values()), color="#4472c4")
-    axes.set_xticks(range(len(hours)), labels, rotation=45, ha="right", fontsize=7)
-    axes.set_ylabel("assignments")
-    if not hours:
+    width, counted = buckets(summary.per_hour, MOST_BARS)
+    axes.bar(range(len(counted)), [count for _, count in counted], color="#4472c4")
+    shape = "%m-%d %H:00" if width < 24 else "%Y-%m-%d"
+    every = max(1, -(-len(counted) // MOST_LABELS))
+    ticks = list(range(0, len(counted), every))
+    labels = [time.strftime(shape, time.gmtime(counted[i][0])) for i in ticks]
+    axes.set_xticks(ticks, labels, rotation=45, ha="right", fontsize=7)
+    axes.set_ylabel(f"assignments per {bucket_name(width)}")
+    if not counted:
         axes.text(0.5, 0.5, "nothing finished yet", ha="center", transform=axes.transAxes)
     return _png(figure)
 

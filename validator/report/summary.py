@@ -1,10 +1,12 @@
 """What the validator did, from its state dir (`python -m validator report --state-dir DIR`,
 validator/report/cli.py).
 
-The journal says what happened to every assignment (it is the truth for counts and outcomes);
-the records (validator/state/records.py) add seconds per phase, scores and log lines. Plain text by
-default, `--json` for machines, `--html FILE` for one self-contained page with plots
-(validator/report/html.py).
+The journal says what happened to every assignment (it is the truth for counts, outcomes and
+scores), read by SQL aggregates over the rows it keeps in full and its compacted history
+(journal_figures.py), in memory and time that do not grow with every row; the records
+(validator/state/records.py, at most --records-keep) add seconds per phase, the score histogram
+and log lines. Plain text by default, `--json` for machines, `--html FILE` for one
+self-contained page with plots (validator/report/html.py).
 
 A penalty (a module's -999 or lora's loss 999, submitted as completed; a failure) is not a score:
 the score statistics and the histogram leave them out, and they are counted apart, by task and
@@ -13,7 +15,6 @@ kind, each of the latest with its reason.
 
 from __future__ import annotations
 
-import sqlite3
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -22,13 +23,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from validator.report.journal_figures import (
+    JOURNAL_FILE,
+    LATEST_FAILURES,
+    UNRECORDED,
+    JournalFigures,
+    read_journal,
+)
 from validator.state.records import AssignmentRecord, RecordStore, main_metric, outcome_label
 
-JOURNAL_FILE = "journal.sqlite3"
 PHASE_ORDER = ("lookup", "download", "load", "data", "wait", "score", "submit")
-FINAL = {"submitted", "dropped"}
-LATEST_FAILURES = 10
-UNRECORDED = "unrecorded"  # a failure's kind, journaled before kinds were (version 3)
+# Finished assignments over time, in buckets of the fewest of these hours that keeps their
+# number under a cap (the text's lines, the plot's bars); a whole number of weeks past them.
+BUCKET_HOURS = (1, 2, 3, 6, 12, 24, 48, 24 * 7)
+MOST_LINES = 48
 
 
 class PhaseStats(BaseModel):
@@ -39,11 +47,14 @@ class PhaseStats(BaseModel):
 
 
 class ScoreStats(BaseModel):
+    """A task's main metric over every score the journal holds (compacted ones included); the
+    median over those kept in full (None when the window keeps none of them)."""
+
     task_id: str
     metric: str
     count: int
     min: float
-    median: float
+    median: float | None
     max: float
     mean: float
 
@@ -84,57 +95,31 @@ class Summary(BaseModel):
 
 def summarize(state_dir: Path, source: str | None = None) -> tuple[Summary, list[AssignmentRecord]]:
     """The summary of `state_dir`, which the report calls `source` (a volume's name, when the
-    launcher reads it mounted in a container) if given."""
-    rows = journal_rows(state_dir)
-    records = scored_records(RecordStore(state_dir).read_all(), rows)
-    by_task: dict[str, Counter[str]] = defaultdict(Counter)
-    per_hour: Counter[int] = Counter()
-    for row in rows:
-        by_task[row["task_id"]][outcome_label(row["state"], row["outcome"])] += 1
-        if row["state"] in FINAL:
-            per_hour[int(row["updated_at"] // 3600 * 3600)] += 1
-    summary = Summary(
-        state_dir=source or str(state_dir),
-        generated_at=time.time(),
-        assignments=len(rows),
-        by_task={task: dict(sorted(counts.items())) for task, counts in sorted(by_task.items())},
-        per_hour=dict(sorted(per_hour.items())),
-        phases=phase_stats(records),
-        scores=score_stats(records),
-        failures=latest_failures(rows),
-        records=len(records),
-        penalties=penalty_stats(rows),
-    )
-    return summary, records
-
-
-# A row the journal set aside, as one in state `quarantined`: its columns may hold anything
-# (a NULL id, text for a time), so each is made what the report reads.
-QUARANTINED = """
-SELECT coalesce(CAST(id AS TEXT), 'None') AS id, coalesce(CAST(task_id AS TEXT), '?') AS task_id,
-    'quarantined' AS state, NULL AS outcome, 'quarantined, ' || reason AS error,
-    set_aside_at AS updated_at,
-    set_aside_at AS received_at
-FROM quarantine ORDER BY set_aside_at
-"""
-
-
-def journal_rows(state_dir: Path) -> list[dict[str, Any]]:
-    """Every assignment row, and every row set aside as `quarantined`, read-only (the
-    validator may be running and writing)."""
+    launcher reads it mounted in a container) if given. The journal is read by SQL aggregates
+    (journal_figures.py); the records are at most --records-keep files."""
     path = state_dir / JOURNAL_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no journal at {path}: is {state_dir} a validator's state dir?")
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    try:
-        db.row_factory = sqlite3.Row
-        rows = [dict(row) for row in db.execute("SELECT * FROM assignments ORDER BY received_at")]
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-        if "quarantine" in tables:  # a journal of version 1 has none (the validator migrates it)
-            rows += [dict(row) for row in db.execute(QUARANTINED)]
-        return rows
-    finally:
-        db.close()
+    stored = RecordStore(state_dir).read_all()
+    figures = read_journal(state_dir, [record.id for record in stored])
+    records = scored_records(stored, figures.record_penalties)
+    by_task = figures.by_task
+    summary = Summary(
+        state_dir=source or str(state_dir),
+        generated_at=time.time(),
+        assignments=sum(sum(counts.values()) for counts in by_task.values()),
+        by_task={task: dict(sorted(counts.items())) for task, counts in sorted(by_task.items())},
+        per_hour=dict(sorted(figures.per_hour.items())),
+        phases=phase_stats(records),
+        scores=score_stats(figures),
+        failures=latest_failures(figures.failures),
+        records=len(records),
+        penalties=[
+            PenaltyStats(task_id=task, kind=kind, count=count)
+            for (task, kind), count in sorted(figures.penalties.items())
+        ],
+    )
+    return summary, records
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -167,18 +152,15 @@ def phase_stats(records: list[AssignmentRecord]) -> list[PhaseStats]:
 
 
 def scored_records(
-    records: list[AssignmentRecord], rows: list[dict[str, Any]]
+    records: list[AssignmentRecord], penalties: dict[str, tuple[str, str | None]]
 ) -> list[AssignmentRecord]:
     """The records, each with its penalty as the journal has it (the truth; a record written
     before its row's penalty was, or by an earlier validator, may lack it)."""
-    penalties = {row["id"]: row for row in rows if row.get("penalty") is not None}
     found = []
     for record in records:
-        row = penalties.get(record.id)
-        if row is not None and record.penalty is None:
-            record = record.model_copy(
-                update={"penalty": row["penalty"], "penalty_kind": row.get("penalty_kind")}
-            )
+        known = penalties.get(record.id)
+        if known is not None and record.penalty is None:
+            record = record.model_copy(update={"penalty": known[0], "penalty_kind": known[1]})
         found.append(record)
     return found
 
@@ -200,59 +182,70 @@ def completed_scores(records: list[AssignmentRecord]) -> dict[tuple[str, str], l
     return dict(sorted(values.items()))
 
 
-def score_stats(records: list[AssignmentRecord]) -> list[ScoreStats]:
+def score_stats(figures: JournalFigures) -> list[ScoreStats]:
+    """Each task's main metric over every score the journal holds, penalties apart."""
     return [
         ScoreStats(
             task_id=task,
             metric=metric,
-            count=len(found),
-            min=min(found),
-            median=statistics.median(found),
-            max=max(found),
-            mean=statistics.fmean(found),
+            count=found.count,
+            min=found.low,
+            median=found.median,
+            max=found.high,
+            mean=found.total / found.count,
         )
-        for (task, metric), found in completed_scores(records).items()
-    ]
-
-
-def penalty_stats(rows: list[dict[str, Any]]) -> list[PenaltyStats]:
-    """Results submitted as penalties, by task and kind."""
-    counts: Counter[tuple[str, str]] = Counter(
-        (row["task_id"], row.get("penalty_kind") or UNRECORDED)
-        for row in rows
-        if row["state"] == "submitted" and row.get("penalty") is not None
-    )
-    return [
-        PenaltyStats(task_id=task, kind=kind, count=count)
-        for (task, kind), count in sorted(counts.items())
+        for (task, metric), found in sorted(figures.scores.items())
+        if found.count and found.low is not None and found.high is not None
     ]
 
 
 def latest_failures(rows: list[dict[str, Any]]) -> list[Failure]:
     """The latest penalties (a -999 as a failure), and the results dropped or set aside."""
-    failed = [
-        row
-        for row in rows
-        if row["state"] == "failed"
-        or (row["state"] == "submitted" and row["outcome"] == "failed")
-        or row.get("penalty") is not None
-        or row["state"] in ("dropped", "quarantined")
-    ]
-    failed.sort(key=lambda row: row["updated_at"], reverse=True)
     return [
         Failure(
-            id=row["id"],
-            task_id=row["task_id"],
+            id=str(row["id"]),
+            task_id=str(row["task_id"]),
             time=row["updated_at"],
             reason=row.get("penalty") or row["error"] or "(no reason recorded)",
             kind=row.get("penalty_kind") or (UNRECORDED if row.get("penalty") else None),
             outcome=outcome_label(row["state"], row["outcome"]),
         )
-        for row in failed[:LATEST_FAILURES]
+        for row in rows
     ]
 
 
+def buckets(per_hour: dict[int, int], most: int) -> tuple[int, list[tuple[int, int]]]:
+    """`per_hour` summed into at most `most` buckets, empty ones included, of the fewest hours
+    from BUCKET_HOURS that does it (a whole number of weeks past them): its width in hours, and
+    each bucket's start (epoch seconds, UTC-aligned) and count."""
+    if not per_hour:
+        return 1, []
+    first, last = min(per_hour), max(per_hour)
+    hours = (last - first) // 3600 + 1
+    width = next((w for w in BUCKET_HOURS if -(-hours // w) + 1 <= most), None)
+    if width is None:
+        week = BUCKET_HOURS[-1]
+        width = week * -(-hours // (week * (most - 1)))
+    size = width * 3600
+    counts: Counter[int] = Counter()
+    for hour, count in per_hour.items():
+        counts[hour // size * size] += count
+    start = first // size * size
+    return width, [(at, counts[at]) for at in range(start, last + 1, size)]
+
+
+def bucket_name(width: int) -> str:
+    """What a bucket of `width` hours is called: hour, 6 hours, day, 2 days, week, 4 weeks."""
+    if width % (24 * 7) == 0:
+        weeks = width // (24 * 7)
+        return "week" if weeks == 1 else f"{weeks} weeks"
+    if width % 24 == 0:
+        return "day" if width == 24 else f"{width // 24} days"
+    return "hour" if width == 1 else f"{width} hours"
+
+
 def render_text(summary: Summary) -> str:
+    width, counted = buckets(summary.per_hour, MOST_LINES)
     lines = [
         f"flock-validator report: {summary.state_dir} ({summary.assignments} assignments, "
         f"{summary.records} records), {_when(summary.generated_at)}",
@@ -260,9 +253,9 @@ def render_text(summary: Summary) -> str:
         "Assignments by task and outcome:",
         *outcome_table(summary.by_task),
         "",
-        "Finished per hour (UTC):",
+        f"Finished per {bucket_name(width)} (UTC):",
     ]
-    lines += [f"  {_when(hour)}  {count}" for hour, count in summary.per_hour.items()] or ["  none"]
+    lines += [f"  {_when(at)}  {count}" for at, count in counted if count] or ["  none"]
     lines += ["", "Seconds per phase (from the records):"]
     lines += [
         f"  {p.phase:<9} n={p.count:<5} median {p.median_s:8.2f}  p95 {p.p95_s:8.2f}"
@@ -270,7 +263,7 @@ def render_text(summary: Summary) -> str:
     ] or ["  no records"]
     lines += ["", "Scores of completed assignments per task (penalties apart):"]
     lines += [
-        f"  task {s.task_id}: {s.metric} n={s.count} min {s.min:.6g} median {s.median:.6g} "
+        f"  task {s.task_id}: {s.metric} n={s.count} min {s.min:.6g} median {_g(s.median)} "
         f"max {s.max:.6g} mean {s.mean:.6g}"
         for s in summary.scores
     ] or ["  none"]
@@ -307,6 +300,11 @@ def _outcome(failure: Failure) -> str:
     if failure.reason.startswith(failure.outcome):
         return ""
     return f", {failure.outcome}{f' ({failure.kind})' if failure.kind else ''}"
+
+
+def _g(value: float | None) -> str:
+    """A figure, or `-` where the journal keeps none (a median of compacted scores only)."""
+    return "-" if value is None else f"{value:.6g}"
 
 
 def _when(epoch: float) -> str:

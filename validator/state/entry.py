@@ -12,12 +12,14 @@ A `scored` row without metrics raises NoMetrics instead: it is scored again, nev
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from validator.state.records import main_metric
 from validator.text import bounded, one_line
 
 MAX_PROBLEM = 300
@@ -41,6 +43,11 @@ FAILED_KINDS: tuple[FailedKind, ...] = ("rejected", "invalid_input", "unexpected
 UNDECIDED = (State.RECEIVED, State.SCORING)
 UNSUBMITTED = (State.SCORED, State.FAILED)
 FINAL = (State.SUBMITTED, State.DROPPED)
+# The rows not final, as SQL: written as literals, once, because SQLite uses the partial index
+# made with this condition (validator/state/migrate.py) only for a query that holds it as is.
+_FINAL_SQL = "(" + ", ".join(f"'{state.value}'" for state in FINAL) + ")"
+UNFINISHED = f"state NOT IN {_FINAL_SQL}"
+FINISHED = f"state IN {_FINAL_SQL}"
 # The assignments table's columns, in its order (validator/state/store.py).
 COLUMNS = (
     "id",
@@ -59,10 +66,24 @@ COLUMNS = (
     "penalty_kind",
     "penalty",
 )
+# Every column a row holds: the entry's, and the main metric and its score (version 4), which
+# the journal works out of the metrics (score_of) for the report; a row set aside keeps them all.
+STORED_COLUMNS = (*COLUMNS, "metric", "score")
 # Version 1's: no maybe_taken (validator/state/migrate.py reads it out of the error).
 V1_COLUMNS = COLUMNS[: COLUMNS.index("maybe_taken")]
 # Version 2's: no penalty_kind, penalty (version 3 adds them; migrate.py).
 V2_COLUMNS = COLUMNS[: COLUMNS.index("penalty_kind")]
+
+
+def score_of(metrics: dict[str, Any] | None) -> tuple[str | None, float | None]:
+    """The main metric (the first number a module submits: lora's loss, rl's average_reward,
+    llm_judge's score) and its value, which the journal keeps in columns of their own for the
+    report's SQL; (None, None) for no metrics, a NaN value None."""
+    name = main_metric(metrics) if metrics else None
+    if name is None:
+        return None, None
+    value = float(metrics[name])  # type: ignore[index]
+    return name, None if math.isnan(value) else value
 
 
 class DamagedRow(ValueError):

@@ -1,25 +1,6 @@
-"""A SQLite journal of assignments, so that no result is lost to a crash or an API outage.
-
-An assignment moves received -> scoring -> scored | failed -> submitted, or -> dropped when the
-API will never take it. `scored` and `failed` are decided but not yet submitted; `received` and
-`scoring` are not yet decided. Whatever is not final when the process dies is picked up by the
-next process on the same state directory.
-
-A full disk must not lose or half-record an assignment: `ensure_writable()` is called before
-every step that the journal will have to record (a lookup, a scoring, a submission), and a
-small reserve file is kept beside the journal and given up when a write finds the disk full, so
-that the step in progress is still recorded before the process stops with exit code 3 (the
-disk guard, validator/disk.py, keeps the floor and the reserve and words the one line).
-
-Opening checks the file first, and a broken or locked journal, or a state path that is not
-what it should be (a directory in place of the journal), stops the process with exit code 3
-before any lookup: store.py. One damaged row does not: every row is read whole as an entry
-(validator/state/entry.py), and a row that is not one (a NULL id, an unknown state, `input` or
-`metrics` not a JSON object, a wrong type) is set aside, kept as it was in the `quarantine`
-table with the reason (validator/state/quarantine.py), named in one log line and in the report,
-never scored or submitted, and the rest of the work goes on. A scored row without metrics is
-scored again. A store of an earlier version is migrated to the constraints when opened
-(validator/state/migrate.py), its damaged rows set aside the same way.
+"""A SQLite journal of assignments, so that no result is lost to a crash or an API outage:
+received -> scoring -> scored | failed -> submitted, or -> dropped. What a full disk, a broken
+file, a damaged row and a migration do to it: docs/internals.md, "The journal".
 """
 
 from __future__ import annotations
@@ -36,7 +17,7 @@ from typing import Any, TypeVar
 from validator.disk import DEFAULT_MIN_FREE_MB, DiskGuard
 from validator.errors import SQLITE_IOERR, JournalUnwritable, disk_full, sqlite_result
 from validator.state import store
-from validator.state.entry import FINAL, UNDECIDED, UNSUBMITTED, Entry, State
+from validator.state.entry import UNDECIDED, UNFINISHED, UNSUBMITTED, Entry, State, score_of
 from validator.state.owner import StateDirLock
 from validator.state.quarantine import ROW_KEY, SetAside, sift
 from validator.state.store import DEFAULT_LOCK_TIMEOUT_S
@@ -153,6 +134,20 @@ class Journal:
             with self._db:
                 return work()
 
+    # --- upkeep (validator/state/upkeep.py) ----------------------------------------------
+
+    def maintain(self, work: Callable[[sqlite3.Connection], T], *, translate: bool = True) -> T:
+        """`work` on the journal's connection in one transaction, as the upkeep does it: never
+        paid for with the reserve, which is kept for an assignment's record. Its errors are the
+        journal's (a full disk, a lock, a broken file); with `translate` False SQLite's own, for
+        work whose failure loses nothing (giving space back)."""
+        if not translate:
+            with self._db:
+                return work(self._db)
+        with self._full_disk_stops("the journal's upkeep"):
+            with self._db:
+                return work(self._db)
+
     # --- assignments -------------------------------------------------------------------
 
     def get(self, assignment_id: str) -> Entry | None:
@@ -251,8 +246,15 @@ class Journal:
         """Scored: `metrics` to submit, and with `penalty` (kind, reason) why they are the
         network's penalty rather than a score (the module said so: Scope.penalty)."""
         kind, reason = penalty or (None, None)
+        metric, score = score_of(metrics)
         return self._move(
-            entry, State.SCORED, metrics=metrics, error=None, penalty_kind=kind, penalty=reason
+            entry,
+            State.SCORED,
+            derived={"metric": metric, "score": score},
+            metrics=metrics,
+            error=None,
+            penalty_kind=kind,
+            penalty=reason,
         )
 
     def failed(self, entry: Entry, reason: str, kind: str | None = None) -> Entry:
@@ -296,11 +298,9 @@ class Journal:
     def pending(self, module: str, states: tuple[State, ...]) -> list[Entry]:
         """Entries of `module` in `states`, oldest first, whether due or not. Every row not
         final is read, so that one in a state this validator never writes is set aside and
-        told, not passed over without a word."""
-        marks = ",".join("?" * len(FINAL))
-        entries = self._select(
-            f"module = ? AND state NOT IN ({marks})", (module, *(s.value for s in FINAL))
-        )
+        told, not passed over without a word; through the index of those rows alone (the
+        condition written as the index's: entry.UNFINISHED), so a pass costs the backlog."""
+        entries = self._select(f"module = ? AND {UNFINISHED}", (module,))
         return [entry for entry in entries if entry.state in states]
 
     def report_backlog(self, module: str) -> None:
@@ -342,8 +342,10 @@ class Journal:
         *,
         note: str | None = None,
         event: bool = True,
+        derived: dict[str, Any] | None = None,
         **changes: Any,
     ) -> Entry:
+        """`changes` to the entry, and `derived` columns the entry does not carry (its score's)."""
         now = time.time()
         for column in ("error", "penalty"):
             if isinstance(changes.get(column), str):
@@ -355,11 +357,13 @@ class Journal:
             changes.setdefault("not_before", 0.0)
         # Validated as any entry is: a transition cannot make one the journal would not read.
         new = Entry.model_validate({**entry.model_dump(), **changes})
-        sets = ", ".join(f"{column} = ?" for column in changes)
-        params = [_column_value(new, column) for column in changes]
+        params = {column: _column_value(new, column) for column in changes}
+        params.update(derived or {})
+        sets = ", ".join(f"{column} = ?" for column in params)
 
         def update() -> None:
-            self._db.execute(f"UPDATE assignments SET {sets} WHERE id = ?", (*params, entry.id))
+            values = (*params.values(), entry.id)
+            self._db.execute(f"UPDATE assignments SET {sets} WHERE id = ?", values)
             if event:
                 self._event(entry.id, state, note or changes.get("error"), now)
 

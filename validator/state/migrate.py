@@ -1,27 +1,16 @@
 """Migrating a journal of an earlier version to this one (validator/state/store.py), in the
-transaction that opens it: `upgrade()`.
-
-Version 1 (or 0: written before the version was stored) to version 2's constraints: `to_v2`,
-which makes the current tables at once.
-
-Every row is read whole as an entry (validator/state/entry.py) and copied; a row that is not
-one, or that a constraint refuses, is set aside (validator/state/quarantine.py) rather than
-lost; a scored row without metrics goes back to be scored. Version 1 marked a damaged row
-`quarantined` in place: such a row is set aside with the reason it holds. The events are kept.
-Version 1 wrote what an earlier submit try may have had taken into the error's text; it is read
-out once, here, into the `maybe_taken` column.
-
-Version 2 to 3: the penalty's columns are added in place. Whatever the version, a result
-submitted as failed before version 3 gets its reason from the journal's event of the failure
-(its `error` may since hold a submit try's words); its kind stays empty: not recorded then.
+transaction that opens it: `upgrade()`. Each version's step, and why each costs what the journal
+holds, not its square: docs/internals.md, "The journal's migrations".
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
-from validator.state.entry import V1_COLUMNS
+from validator.state.entry import V1_COLUMNS, score_of
 from validator.state.quarantine import ROW_KEY, SetAside, set_aside, sift
+from validator.state.schema import V4_STATEMENTS
 
 OLD = "assignments_v1"
 _COLUMNS = ", ".join(V1_COLUMNS)
@@ -36,6 +25,16 @@ V3_ASSIGNMENT_COLUMNS = (
     "penalty TEXT CHECK (penalty IS NULL OR typeof(penalty) = 'text')",
 )
 V3_QUARANTINE_COLUMNS = ("penalty_kind", "penalty")
+V4_ASSIGNMENT_COLUMNS = (
+    "metric TEXT CHECK (metric IS NULL OR typeof(metric) = 'text')",
+    "score REAL CHECK (score IS NULL OR typeof(score) = 'real')",
+)
+V4_QUARANTINE_COLUMNS = ("metric", "score")
+# The main metric and its value of every row with metrics, by the journal's own rule (score_of).
+FILL_SCORES = """
+UPDATE assignments SET metric = main_metric(metrics), score = main_score(metrics)
+WHERE metrics IS NOT NULL
+"""
 # The reason of a failure, from its event: the journal writes it there as it fails the result.
 FAILED_REASONS = """
 UPDATE assignments SET penalty = (
@@ -56,17 +55,46 @@ def upgrade(db: sqlite3.Connection, version: int, schema: str) -> list[SetAside]
             db.execute(f"ALTER TABLE assignments ADD COLUMN {column}")
         for column in V3_QUARANTINE_COLUMNS:
             db.execute(f"ALTER TABLE quarantine ADD COLUMN {column}")
-    db.execute(FAILED_REASONS)
+    if version in (2, 3):
+        for column in V4_ASSIGNMENT_COLUMNS:
+            db.execute(f"ALTER TABLE assignments ADD COLUMN {column}")
+        for column in V4_QUARANTINE_COLUMNS:
+            db.execute(f"ALTER TABLE quarantine ADD COLUMN {column}")
+    run_script(db, V4_STATEMENTS)  # the events' index first: FAILED_REASONS looks them up by it
+    if version < 3:
+        db.execute(FAILED_REASONS)
+    register_scores(db)
+    db.execute(FILL_SCORES)
     return notes
+
+
+def run_script(db: sqlite3.Connection, script: str) -> None:
+    """Each statement of `script` in the open transaction (executescript would commit it)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def register_scores(db: sqlite3.Connection) -> None:
+    """main_metric(metrics) and main_score(metrics) in `db`'s SQL: the journal's score_of on a
+    metrics column's text (NULL where it is not a JSON object with a number)."""
+
+    def parsed(text: object) -> tuple[str | None, float | None]:
+        try:
+            metrics = json.loads(text) if isinstance(text, str) else None
+        except (ValueError, RecursionError):
+            return None, None
+        return score_of(metrics) if isinstance(metrics, dict) else (None, None)
+
+    db.create_function("main_metric", 1, lambda text: parsed(text)[0], deterministic=True)
+    db.create_function("main_score", 1, lambda text: parsed(text)[1], deterministic=True)
 
 
 def to_v2(db: sqlite3.Connection, schema: str) -> list[SetAside]:
     """Run inside an open transaction; returns what was set aside or scored again. `schema`
     makes the current tables: version 1's columns are copied, later ones left empty."""
     db.execute(f"ALTER TABLE assignments RENAME TO {OLD}")
-    for statement in schema.split(";"):
-        if statement.strip():
-            db.execute(statement)
+    run_script(db, schema)
     notes: list[SetAside] = []
     rows = db.execute(
         f"SELECT rowid AS {ROW_KEY}, * FROM {OLD} ORDER BY received_at, rowid"

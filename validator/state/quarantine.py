@@ -14,7 +14,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
-from validator.state.entry import COLUMNS, DamagedRow, Entry, NoMetrics, State
+from validator.state.entry import STORED_COLUMNS, DamagedRow, Entry, NoMetrics, State
 from validator.text import bounded, one_line
 
 ROW_KEY = "row_key"  # each SELECT of rows names SQLite's rowid so: an id may be NULL
@@ -49,7 +49,7 @@ def set_aside(
 ) -> SetAside:
     now = time.time()
     was = _text(row["state"], 40)
-    columns = ", ".join(c for c in COLUMNS if c in row.keys())  # version 1's has fewer
+    columns = ", ".join(c for c in STORED_COLUMNS if c in row.keys())  # earlier versions: fewer
     db.execute(
         f"INSERT INTO quarantine ({columns}, reason, set_aside_at)"
         f" SELECT {columns}, ?, ? FROM {table} WHERE rowid = ?",

@@ -3,9 +3,11 @@
 A journal that SQLite cannot read (not a database, truncated, malformed) or whose schema is not
 this validator's stops the process with exit code 3 and a message that names the file and says
 what to do; the file is only read until it has passed the checks, so that what it still holds
-can be recovered by hand. A lock held by another program (an `sqlite3` shell in a write
-transaction) is waited for, up to a bound, before the process gives up with exit code 3; no
-assignment is looked up meanwhile.
+can be recovered by hand. The checks at start cost the same whatever the journal holds (its
+header, its tables' columns, its version); SQLite's check of every page (`whole=True`) is the
+doctor's, the daily upkeep's (validator/state/upkeep.py) and a caller's that is handed a journal.
+A lock held by another program (an `sqlite3` shell in a write transaction) is waited for, up to
+a bound, before the process gives up with exit code 3; no assignment is looked up meanwhile.
 
 One process at a time owns a journal: the lock on its state dir (validator/state/owner.py).
 """
@@ -81,10 +83,25 @@ CREATE TABLE IF NOT EXISTS quarantine (
 SCHEMA_V2 = _V2_TABLES.format(assignments="", quarantine="")
 # Version 3: version 2's, and why a result is a penalty (its kind and reason): the columns its
 # migration adds, so that a new journal and a migrated one have the same tables.
-SCHEMA = _V2_TABLES.format(
-    assignments="    -- why the result is a penalty rather than a score (version 3)\n"
-    + "".join(f"    {column},\n" for column in migrate.V3_ASSIGNMENT_COLUMNS),
+_V3_COLUMNS = "    -- why the result is a penalty rather than a score (version 3)\n" + "".join(
+    f"    {column},\n" for column in migrate.V3_ASSIGNMENT_COLUMNS
+)
+SCHEMA_V3 = _V2_TABLES.format(
+    assignments=_V3_COLUMNS,
     quarantine=",\n    " + ", ".join(migrate.V3_QUARANTINE_COLUMNS),
+)
+# Version 4: version 3's, the main score as a column (what the report aggregates in SQL), the
+# indexes that make a loop pass cost the backlog rather than the history, and the compacted
+# history (validator/state/compaction.py); the same statements migrate a version 3 journal.
+SCHEMA = (
+    _V2_TABLES.format(
+        assignments=_V3_COLUMNS
+        + "    -- the main metric and its value, for the report's SQL (version 4)\n"
+        + "".join(f"    {column},\n" for column in migrate.V4_ASSIGNMENT_COLUMNS),
+        quarantine=",\n    "
+        + ", ".join((*migrate.V3_QUARANTINE_COLUMNS, *migrate.V4_QUARANTINE_COLUMNS)),
+    )
+    + migrate.V4_STATEMENTS
 )
 # Every journal before version 2 (user_version 1, or 0 before it was stored): no constraints;
 # a damaged row was marked `quarantined` in place. Migrated on open (validator/state/migrate.py).
@@ -112,7 +129,7 @@ CREATE TABLE events (
 """
 # Stored in the file's user_version, so that a later validator can tell this schema apart and
 # migrate it.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_ENV = "VALIDATOR_JOURNAL_LOCK_TIMEOUT"
@@ -141,10 +158,13 @@ def lock_timeout_from_env() -> float:
 Plan = Literal["create", "migrate", "ready"]
 
 
-def check(path: Path, lock_timeout: float) -> Plan:
-    """Raise JournalBroken unless `path` is a sound journal of this schema or of version 1, or
-    an empty database; return what opening it has to do. A read-only connection: a broken
-    file is never written to, not even by the checkpoint that closing a connection runs."""
+def check(path: Path, lock_timeout: float, *, whole: bool = False) -> Plan:
+    """Raise JournalBroken unless `path` is a sound journal of this schema or of an earlier
+    one, or an empty database; return what opening it has to do. A read-only connection: a
+    broken file is never written to, not even by the checkpoint that closing a connection runs.
+    By default the checks cost the same at any size: the header (a file cut short), the tables'
+    columns, the version; `whole` adds SQLite's quick_check of every page, which takes seconds
+    for a million assignments (check a journal whole before relying on all of it: a copy)."""
     if not path.exists():
         return "create"  # by connect(), which may write
     # A directory (or a FIFO, whose open would block) in the journal's place is the operator's.
@@ -152,7 +172,7 @@ def check(path: Path, lock_timeout: float) -> Plan:
         raise not_a_file(path, "the journal")
     db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=lock_timeout)
     try:
-        found = _until_unlocked(path, lock_timeout, lambda: _inspect(db))
+        found = _until_unlocked(path, lock_timeout, lambda: _inspect(db, whole))
     except sqlite3.DatabaseError as exc:
         if not broken(exc):
             raise
@@ -161,10 +181,49 @@ def check(path: Path, lock_timeout: float) -> Plan:
         db.close()
     if found is None:
         return "create"
-    problem = _schema_problem(*found)
+    problem = _schema_problem(*found) or _cut_short(path)
     if problem is not None:
         raise damaged(path, problem)
     return "ready" if found[2] == SCHEMA_VERSION else "migrate"
+
+
+def pages_problem(db: sqlite3.Connection) -> str | None:
+    """SQLite's quick_check of every page of `db` (seconds for a million assignments): what it
+    finds, or None for a sound file."""
+    try:
+        report = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+    except sqlite3.DatabaseError as exc:  # a page it cannot even walk
+        if not broken(exc):
+            raise
+        report = [str(exc)]
+    if report == ["ok"]:
+        return None
+    return "SQLite's quick_check finds it damaged: " + "; ".join(report)
+
+
+def _cut_short(path: Path) -> str | None:
+    """The file is shorter than its header says it is: cut short (a copy that stopped, a disk
+    that filled). Only where no write-ahead log is beside it, whose pages a sound file may not
+    hold yet; the header's size is SQLite's only where its change counter says it is valid."""
+    wal = path.with_name(f"{path.name}-wal")
+    if wal.is_file() and wal.stat().st_size > 0:
+        return None
+    with path.open("rb") as file:
+        header = file.read(100)
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return None  # SQLite has said what it is
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if pages == 0 or header[24:28] != header[92:96]:
+        return None
+    size = path.stat().st_size
+    if size >= pages * page_size:
+        return None
+    return (
+        "SQLite cannot read it: database disk image is malformed (its header counts "
+        f"{pages} pages of {page_size} bytes, the file holds {size} bytes: cut short)"
+    )
 
 
 def connect(
@@ -197,6 +256,10 @@ def probe_lock(db: sqlite3.Connection, path: Path, lock_timeout: float) -> None:
 def _prepare(db: sqlite3.Connection, plan: Plan) -> list[SetAside]:
     if db.in_transaction:  # a retry after a busy COMMIT
         db.execute("ROLLBACK")
+    if plan == "create":
+        # A new file gives the space of compacted rows back bit by bit (upkeep.py); SQLite
+        # takes this only before the first table, and before the WAL mode.
+        db.execute("PRAGMA auto_vacuum = INCREMENTAL")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute("BEGIN IMMEDIATE")
@@ -206,7 +269,7 @@ def _prepare(db: sqlite3.Connection, plan: Plan) -> list[SetAside]:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             notes = migrate.upgrade(db, version, SCHEMA)
         else:
-            _create(db, SCHEMA)
+            migrate.run_script(db, SCHEMA)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
     except BaseException:
@@ -216,22 +279,18 @@ def _prepare(db: sqlite3.Connection, plan: Plan) -> list[SetAside]:
     return notes
 
 
-def _create(db: sqlite3.Connection, schema: str) -> None:
-    for statement in schema.split(";"):
-        if statement.strip():
-            db.execute(statement)
-
-
-def _inspect(db: sqlite3.Connection) -> tuple[list[str], dict[str, list[tuple]], int] | None:
-    """What the file holds: its quick_check report, its tables' columns and its schema version;
-    None for a database with no tables at all (a new journal)."""
-    report = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+def _inspect(
+    db: sqlite3.Connection, whole: bool
+) -> tuple[str | None, dict[str, list[tuple]], int] | None:
+    """What the file holds: what the whole-file check found (with `whole`), its tables'
+    columns and its schema version; None for a database with no tables at all (a new journal)."""
+    problem = pages_problem(db) if whole else None
     tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    if report == ["ok"] and not tables:
+    if problem is None and not tables:
         return None
     columns = {table: _columns(db, table) for table in tables}
     version = db.execute("PRAGMA user_version").fetchone()[0]
-    return report, columns, version
+    return problem, columns, version
 
 
 def _columns(db: sqlite3.Connection, table: str) -> list[tuple]:
@@ -250,14 +309,15 @@ def _expected_columns(schema: str) -> dict[str, list[tuple]]:
         return {table: _columns(db, table) for table in tables}
 
 
-def _schema_problem(report: list[str], columns: dict[str, list[tuple]], version: int) -> str | None:
-    if report != ["ok"]:
-        return "SQLite's quick_check finds it damaged: " + "; ".join(report)
+def _schema_problem(pages: str | None, columns: dict[str, list[tuple]], version: int) -> str | None:
+    if pages is not None:
+        return pages
     if version > SCHEMA_VERSION:
         return f"its schema version {version} is newer than this validator's {SCHEMA_VERSION}"
     # An earlier version is migrated: it must be that version's schema (version 0 stored none,
     # and is version 1's).
-    expected = _expected_columns({SCHEMA_VERSION: SCHEMA, 2: SCHEMA_V2}.get(version, SCHEMA_V1))
+    schemas = {SCHEMA_VERSION: SCHEMA, 3: SCHEMA_V3, 2: SCHEMA_V2}
+    expected = _expected_columns(schemas.get(version, SCHEMA_V1))
     for table, wanted in expected.items():
         if table not in columns:
             return f"it has no table {table!r}: not a journal of this validator"
