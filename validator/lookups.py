@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from validator.clock import Clock
 from validator.errors import TransientError
-from validator.ledger.answers import ApiUnavailable, Assignment
+from validator.ledger.answers import ApiUnavailable, Assignment, LookupAnswer
 from validator.ledger.client import FedLedgerClient
 from validator.observe.hooks import Hooks
 
@@ -95,7 +95,7 @@ class Lookups:
         self.schedule = TaskSchedule(task_ids, interval)
         self.time_sleep = time_sleep
         self.client, self.hooks, self.stop = client, hooks, stop
-        self._last: dict[str, str] = {}  # each task's last answer: a change is logged
+        self._last: dict[str, LookupAnswer] = {}  # each task's last answer: a change is logged
 
     def check_listed(self) -> None:
         """At start-up: the task ids the API does not list are set aside (their types are
