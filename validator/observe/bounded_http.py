@@ -278,7 +278,7 @@ class RequestHead(BaseHTTPRequestHandler):
     BaseHTTPRequestHandler. The socket is written to as usual."""
 
     def setup(self) -> None:
-        conn: _Connection = self.request  # type: ignore[assignment]
+        conn: _Connection = self.request
         self.request = self.connection = conn.sock
         self.rfile = io.BytesIO(bytes(conn.head))
         self.wfile = self.connection.makefile("wb", buffering=0)
