@@ -31,20 +31,21 @@ install:
 # The requirements, then the repository itself in editable mode (pyproject.toml), so that
 # validator, launcher, devkit and bench import by name from tests, scripts and benches.
 $(VENV)/.installed: requirements.txt requirements-host.txt requirements-dev.txt requirements-docs.txt \
-		$(foreach m,$(SHARED),requirements-$(m).txt) pyproject.toml
+		requirements-typecheck.txt $(foreach m,$(SHARED),requirements-$(m).txt) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt $(foreach m,$(SHARED),-r requirements-$(m).txt)
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
-# A module's own venv: the validator's runtime, its stack, the launcher's and the test tools, and
-# this repository.
-.venv-%/.installed: requirements-%.txt requirements.txt requirements-host.txt pyproject.toml
+# A module's own venv: the validator's runtime, its stack, the launcher's, the test tools and the
+# type checker, and this repository.
+.venv-%/.installed: requirements-%.txt requirements.txt requirements-host.txt \
+		requirements-typecheck.txt pyproject.toml
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip
-	.venv-$*/bin/python -m pip install --quiet -r requirements.txt -r requirements-$*.txt -r requirements-host.txt \
-		"pytest>=8,<10" "pytest-xdist>=3.6,<4"
+	.venv-$*/bin/python -m pip install --quiet -r requirements.txt -r requirements-$*.txt \
+		-r requirements-host.txt -r requirements-typecheck.txt "pytest>=8,<10" "pytest-xdist>=3.6,<4"
 	.venv-$*/bin/python -m pip install --quiet --no-deps --editable .
 	touch $@
 
@@ -75,16 +76,32 @@ test-fast: install
 	@for m in $(STACKS); do echo "== tests/$$m in .venv-$$m"; \
 		.venv-$$m/bin/python -m pytest -q -m unit tests/$$m || [ $$? = 5 ] || exit 1; done
 
-# The release workflow is checked by actionlint and zizmor (pinned actions, permissions,
-# injection). The docs pages are linted for what Python-Markdown renders wrong without a word
-# (scripts/docs_lint.py: a list with no blank line before it, an escaped pipe in code, a long
-# page without subheadings), then the site is built with --strict: a broken link or anchor in
-# docs/ fails lint (and CI); not with --quiet, which hides the warnings that --strict counts
-# (mkdocs 1.6).
+# The type checker (pyproject.toml's [tool.mypy]): validator/, run.py, launcher/ and the modules
+# of the dev venv from .venv; each module with a venv of its own from that venv, against its own
+# stack (llm_judge: transformers 5). The runs go side by side (each reads torch's types: half a
+# minute of a core, cold); each keeps its cache in .mypy_cache/<its venv>, so that a second
+# `make typecheck` reads only what changed.
+STACK_TYPECHECKS := $(foreach m,$(STACKS),typecheck-$(m))
+.PHONY: typecheck typecheck-dev $(STACK_TYPECHECKS)
+typecheck: install
+	@$(MAKE) --no-print-directory -j2 --output-sync=target typecheck-dev $(STACK_TYPECHECKS)
+typecheck-dev:
+	$(PY) -m mypy --cache-dir .mypy_cache/dev validator run.py launcher \
+		$(foreach m,$(SHARED),modules/$(m))
+$(STACK_TYPECHECKS): typecheck-%:
+	.venv-$*/bin/python -m mypy --cache-dir .mypy_cache/$* modules/$*
+
+# The types are checked by mypy (`typecheck`). The release workflow is checked by actionlint and
+# zizmor (pinned actions, permissions, injection). The docs pages are linted for what
+# Python-Markdown renders wrong without a word (scripts/docs_lint.py: a list with no blank line
+# before it, an escaped pipe in code, a long page without subheadings), then the site is built
+# with --strict: a broken link or anchor in docs/ fails lint (and CI); not with --quiet, which
+# hides the warnings that --strict counts (mkdocs 1.6).
 lint:
 	@$(call VENVS_MAKE,$(VENV)/.installed $(STACK_VENVS) $(DOCS_VENV)/.installed)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	@$(MAKE) --no-print-directory typecheck
 	$(VENV)/bin/hadolint docker/Dockerfile
 	$(VENV)/bin/actionlint .github/workflows/*.yml
 	@# --offline: the audits that ask GitHub's API need a token and the network.

@@ -20,9 +20,10 @@ from transformers import PreTrainedModel
 from bench.lora_baseline import trainer_eval_loss
 from modules.lora.forward import example_losses
 from modules.lora.metrics import eval_loss
-from modules.lora.packing import PackingMode, use_packing
+from modules.lora.packing import use_packing
 from modules.lora.precision import pick_precision
 from modules.lora.records import EncodedExample
+from modules.lora.schemas import PackingMode
 
 # Our fp16 default against the reference's fp16 Trainer path: issue 14 set 2e-3; issue 26 (packed
 # rows) asks for 1e-3.

@@ -43,8 +43,9 @@ from bench.lora_shapes import (
 )
 from modules.lora import packing as packing_rows
 from modules.lora.forward import example_losses
-from modules.lora.packing import PackingMode, use_packing
+from modules.lora.packing import use_packing
 from modules.lora.records import EncodedExample
+from modules.lora.schemas import PackingMode
 
 # Issue 5's GPU targets. The memory line leaves 1 GiB of a 24 GB card to the CUDA context,
 # which the allocator's figures do not include.

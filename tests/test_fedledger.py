@@ -11,7 +11,7 @@ import pytest
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
 from validator.errors import OperatorError
-from validator.ledger.answers import ApiUnavailable, Assignment, Refusal
+from validator.ledger.answers import ApiUnavailable, Assignment, Refusal, SubmitAnswer
 from validator.ledger.client import FedLedgerClient
 from validator.ledger.transport import MAX_RETRY_AFTER_S, retry_after_seconds
 
@@ -179,7 +179,7 @@ def test_submit_read_timeout_is_retried_and_recorded_once(sim):
     assignment = client(sim).request_assignment("12")
     sim.add_faults({"endpoint": "update", "kind": "delay", "delay_seconds": 1.0, "count": 1})
     result = client(sim, retries=3, timeout=(5.0, 0.3)).submit(assignment.id, "completed", {})
-    assert result.kind in ("accepted", "not_validating")
+    assert result.kind in (SubmitAnswer.ACCEPTED, SubmitAnswer.NOT_VALIDATING)
     # Either way the result tells of the try whose answer was lost.
     assert "ReadTimeout" in (result.earlier or "")
     state = settle(sim)
@@ -198,10 +198,10 @@ def test_submit_outcomes(sim):
     api = client(sim)
     first, second = api.request_assignment("12"), api.request_assignment("12")
     metrics = {"loss": 1.25, "bppl": math.inf}
-    assert api.submit(first.id, "completed", metrics).kind == "accepted"
-    assert api.submit(first.id, "completed", metrics).kind == "not_validating"
-    assert api.submit(second.id, "failed", None).kind == "accepted"
-    assert api.submit("999", "failed", None).kind == "rejected"
+    assert api.submit(first.id, "completed", metrics).kind == SubmitAnswer.ACCEPTED
+    assert api.submit(first.id, "completed", metrics).kind == SubmitAnswer.NOT_VALIDATING
+    assert api.submit(second.id, "failed", None).kind == SubmitAnswer.ACCEPTED
+    assert api.submit("999", "failed", None).kind == SubmitAnswer.REJECTED
     recorded = {s["assignment_id"]: s for s in sim.submissions()}
     assert recorded[1]["data"]["loss"] == 1.25
     assert recorded[2]["status"] == "failed"

@@ -16,6 +16,7 @@ from validator.errors import OperatorError
 from validator.ledger.answers import (
     LIST,
     LOOKUP,
+    LOOKUP_ANSWERS,
     NO_SUBMISSIONS,
     NOT_VALIDATING,
     RATE_LIMITED,
@@ -24,6 +25,7 @@ from validator.ledger.answers import (
     Assignment,
     Policy,
     Refusal,
+    SubmitAnswer,
     SubmitResult,
     Task,
     TryAgain,
@@ -33,6 +35,7 @@ from validator.ledger.answers import (
     try_again,
 )
 from validator.ledger.transport import retry_after_seconds
+from validator.observe import telemetry
 
 UPDATE = "POST /tasks/update-validation-assignment/7"
 HTML = b"<html><body>502 Bad Gateway</body></html>"
@@ -87,8 +90,8 @@ def unavailable(what: str, processed: bool = False, wait: float | None = None) -
 
 SUBMIT_ROWS = [
     # 2xx with a JSON body: taken.
-    ((200, {"ok": 1}), None, SubmitResult("accepted", 200, '{"ok": 1}')),
-    ((201, detail("done")), None, SubmitResult("accepted", 201, "done")),
+    ((200, {"ok": 1}), None, SubmitResult(SubmitAnswer.ACCEPTED, 200, '{"ok": 1}')),
+    ((201, detail("done")), None, SubmitResult(SubmitAnswer.ACCEPTED, 201, "done")),
     # 2xx without one (empty, a proxy's page): tried again; the API may have it.
     ((200, b""), NOT_JSON, unavailable("HTTP 200 without a JSON body: (empty body)", True)),
     ((200, HTML), NOT_JSON, unavailable(f"HTTP 200 without a JSON body: {HTML.decode()}", True)),
@@ -110,12 +113,16 @@ SUBMIT_ROWS = [
     # A 5xx not listed is not tried again within the call, but kept all the same.
     ((501, b""), None, unavailable("HTTP 501: (empty body)")),
     # Not validating: too late (or taken by an earlier try: the next table).
-    ((400, detail(NOT_VALIDATING)), None, SubmitResult("not_validating", 400, NOT_VALIDATING)),
+    (
+        (400, detail(NOT_VALIDATING)),
+        None,
+        SubmitResult(SubmitAnswer.NOT_VALIDATING, 400, NOT_VALIDATING),
+    ),
     # Any other 4xx: rejected, for the operator.
-    ((400, detail("bad")), None, SubmitResult("rejected", 400, "bad")),
-    ((404, detail("gone")), None, SubmitResult("rejected", 404, "gone")),
-    ((409, {"x": 1}), None, SubmitResult("rejected", 409, '{"x": 1}')),
-    ((422, HTML), None, SubmitResult("rejected", 422, HTML.decode())),
+    ((400, detail("bad")), None, SubmitResult(SubmitAnswer.REJECTED, 400, "bad")),
+    ((404, detail("gone")), None, SubmitResult(SubmitAnswer.REJECTED, 404, "gone")),
+    ((409, {"x": 1}), None, SubmitResult(SubmitAnswer.REJECTED, 409, '{"x": 1}')),
+    ((422, HTML), None, SubmitResult(SubmitAnswer.REJECTED, 422, HTML.decode())),
 ]
 
 
@@ -128,13 +135,13 @@ def test_after_a_try_the_api_may_have_taken_the_submit_answers_say_so():
     earlier = "ReadTimeout: read timed out"
     late = answer(400, detail(NOT_VALIDATING))
     assert verdict(SUBMIT, late, earlier)[1] == SubmitResult(
-        "not_validating", 400, NOT_VALIDATING, earlier
+        SubmitAnswer.NOT_VALIDATING, 400, NOT_VALIDATING, earlier
     )
     assert verdict(SUBMIT, answer(201, {}), earlier)[1] == SubmitResult(
-        "accepted", 201, "{}", earlier
+        SubmitAnswer.ACCEPTED, 201, "{}", earlier
     )
     assert verdict(SUBMIT, answer(404, b""), earlier)[1] == SubmitResult(
-        "rejected", 404, "(empty body)", earlier
+        SubmitAnswer.REJECTED, 404, "(empty body)", earlier
     )
     # A 408 and a 503 surely were not processed, but the earlier try may have been.
     assert verdict(SUBMIT, answer(503, b""), earlier)[1] == unavailable(
@@ -278,3 +285,8 @@ def test_an_answer_of_too_many_json_values_is_not_decoded():
         "unexpected", 200, "malformed assignment: the answer to lookup: holds more than 20000 "
         "JSON values",
     )  # fmt: skip
+
+
+def test_the_metrics_label_each_lookup_answer_the_ledger_has():
+    # Written twice, as observe may not import the ledger: the series start from this tuple.
+    assert telemetry.LOOKUP_ANSWERS == LOOKUP_ANSWERS

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.fake_ledger import LATE, OK, FakeLedger, Reply, Unreachable, detail
+from validator import runner
 from validator.errors import ExitCode
 from validator.ledger import submitting
 from validator.ledger.client import FedLedgerClient
 from validator.ledger.submitting import (
     MAYBE_TAKEN,
     REJECTED_RETRY_SECONDS,
+    SubmitAction,
     SubmitVerdict,
     submit_result,
 )
@@ -269,13 +271,23 @@ def test_submitting_returns_its_verdict_and_the_runner_records_it():
         updated_at=100.0,
     )  # fmt: skip
     assert submit_result(ledger, entry, 60.0, now=lambda: 1000.0) == SubmitVerdict(
-        "dropped", TOO_LATE, level=logging.WARNING, told=f"{TOO_LATE}; result dropped"
+        SubmitAction.DROPPED, TOO_LATE, level=logging.WARNING, told=f"{TOO_LATE}; result dropped"
     )
     rejected = submit_result(ledger, entry, 60.0, now=lambda: 1000.0)
     assert (rejected.action, rejected.retry_at, rejected.taken, rejected.level) == (
-        "kept",
+        SubmitAction.KEPT,
         1000.0 + REJECTED_RETRY_SECONDS,
         None,
         logging.ERROR,
     )
     assert rejected.reason == "the API rejected the submit: HTTP 404: Not Found"
+
+
+def test_a_verdict_without_a_case_in_the_runner_stops_it_and_is_never_a_deferral(loop, monkeypatch):
+    # The runner's match over SubmitAction is exhaustive (mypy holds it): an action it has no
+    # case for is a bug, raised, not a submit silently kept for later.
+    monkeypatch.setattr(runner, "submit_result", lambda *args: SubmitVerdict("parked"))
+    with pytest.raises(AssertionError, match="no case for 'parked'"):
+        one_result(loop)
+    entry = loop.entry("1")
+    assert (entry.state, entry.error, entry.not_before) == (State.SCORED, None, 0.0)

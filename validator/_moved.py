@@ -15,8 +15,12 @@ import importlib.machinery
 import re
 import sys
 import warnings
+from contextlib import AbstractContextManager
 from types import ModuleType
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from validator.scope import HostPhase
 
 Kind = Literal["path", "name", "spelling"]
 
@@ -181,7 +185,7 @@ def moved_name(module: str, name: str) -> object:
 
 
 # The functions `from validator.phases import host_work, note` gave: the current scope's.
-def host_work(phase):  # noqa: ANN001, ANN201 - the scope's own signature
+def host_work(phase: HostPhase) -> AbstractContextManager[None]:
     from validator.scope import current_scope  # noqa: PLC0415 - scope imports this module
 
     return current_scope().host_work(phase)
@@ -200,7 +204,9 @@ def heartbeat() -> None:
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname: str, path: object = None, target: object = None):  # noqa: ANN201
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         found = _BY_OLD.get(fullname)
         if found is None or found.kind != "path":
             return None

@@ -140,7 +140,8 @@ def resolved_configs(
     """The distinct configs these tasks run with (the module's own when none is given), in
     order; raises ConfigError naming the first file and key that is wrong."""
     configs: dict[str, BaseConfig] = {}
-    for task_id in list(task_ids) or [None]:
+    named: list[str | None] = [*task_ids]
+    for task_id in named or [None]:
         config = resolve_config(schema, config_dir, module, task_id)
         configs.setdefault(config.model_dump_json(), config)
     return list(configs.values())

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -259,7 +260,7 @@ def _check_start(pool: ModulePool, task_ids: list[str], looked_up: list[str]) ->
 
 
 def _install_signal_handlers(stop: threading.Event) -> None:
-    def handle(signum: int, _frame) -> None:
+    def handle(signum: int, _frame: FrameType | None) -> None:
         if stop.is_set():
             raise Interrupted()
         log.info(

@@ -26,6 +26,7 @@ import sqlite3
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from typing import NoReturn
 
 import requests
 
@@ -324,6 +325,13 @@ def sqlite_result(exc: BaseException, codes: Collection[int], messages: Collecti
     if code is not None:
         return code & 0xFF in codes
     return str(exc) in messages
+
+
+def assert_never(value: NoReturn) -> NoReturn:
+    """The last case of an exhaustive `match` over an enum or a Literal: a type checker fails
+    where a value is left without its case (it is then not Never), and a value that gets here
+    anyway is a bug, raised, never decided by default. typing's own from Python 3.11 on."""
+    raise AssertionError(f"no case for {value!r}")
 
 
 def __getattr__(name: str) -> object:

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 
 from validator.clock import Clock
 from validator.errors import TransientError
-from validator.ledger.answers import RATE_LIMIT_WINDOW_S, ApiUnavailable, Assignment, Refusal
+from validator.ledger.answers import (
+    RATE_LIMIT_WINDOW_S,
+    ApiUnavailable,
+    Assignment,
+    LookupAnswer,
+    Refusal,
+)
 from validator.ledger.client import FedLedgerClient
 from validator.observe.hooks import Hooks
 
@@ -135,7 +141,7 @@ class Lookups:
         self.schedule = TaskSchedule(task_ids, interval)
         self.time_sleep = time_sleep
         self.client, self.hooks, self.stop = client, hooks, stop
-        self._last: dict[str, str] = {}  # each task's last answer: a change is logged
+        self._last: dict[str, LookupAnswer] = {}  # each task's last answer: a change is logged
         self._unknown: dict[str, int] = {}  # "not known" answers in a row, per task
 
     def check_listed(self) -> None:

@@ -24,12 +24,13 @@ from validator.errors import (
     OperatorError,
     Outcome,
     Verdict,
+    assert_never,
     describe,
     outcome_of,
 )
 from validator.ledger.answers import Assignment
 from validator.ledger.client import FedLedgerClient
-from validator.ledger.submitting import submit_result
+from validator.ledger.submitting import SubmitAction, submit_result
 from validator.lookups import Lookups
 from validator.observe.hooks import Hooks
 from validator.observe.lines import result_line
@@ -264,8 +265,10 @@ class Runner:
         """Scores `entry` and records what came of it; returns the entry as it then is."""
         times = None
         try:
-            watch = {"on_phase": self.hooks.on_phase, "on_beat": self.hooks.on_beat}
-            with self.marks.scoring(entry.id, **watch) as times:
+            watch = self.marks.scoring(
+                entry.id, on_phase=self.hooks.on_phase, on_beat=self.hooks.on_beat
+            )
+            with watch as times:
                 # A module starts as the host's work ("load"): a death there is not counted.
                 module = self.pool.module_for(entry.task_id)
                 metrics = score(module, entry.input)
@@ -292,7 +295,7 @@ class Runner:
             # Said once, with the submit (result_line); the traceback when it helps.
             if outcome.traceback or log.isEnabledFor(logging.DEBUG):
                 log.warning("assignment %s: %s", entry.id, outcome.headline, exc_info=exc)
-            kind = "invalid_input" if isinstance(exc, InvalidInput) else "rejected"
+            kind: FailedKind = "invalid_input" if isinstance(exc, InvalidInput) else "rejected"
             return self._decide_failed(entry, describe(exc), kind, took)
         if outcome.exit_code is not None:
             self._stop(entry, exc, outcome)
@@ -382,14 +385,17 @@ class Runner:
         except OperatorError as exc:  # the API refused the key
             raise Stop(ExitCode.OPERATOR, str(exc)) from exc
         # The verdict recorded, then told: a line never says what the journal does not hold.
-        if verdict.action == "submitted":
-            entry = self.journal.submitted(entry, verdict.reason)
-        elif verdict.action == "dropped":
-            entry = self.journal.dropped(entry, verdict.reason)
-        else:
-            entry = self.journal.defer_submit(
-                entry, verdict.reason, verdict.retry_at, verdict.taken
-            )
+        match verdict.action:
+            case SubmitAction.SUBMITTED:
+                entry = self.journal.submitted(entry, verdict.reason)
+            case SubmitAction.DROPPED:
+                entry = self.journal.dropped(entry, verdict.reason)
+            case SubmitAction.KEPT:
+                entry = self.journal.defer_submit(
+                    entry, verdict.reason, verdict.retry_at, verdict.taken
+                )
+            case _:
+                assert_never(verdict.action)
         log.log(verdict.level, "assignment %s: %s", entry.id, verdict.told)
         self.hooks.after_submit(entry, self.clock.monotonic() - started)
         if entry.state is State.SUBMITTED:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
-from typing import Literal
+from typing import Literal, get_args
 
 from validator._moved import moved_name
 
@@ -34,13 +34,13 @@ EVERY_SECONDS = 30.0
 # What a module's host work is: fetching files, loading a base model, reading the task's data,
 # waiting on outside services (judge models). Also the phases that records and metrics time.
 HostPhase = Literal["download", "load", "data", "wait"]
-HOST_PHASES: tuple[HostPhase, ...] = ("download", "load", "data", "wait")
+HOST_PHASES: tuple[HostPhase, ...] = get_args(HostPhase)
 
 # Why a module's metrics are the network's penalty (a -999, lora's loss 999) rather than a
 # score: a small fixed set, so that a metric label and the report's tables stay bounded. The
 # reason's text says the rest.
 PenaltyKind = Literal["over_max_params", "cannot_load", "no_score"]
-PENALTY_KINDS: tuple[PenaltyKind, ...] = ("over_max_params", "cannot_load", "no_score")
+PENALTY_KINDS: tuple[PenaltyKind, ...] = get_args(PenaltyKind)
 MAX_PENALTY_REASON = 1000
 
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 import gc
 import logging
 import os
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TypedDict, TypeVar
 
+import numpy as np
 import torch
+from transformers import PreTrainedModel
 
 from modules.llm_judge.conversation import Prompt, read_prompts
 from modules.llm_judge.generation import EndTokens, Request, Sampling, assignment_seed, generate
@@ -58,9 +62,10 @@ from validator.kit import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-class LlmJudgeModule(BaseValidationModule):
+class LlmJudgeModule(BaseValidationModule[LlmJudgeConfig, LlmJudgeInput]):
     config_schema = LlmJudgeConfig
     input_data_schema = LlmJudgeInput
     metrics_schema = LlmJudgeMetrics
@@ -70,15 +75,11 @@ class LlmJudgeModule(BaseValidationModule):
         """The judge texts can be had and the judge endpoint answers with its models, the
         configured judge models among them: the validator runs this before it asks for any
         assignment, the doctor for its row."""
-        found, problems = [], []
-        for check in (read_judge_texts, endpoint_judge):  # every problem at once, not the first
-            try:
-                found.append(check(config))
-            except OperatorError as exc:
-                problems.append(str(exc))
-        if problems:
+        problems: list[str] = []  # every problem at once, not the first
+        texts = _checked(read_judge_texts, config, problems)
+        judge = _checked(endpoint_judge, config, problems)
+        if texts is None or judge is None:
             raise OperatorError("; ".join(problems))
-        texts, judge = found
         return f"judge texts from {texts.source}; {judge.base_url} lists {len(judge.models)} models"
 
     @classmethod
@@ -181,11 +182,8 @@ class LlmJudgeModule(BaseValidationModule):
         # The chat template and the tokenizer run in a bounded child (templating.py): a full
         # model's are the submission's own. A LoRA's are its supported base's. The texts are
         # tokenized as the network tokenizes them, and never shortened.
-        bounded = {
-            "submitted": full_model,
-            "limits": TemplateLimits.of(config),
-            "work": work / "tokenizer",
-        }
+        limits = TemplateLimits.of(config)
+        bounded = _Bounded(submitted=full_model, limits=limits, work=work / "tokenizer")
         items = [(p.messages, p.tools, p.fallback) for p in prompts]
         encoded = encode_prompts(loaded.tokenizer_dir, items, **bounded)
         ends = EndTokens(encoded.eos_token_id, encoded.pad_token_id)
@@ -202,6 +200,14 @@ class LlmJudgeModule(BaseValidationModule):
 
     def cleanup(self) -> None:
         self._work.clean()
+
+
+class _Bounded(TypedDict):
+    """How the tokenizer's child runs (templating.py): whose tokenizer, its limits, its folder."""
+
+    submitted: bool
+    limits: TemplateLimits
+    work: Path
 
 
 def read_judge_texts(config: LlmJudgeConfig) -> JudgeTexts:
@@ -256,13 +262,25 @@ def _penalty(kind: PenaltyKind, reason: str) -> LlmJudgeMetrics:
     return LlmJudgeMetrics(score=PENALTY_SCORE)
 
 
-def _check_ids(model, ids: list, ends: EndTokens) -> None:
+def _checked(
+    check: Callable[[LlmJudgeConfig], T], config: LlmJudgeConfig, problems: list[str]
+) -> T | None:
+    """`check(config)`; None where it raised an OperatorError, its problem added."""
+    try:
+        return check(config)
+    except OperatorError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def _check_ids(model: PreTrainedModel, ids: list[np.ndarray], ends: EndTokens) -> None:
     """Every prompt has ids, and every id the model will embed (the prompts', the padding's,
     the end of text's) is a row of its embeddings: past them, an index error on a CPU, a
     device-side assert (a restart) on a GPU. Only a hostile tokenizer fails this; the network
     cannot score it either. The assignment fails (SubmissionRejected), whoever's the tokenizer
     is (a LoRA's is its base's)."""
-    rows = model.get_input_embeddings().num_embeddings
+    # An attribute of whatever module embeds (nn.Embedding, or a subclass): read by name.
+    rows: int = getattr(model.get_input_embeddings(), "num_embeddings")  # noqa: B009
     for index, prompt in enumerate(ids):
         if not len(prompt):
             raise SubmissionRejected(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO, overload
 
 from validator.kit import JsonRefused, loads_bounded
 
@@ -229,6 +229,14 @@ def _calls(content: str, where: str) -> list[tuple[Any, dict[str, Any]]] | None:
     return calls
 
 
+@overload
+def _with_object_arguments(
+    messages: list[dict[str, Any]], strict: Literal[True]
+) -> list[dict[str, Any]]: ...
+@overload
+def _with_object_arguments(
+    messages: list[dict[str, Any]], strict: bool = False
+) -> list[dict[str, Any]] | None: ...
 def _with_object_arguments(
     messages: list[dict[str, Any]], strict: bool = False
 ) -> list[dict[str, Any]] | None:

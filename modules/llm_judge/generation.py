@@ -13,17 +13,26 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from transformers import (
     LogitsProcessor,
     LogitsProcessorList,
+    PreTrainedTokenizerBase,
     StoppingCriteria,
     StoppingCriteriaList,
 )
 
 from validator.kit import Progress, SubmissionRejected
+
+if TYPE_CHECKING:
+    from transformers import GenerationMixin, PreTrainedModel
+
+    class CausalLM(PreTrainedModel, GenerationMixin):
+        """What AutoModelForCausalLM builds: a model that generates."""
+
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +51,7 @@ class Sampling:
 class Request:
     index: int  # the prompt's position in the set
     repeat: int  # 0 .. gen_require - 1
-    ids: Sequence[int]  # the prompt's token ids (a list, or the int32 array the child sent)
+    ids: Sequence[int] | np.ndarray  # the prompt's token ids (or the int32 array the child sent)
 
 
 def assignment_seed(*parts: str) -> int:
@@ -51,28 +60,32 @@ def assignment_seed(*parts: str) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def render(tokenizer, messages: list[dict], tools: list[dict] | None) -> list[int]:
+def render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict], tools: list[dict] | None
+) -> list[int]:
     """A prompt's token ids, in this process, for a trusted tokenizer (the bench, the tests; the
     module renders and tokenizes in a bounded child, templating.py): the chat template with the
     tools, a generation prompt and thinking off, as text, then tokenized with
     `add_special_tokens=True`, as the network does. Never shortened."""
     text = tokenizer.apply_chat_template(
         messages,
-        tools=tools or None,
+        tools=[*tools] if tools else None,
         add_generation_prompt=True,
         enable_thinking=False,
         tokenize=False,
     )
+    if not isinstance(text, str):  # tokenize=False: the template's text
+        raise TypeError(f"the chat template rendered {type(text).__name__}, not text")
     return tokenize(tokenizer, [text])[0]
 
 
-def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
+def tokenize(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
     """Rendered prompts as token ids, as the network tokenizes them (trusted tokenizers only)."""
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]]
 
 
 def decode(
-    tokenizer, generated: dict[tuple[int, int], Sequence[int]]
+    tokenizer: PreTrainedTokenizerBase, generated: dict[tuple[int, int], Sequence[int]]
 ) -> dict[tuple[int, int], str]:
     """`generate`'s ids as answers, in this process, for a trusted tokenizer (the module decodes
     in a bounded child, templating.py): special tokens skipped, as the network decodes them."""
@@ -89,7 +102,7 @@ class EndTokens:
     pad_token_id: int | None
 
     @classmethod
-    def of(cls, tokenizer) -> EndTokens:
+    def of(cls, tokenizer: PreTrainedTokenizerBase) -> EndTokens:
         """A trusted in-process tokenizer's (the bench, the tests)."""
         return cls(tokenizer.eos_token_id, tokenizer.pad_token_id)
 
@@ -105,7 +118,11 @@ class EndTokens:
 
 
 def generate(
-    model, requests: Sequence[Request], sampling: Sampling, seed: int, ends: EndTokens
+    model: CausalLM,
+    requests: Sequence[Request],
+    sampling: Sampling,
+    seed: int,
+    ends: EndTokens,
 ) -> dict[tuple[int, int], list[int]]:
     """Every request's generated ids, by (index, repeat): only the new tokens, up to and
     including the first end of text (what follows it in a batch is padding)."""
@@ -114,11 +131,8 @@ def generate(
     start = 0
     batch_number = 0
     limit = sampling.max_batch
-    # A submitted generation config may ask for beams (file_checks.py bounds them): each is a
-    # sequence of its own in the batch's memory.
     settings = getattr(model, "generation_config", None)
-    beams = getattr(settings, "num_beams", None)
-    beams = beams if isinstance(beams, int) and beams > 1 else 1
+    beams = _beams(settings)
     exact = padding_matters(settings)
     if exact:
         log.info("the generation config reads the padding: prompts batched by equal length")
@@ -162,6 +176,13 @@ def generate(
         start += size
         batch_number += 1
     return answers
+
+
+def _beams(settings: Any) -> int:
+    """A submitted generation config may ask for beams (file_checks.py bounds them): each is a
+    sequence of its own in the batch's memory."""
+    beams = getattr(settings, "num_beams", None)
+    return beams if isinstance(beams, int) and beams > 1 else 1
 
 
 def padding_matters(settings: Any) -> bool:
@@ -212,7 +233,7 @@ def _fitting(
 
 
 def _generate_batch(
-    model, batch: Sequence[Request], sampling: Sampling, seed: int, ends: EndTokens
+    model: CausalLM, batch: Sequence[Request], sampling: Sampling, seed: int, ends: EndTokens
 ) -> list[list[int]]:
     device = next(model.parameters()).device
     width = max(len(r.ids) for r in batch)

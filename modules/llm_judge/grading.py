@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from modules.llm_judge.conversation import Prompt
 
 if TYPE_CHECKING:  # the texts come from judge_texts at start-up
+    from openai.types.chat import ChatCompletionMessageParam
+
     from modules.llm_judge.judge_texts import JudgeTexts
 
 EFFORTS = ("low", "high")
@@ -114,7 +116,7 @@ def rubric_id(prompt_id: Any, reference: str | None, tools_text: str | None) -> 
 
 def judge_messages(
     texts: JudgeTexts, prompt_id: Any, prompt: Prompt, answer: str
-) -> list[dict[str, str]] | None:
+) -> list[ChatCompletionMessageParam] | None:
     """The messages of a judge request for one answer: the rubric as a user message, then the
     judge system message (in that order, as the network sends them); None when the rubric
     cannot be written. The answer is stripped, as the network strips what it generates."""

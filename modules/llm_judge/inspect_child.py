@@ -27,6 +27,13 @@ import os
 import resource
 import sys
 import tracemalloc
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+T = TypeVar("T")
 
 INDEX = "model.safetensors.index.json"
 # Bits per element of every dtype the safetensors format names.
@@ -275,13 +282,15 @@ def _import_config_class(model_type: object) -> None:
     imports it lazily on first use); an unknown type is AutoConfig's to report."""
     from transformers import CONFIG_MAPPING  # noqa: PLC0415
 
+    if not isinstance(model_type, str):
+        return
     try:
         CONFIG_MAPPING[model_type]
     except Exception:  # noqa: BLE001,S110 - AutoConfig reports it below
         pass
 
 
-def _meta_count(config) -> tuple[int, int]:
+def _meta_count(config: PretrainedConfig) -> tuple[int, int]:
     """The parameters, and the elements of the buffers (not parameters, yet allocated when the
     validator builds the model: gpt_neo's causal masks take max_position_embeddings**2 each)."""
     import torch  # noqa: PLC0415
@@ -295,7 +304,7 @@ def _meta_count(config) -> tuple[int, int]:
     return sum(p.numel() for p in built.parameters()), sum(b.numel() for b in built.buffers())
 
 
-def _as_loaded(config):
+def _as_loaded(config: PretrainedConfig) -> PretrainedConfig:
     """The config of the model `AutoModelForCausalLM.from_pretrained` builds: for a composite
     config (Qwen3.5's own checkpoints hold a text and a vision model) whose causal LM takes
     only the text part, that part, as from_pretrained picks it (from_config does not)."""
@@ -310,7 +319,7 @@ def _as_loaded(config):
     return config
 
 
-def _guarded(call, what: str):
+def _guarded(call: Callable[[], T], what: str) -> T:
     try:
         return call()
     except MemoryError:
@@ -324,7 +333,7 @@ def _guarded(call, what: str):
         raise Refused(f"{what}: {_short(exc)}") from exc
 
 
-def _check_reread(peak: int, request: dict, besides: str) -> None:
+def _check_reread(peak: int, request: dict[str, Any], besides: str) -> None:
     limit = request["max_reread_bytes"]
     if peak > limit:
         raise Refused(

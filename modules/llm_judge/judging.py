@@ -55,6 +55,8 @@ from validator.kit import (
 )
 
 if TYPE_CHECKING:  # the texts come from judge_texts at start-up
+    from openai.types.chat import ChatCompletionMessageParam
+
     from modules.llm_judge.judge_texts import JudgeTexts
 
 log = logging.getLogger(__name__)
@@ -169,7 +171,7 @@ class Judge:
         return resolve_models(eval_model_list, self.models)
 
     def ask(
-        self, messages: list[dict[str, str]], name: str, temperature: Temperature
+        self, messages: list[ChatCompletionMessageParam], name: str, temperature: Temperature
     ) -> Grade | None:
         """One judge request: the reply's grade (`CONVERSATION_FAILED` for a reply the network
         cannot read, which costs the whole conversation), or None when the server refused the
@@ -209,7 +211,7 @@ class Judge:
         return result
 
     def ask_all(
-        self, jobs: list[tuple[list[dict[str, str]], str]], temperature: Temperature
+        self, jobs: list[tuple[list[ChatCompletionMessageParam], str]], temperature: Temperature
     ) -> list[Grade | None]:
         """Every (messages, judge name) request, `concurrency` at once, in order. The first
         request that fails for good cancels those not started yet. A judge name whose every

@@ -51,6 +51,13 @@ class LoadedModel:
 LINEAR_ATTENTION_ENV = "LLM_JUDGE_LINEAR_ATTENTION"
 # transformers' modeling files that bind flash-linear-attention's kernels when they are imported.
 _FLA_MODELING = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
+# The names those modeling files read the kernels by, and what each reads as when there is none.
+_FLA_NAMES_OFF = (
+    ("chunk_gated_delta_rule", None),
+    ("fused_recurrent_gated_delta_rule", None),
+    ("FusedRMSNormGated", None),
+    ("is_fast_path_available", False),
+)
 
 
 def device_and_dtype() -> tuple[str, torch.dtype]:
@@ -114,15 +121,14 @@ def _switch_off_fla() -> None:
     kernel names cleared, which its layers read when they are built."""
     from transformers.utils import import_utils
 
-    import_utils.is_flash_linear_attention_available = lambda: False
+    # A library's function replaced, its cache and all: its annotation is of the cached one.
+    import_utils.is_flash_linear_attention_available = lambda: False  # type: ignore[assignment]
     for name in _FLA_MODELING:
         modeling = sys.modules.get(f"transformers.models.{name}.modeling_{name}")
         if modeling is None:
             continue
-        for kernel in ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"):
-            setattr(modeling, kernel, None)
-        modeling.FusedRMSNormGated = None
-        modeling.is_fast_path_available = False
+        for kernel, off in _FLA_NAMES_OFF:
+            setattr(modeling, kernel, off)
 
 
 def load(
@@ -190,13 +196,15 @@ def load(
 def read_model(source: Path, dtype: torch.dtype, device: str = "cpu") -> Any:
     """The model of a folder of safetensors weights, in `dtype`, on `device`; its tokenizer is
     not loaded here (a full model's is the submission's code-like input: templating.py)."""
-    model, info = AutoModelForCausalLM.from_pretrained(
+    # output_loading_info: (model, info), which the library's annotation of the result omits.
+    loaded: tuple[Any, dict[str, Any]] = AutoModelForCausalLM.from_pretrained(  # type: ignore[assignment]
         str(source),
         dtype=dtype,
         use_safetensors=True,
         trust_remote_code=False,
         output_loading_info=True,
     )
+    model, info = loaded
     # transformers fills weights a checkpoint lacks with random values; such a model would
     # score differently on every validator.
     if info.get("missing_keys"):

@@ -155,7 +155,16 @@ def fetch_submission(
         _tidy(dest)
 
 
-def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what, work):
+def _fetch_adapter(
+    repo_id: str,
+    commit: str,
+    sizes: dict[str, int | None],
+    dest: Path,
+    supported_bases: list[str],
+    limit: int,
+    what: str,
+    work: Path,
+) -> Submission:
     if ADAPTER_WEIGHTS not in sizes:
         raise SubmissionRejected(
             f"{what}: {ADAPTER_CONFIG} without {ADAPTER_WEIGHTS}{_pickles(sizes)}"
@@ -167,10 +176,9 @@ def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what, w
     # peft re-reads adapter_config.json when it loads the adapter here and builds the type it
     # names; only a LoRA's ranks and tensors are checked against the base before it allocates
     # (a PROMPT_TUNING config's num_virtual_tokens x token_dim is an allocation of any size).
-    if (facts.peft_type or "LORA").upper() != "LORA":
-        raise SubmissionRejected(
-            f"{what}: peft_type {facts.peft_type[:100]!r} is not a LoRA adapter"
-        )
+    peft_type = facts.peft_type or "LORA"
+    if peft_type.upper() != "LORA":
+        raise SubmissionRejected(f"{what}: peft_type {peft_type[:100]!r} is not a LoRA adapter")
     # peft copies one base layer per replicated layer when it loads the adapter here.
     try:
         check_layer_replication(facts.replicated_layers)
@@ -186,7 +194,16 @@ def _fetch_adapter(repo_id, commit, sizes, dest, supported_bases, limit, what, w
     )
 
 
-def _fetch_full_model(repo_id, commit, sizes, dest, limit, max_params, what, work) -> Submission:
+def _fetch_full_model(
+    repo_id: str,
+    commit: str,
+    sizes: dict[str, int | None],
+    dest: Path,
+    limit: int,
+    max_params: int,
+    what: str,
+    work: Path,
+) -> Submission:
     if "config.json" not in sizes:
         raise SubmissionRejected(f"{what}: neither {ADAPTER_CONFIG} nor config.json: not a model")
     # transformers reads model.safetensors when there is one, the index's shards otherwise.

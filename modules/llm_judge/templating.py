@@ -146,14 +146,14 @@ def encode_prompts(
     submission's (a full model), and one that does not load is TokenizerCannotLoad (the
     network's -999); otherwise the base's, and OperatorError (the host's fault)."""
 
-    rows = [[item[0], item[1], item[2] if len(item) > 2 else None] for item in items]
-    data = json.dumps(rows).encode()
+    lines = [[item[0], item[1], item[2] if len(item) > 2 else None] for item in items]
+    data = json.dumps(lines).encode()
     with _folder(work) as folder:
         result, ids = _run(
             "encode", tokenizer_dir, data, submitted, limits, folder, count=len(items)
         )
         rows = _read_ids(ids, limits.max_output_bytes, len(items))
-    specials = {}
+    specials: dict[str, int | None] = {}
     for name in ("eos_token_id", "pad_token_id"):
         value = getattr(result, name)
         if value is not None and not 0 <= value <= INT32_MAX:

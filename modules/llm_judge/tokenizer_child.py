@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 INT32_MAX = 2**31 - 1
 
@@ -58,7 +60,7 @@ def _check_file_names(folder: str) -> None:
                 )
 
 
-def encode(request: dict, tokenizer) -> dict:
+def encode(request: dict[str, Any], tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
     with open(request["input"], encoding="utf-8") as handle:
         items = json.load(handle)
     try:
@@ -110,7 +112,9 @@ def encode(request: dict, tokenizer) -> dict:
     return specials
 
 
-def _render(tokenizer, messages: list, tools, fallback: list | None) -> str:
+def _render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[Any], tools: Any, fallback: list[Any] | None
+) -> object:
     """The template's text for `messages` as the line gives them; where the template raises on
     them (there the network has no score), for `fallback` when there is one."""
     try:
@@ -123,7 +127,8 @@ def _render(tokenizer, messages: list, tools, fallback: list | None) -> str:
     return _template(tokenizer, fallback, tools)
 
 
-def _template(tokenizer, messages: list, tools):
+def _template(tokenizer: PreTrainedTokenizerBase, messages: list[Any], tools: Any) -> object:
+    """What the template gives (a str, unless it misbehaves: the caller checks)."""
     return tokenizer.apply_chat_template(
         messages,
         tools=tools,  # [] stays [], as the network hands empty tools over
@@ -133,7 +138,7 @@ def _template(tokenizer, messages: list, tools):
     )
 
 
-def decode(request: dict, tokenizer) -> dict:
+def decode(request: dict[str, Any], tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
     rows = _read_ids(request["ids"])
     limit = int(request["max_output_bytes"])
     _phase(request, "decode")
@@ -141,7 +146,11 @@ def decode(request: dict, tokenizer) -> dict:
     total = 0
     for index, row in enumerate(rows):
         try:
-            (text,) = tokenizer.batch_decode([row.tolist()], skip_special_tokens=True)
+            # Checked below, not trusted: the tokenizer's files are the submission's.
+            decoded: Sequence[object] = tokenizer.batch_decode(
+                [row.tolist()], skip_special_tokens=True
+            )
+            (text,) = decoded
         except (MemoryError, KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - a decoder's regex can panic
@@ -160,7 +169,7 @@ def decode(request: dict, tokenizer) -> dict:
 OPS = {"encode": encode, "decode": decode}
 
 
-def _id(value) -> int | str | None:
+def _id(value: object) -> int | str | None:
     """A special token's id as the parent can check it: an int, None, or what it is instead."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
@@ -178,14 +187,15 @@ def _write_ids(path: str, rows: list[np.ndarray]) -> None:
 def _read_ids(path: str) -> list[np.ndarray]:
     flat = np.fromfile(path, dtype="<i4")
     count = int(flat[0])
-    rows, start = [], 1 + count
+    rows: list[np.ndarray] = []
+    start = 1 + count
     for length in flat[1 : 1 + count].tolist():
         rows.append(flat[start : start + length])
         start += length
     return rows
 
 
-def _phase(request: dict, name: str) -> None:
+def _phase(request: dict[str, Any], name: str) -> None:
     with open(request["phase"], "w", encoding="ascii") as handle:
         handle.write(name)
 

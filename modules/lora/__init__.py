@@ -43,7 +43,7 @@ from validator.kit import (
 log = logging.getLogger(__name__)
 
 
-class LoraModule(BaseValidationModule):
+class LoraModule(BaseValidationModule[LoraConfig, LoraInput]):
     config_schema = LoraConfig
     input_data_schema = LoraInput
     metrics_schema = LoraMetrics
@@ -161,8 +161,8 @@ class LoraModule(BaseValidationModule):
             work / "validation.jsonl",
             self.limits.max_validation_set_bytes,
         )
-        encoded = self._encoded.get(
-            path, data.base_model, base.key, base.extra, data.context_length
+        encoded = self._encoded.get(  # the base's key is its repo id: its tokenizer's name
+            path, data.base_model, str(base.key), base.extra, data.context_length
         )
         log.debug("validation set: %d examples", len(encoded.examples))
         check_token_byte_ratio(encoded.total_target_tokens, encoded.total_bytes)

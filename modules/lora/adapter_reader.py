@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TypeGuard
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -33,7 +34,7 @@ DTYPE_BITS = {
 }  # fmt: skip
 USIZE = 2**64  # safetensors' shapes and offsets are usize
 QUOTED = 80
-EMPTY = (None, False, 0, "", [], {})
+EMPTY: tuple[object, ...] = (None, False, 0, "", [], {})
 
 
 class Refused(Exception):
@@ -147,7 +148,7 @@ def _tensor(name: str, info: object) -> tuple[dict, tuple[int, int]]:
     return {"name": name, "dtype": dtype, "shape": shape}, (begin, stop)
 
 
-def _naturals(value: object) -> bool:
+def _naturals(value: object) -> TypeGuard[list[int]]:
     return isinstance(value, list) and all(
         isinstance(v, int) and not isinstance(v, bool) and 0 <= v < USIZE for v in value
     )

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, get_args
 
 import torch
 from torch import nn
@@ -40,10 +41,13 @@ from modules.lora.packed_rows import (
     packed_sums,
     release_cuda_cache,
 )
-from modules.lora.packing import PackingMode
 from modules.lora.records import EncodedExample
-from modules.lora.schemas import DEFAULT_TOKEN_BUDGET
+from modules.lora.schemas import DEFAULT_TOKEN_BUDGET, PackingMode
 from validator.kit import Progress
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +63,7 @@ def default_max_batch_size(device_type: str) -> int:
 
 
 def example_losses(
-    model: nn.Module,
+    model: PreTrainedModel | PeftModel,
     examples: list[EncodedExample],
     *,
     token_budget: int = DEFAULT_TOKEN_BUDGET,
@@ -80,7 +84,7 @@ def example_losses(
     through compiled FlexAttention, padded to its buckets (packing.COMPILE_OPTIONS); None: on
     CUDA only, as the module runs (True on a CPU rehearses the GPU's path under inductor).
     """
-    if packing not in ("auto", "on", "off"):
+    if packing not in get_args(PackingMode):
         raise ValueError(f"packing must be auto, on or off, not {packing!r}")
     if token_budget < 1 or max_batch_size < 1:
         raise ValueError("token_budget and max_batch_size must be at least 1")
@@ -142,7 +146,7 @@ def distinct_scored(examples: list[EncodedExample]) -> tuple[list[int], dict[int
 
 
 def _packed_path(
-    lm: nn.Module,
+    lm: PreTrainedModel,
     transform: Transform,
     examples: list[EncodedExample],
     batching: Batching,
@@ -159,14 +163,14 @@ def _packed_path(
     return PackedPath(packer.health_key(lm, device, autocast, compiled), compiled, dtype, unpacked)
 
 
-def _packable(lm: nn.Module) -> bool:
+def _packable(lm: PreTrainedModel) -> bool:
     reason = packer.unsupported_reason(lm)
     if reason is not None:
         log.debug("scoring in padded batches: %s", reason)
     return reason is None
 
 
-def _causal_lm(model: nn.Module) -> nn.Module:
+def _causal_lm(model: PreTrainedModel | PeftModel) -> PreTrainedModel:
     """The HF causal LM inside a peft wrapper (LoRA layers stay injected and active)."""
     peft_config = getattr(model, "active_peft_config", None)
     if peft_config is None:
@@ -177,7 +181,7 @@ def _causal_lm(model: nn.Module) -> nn.Module:
     return model.get_base_model()
 
 
-def _decoder(lm: nn.Module) -> nn.Module:
+def _decoder(lm: PreTrainedModel) -> nn.Module:
     get_decoder = getattr(lm, "get_decoder", None)
     decoder = get_decoder() if callable(get_decoder) else getattr(lm, "model", None)
     if decoder is None:
@@ -186,7 +190,7 @@ def _decoder(lm: nn.Module) -> nn.Module:
 
 
 def _scored_sums(
-    lm: nn.Module,
+    lm: PreTrainedModel,
     transform: Transform,
     examples: list[EncodedExample],
     order: list[int],
@@ -221,7 +225,7 @@ def _scored_sums(
 
 
 def _padded_sums(
-    lm: nn.Module,
+    lm: PreTrainedModel,
     transform: Transform,
     examples: list[EncodedExample],
     order: list[int],
@@ -278,7 +282,7 @@ def _next_batch(
 
 
 def _batch_sums(
-    lm: nn.Module,
+    lm: PreTrainedModel,
     decoder: nn.Module,
     head: nn.Module,
     transform: Transform,

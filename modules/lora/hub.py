@@ -71,10 +71,10 @@ def fetch_adapter(
     if ADAPTER_CONFIG not in sizes:
         return FetchedSubmission(dest, commit, False, sorted(sizes))
     _check_weight_format(sizes, what)
-    listed = {name: sizes[name] for name in ADAPTER_FILES}
-    if None in listed.values():  # the Hub always sizes files when asked for blobs
+    listed = {name: size for name in ADAPTER_FILES if (size := sizes[name]) is not None}
+    if len(listed) < len(ADAPTER_FILES):  # the Hub always sizes files when asked for blobs
         raise TransientError(f"{what}: the Hub listing has no file sizes")
-    _check_sizes(listed, limits, what)  # type: ignore[arg-type]
+    _check_sizes(listed, limits, what)
 
     dest.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []

@@ -10,25 +10,28 @@ fp32), and refuse any other architecture rather than score it silently wrong.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # Upper bound on full-vocab logit elements alive at once (rows x vocab). On a GPU 2**27 fp32
 # (512 MiB) is small next to a 16k-token batch's activations and keeps GEMMs efficient; on a CPU
 # buffers that large cost page faults, and 2**22 measured faster (bench/RESULTS.md).
 LOGIT_ELEMENTS_PER_CHUNK = {"cuda": 1 << 27, "cpu": 1 << 22}
 
-Transform = Callable[[torch.Tensor, nn.Module], torch.Tensor]
+Transform = Callable[[torch.Tensor, "PreTrainedModel"], torch.Tensor]
 
 
-def _identity(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
+def _identity(logits: torch.Tensor, lm: PreTrainedModel) -> torch.Tensor:
     return logits
 
 
-def _gemma2_softcap(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
+def _gemma2_softcap(logits: torch.Tensor, lm: PreTrainedModel) -> torch.Tensor:
     cap = lm.config.final_logit_softcapping
     if cap is None:
         return logits
@@ -36,11 +39,11 @@ def _gemma2_softcap(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
     return torch.tanh(logits / cap) * cap
 
 
-def _cohere_scale(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
+def _cohere_scale(logits: torch.Tensor, lm: PreTrainedModel) -> torch.Tensor:
     return logits * lm.logit_scale
 
 
-def _granite_scale(logits: torch.Tensor, lm: nn.Module) -> torch.Tensor:
+def _granite_scale(logits: torch.Tensor, lm: PreTrainedModel) -> torch.Tensor:
     return logits / lm.config.logits_scaling
 
 
@@ -64,9 +67,9 @@ class UnsupportedArchitecture(ValueError):
     """The model's logits cannot be reproduced by the target-rows-only path."""
 
 
-def post_head_transform(lm: nn.Module) -> Transform:
+def post_head_transform(lm: PreTrainedModel) -> Transform:
     model_type = getattr(getattr(lm, "config", None), "model_type", None)
-    transform = _POST_HEAD_TRANSFORMS.get(model_type)
+    transform = _POST_HEAD_TRANSFORMS.get(model_type) if isinstance(model_type, str) else None
     if transform is None:
         raise UnsupportedArchitecture(
             f"model_type {model_type!r}: what its forward applies after the lm_head is not "
@@ -76,7 +79,7 @@ def post_head_transform(lm: nn.Module) -> Transform:
 
 
 def head_sums(
-    lm: nn.Module,
+    lm: PreTrainedModel,
     head: nn.Module,
     transform: Transform,
     rows: torch.Tensor,
@@ -99,7 +102,7 @@ def head_sums(
     return sums.cpu().tolist()
 
 
-def _vocab_size(lm: nn.Module, head: Any) -> int:
+def _vocab_size(lm: PreTrainedModel, head: Any) -> int:
     weight = getattr(head, "weight", None)
     if isinstance(weight, torch.Tensor):
         return int(weight.shape[0])

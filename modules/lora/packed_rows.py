@@ -18,6 +18,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -25,6 +26,9 @@ from torch import nn
 from modules.lora import packing as packer
 from modules.lora.lm_head import Transform, head_sums
 from modules.lora.records import EncodedExample
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,7 @@ class PackedMismatch(RuntimeError):
 
 
 def packed_sums(
-    lm: nn.Module,
+    lm: PreTrainedModel,
     decoder: nn.Module,
     transform: Transform,
     examples: list[EncodedExample],

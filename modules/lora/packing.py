@@ -13,7 +13,7 @@ import logging
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -21,10 +21,13 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from modules.lora.records import EncodedExample
+from modules.lora.schemas import PackingMode
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
-PackingMode = Literal["auto", "on", "off"]
 WindowRule = Literal["none", "config", "layer"]
 
 # model_type -> where its reference masks take a sliding window from (see the module docstring).
@@ -46,13 +49,20 @@ _REPEATED_IMPLEMENTATIONS = ("sdpa", "eager")
 # FlexAttention's block size, and the shortest bucket (below).
 BLOCK_SIZE = 128
 MIN_BUCKET = 2 * BLOCK_SIZE
+
+
 # How FlexAttention and its block masks are compiled, wherever they are (CUDA by default; a CPU
 # under inductor in tests/lora/test_lora_compiled.py, which rehearses exactly this). Static
 # shapes: with `dynamic=True` and masks that change from row to row, compiled FlexAttention has
 # given NaN or silently wrong outputs (pytorch/pytorch#186775, #163588), so every row is padded
 # to one of a few bucket lengths instead (`bucket_length`), each compiled once. `fullgraph`: a
 # graph break would run the unfused kernel unseen; it raises instead, and packing falls back.
-COMPILE_OPTIONS: dict[str, bool] = {"dynamic": False, "fullgraph": True}
+class _CompileOptions(TypedDict):
+    dynamic: bool
+    fullgraph: bool
+
+
+COMPILE_OPTIONS = _CompileOptions(dynamic=False, fullgraph=True)
 # Compiles one kind of model may need: a bucket per power of two up to the token budget, times
 # its masks (window or none) and soft-caps. Past dynamo's default (8) a fullgraph compile raises.
 RECOMPILE_LIMIT = 64
@@ -91,7 +101,7 @@ def use_packing(mode: PackingMode, device_type: str) -> bool:
     return mode == "on"
 
 
-def unsupported_reason(lm: nn.Module) -> str | None:
+def unsupported_reason(lm: PreTrainedModel) -> str | None:
     """Why this model cannot be scored packed (it is then scored in padded batches), or None."""
     config = lm.config
     if config.model_type not in _WINDOW_RULES:
@@ -101,7 +111,7 @@ def unsupported_reason(lm: nn.Module) -> str | None:
     return None
 
 
-def isolation_length(lm: nn.Module) -> int | None:
+def isolation_length(lm: PreTrainedModel) -> int | None:
     """Length above which a conversation must run in a forward of its own, or None.
 
     Some RoPE variants pick their frequencies from the largest position id of the whole forward
@@ -313,7 +323,9 @@ def _packed_attention(
     if row is None:
         raise RuntimeError("packed attention called outside a packed forward")
     score_mod = _softcap_mod(float(softcap)) if softcap is not None and row.softcap else None
-    flex = _compiled_flex() if row.compiled else flex_attention
+    flex: Callable[..., Tensor] = flex_attention
+    if row.compiled:
+        flex = _compiled_flex()
     with contextlib.ExitStack() as stack:
         # Under autocast the projections already gave q, k and v in the autocast dtype; flex
         # takes them as they are (it accumulates in fp32), as sdpa would under autocast.
@@ -340,7 +352,7 @@ ALL_ATTENTION_FUNCTIONS[_ATTENTION_KEY] = _packed_attention
 
 
 @contextlib.contextmanager
-def _packed_attention_for(lm: nn.Module, row: _RowAttention) -> Iterator[None]:
+def _packed_attention_for(lm: PreTrainedModel, row: _RowAttention) -> Iterator[None]:
     """Points the model at the packed attention for one forward; restored even on error, so a
     failed packed forward leaves the model as loaded for the padded path and later scoring."""
     config = lm.config
@@ -355,7 +367,7 @@ def _packed_attention_for(lm: nn.Module, row: _RowAttention) -> Iterator[None]:
 
 
 def packed_hidden(
-    lm: nn.Module, decoder: nn.Module, row: PackedRow, device: torch.device, compiled: bool
+    lm: PreTrainedModel, decoder: nn.Module, row: PackedRow, device: torch.device, compiled: bool
 ) -> torch.Tensor:
     """The decoder's last hidden states for a packed row: (1, L, hidden); FlexAttention
     compiled (COMPILE_OPTIONS) or eager."""
@@ -380,7 +392,7 @@ def packed_hidden(
 
 
 def health_key(
-    lm: nn.Module, device: torch.device, autocast: torch.dtype | None, compiled: bool = False
+    lm: PreTrainedModel, device: torch.device, autocast: torch.dtype | None, compiled: bool = False
 ) -> str:
     """What a packed forward's compiled kernels depend on: a model of another kind (head size,
     heads, dtype, soft-cap, windows) compiles afresh, and may fail where the first did not."""

@@ -13,6 +13,8 @@ from pydantic import Field
 from validator.kit import BaseConfig, BaseInputData, BaseMetrics
 
 GIB = 1024**3
+# Conversations packed back to back in one row (modules/lora/packing.py): see `packing` below.
+PackingMode = Literal["auto", "on", "off"]
 DEFAULT_TOKEN_BUDGET = 16384  # also the batched forward's default when called directly
 
 
@@ -31,7 +33,7 @@ class LoraConfig(BaseConfig):
     # Conversations packed back to back in one row, each attending only to itself
     # (modules/lora/packing.py); auto: on with CUDA, off on a CPU, where one conversation per
     # forward stays fastest. off: length-sorted padded batches.
-    packing: Literal["auto", "on", "off"] = "auto"
+    packing: PackingMode = "auto"
     # Conversations per padded batch; unset: 64 on GPU, 1 on CPU, where padded batches need an
     # explicit attention mask that takes CPU attention off its fast causal kernel. Packed rows
     # are bounded by token_budget alone.

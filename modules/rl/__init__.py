@@ -34,7 +34,7 @@ def inference_limits(config: RlConfig) -> ChildLimits:
     )
 
 
-class RlModule(BaseValidationModule):
+class RlModule(BaseValidationModule[RlConfig, RlInput]):
     config_schema = RlConfig
     input_data_schema = RlInput
     metrics_schema = RlMetrics

@@ -180,7 +180,7 @@ class FakeLedger:
                 Submit(self.now(), assignment_id, status, metrics, type(exc).__name__)
             )
             raise
-        self.submits.append(Submit(self.now(), assignment_id, status, metrics, result.kind))
+        self.submits.append(Submit(self.now(), assignment_id, status, metrics, result.kind.value))
         return result
 
     def close(self) -> None:

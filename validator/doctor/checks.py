@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -190,17 +190,22 @@ def setup_row(settings: Settings) -> Row:
     except ConfigError:
         return Row.skipped(SETUP, "valid configs (see configs)")
     if settings.judge_models and "judge_models" in module_cls.config_schema.model_fields:
-        configs = [  # the doctor's --judge-model: more judge models to expect (llm_judge)
-            config.model_copy(
-                update={"judge_models": [*config.judge_models, *settings.judge_models]}
-            )
-            for config in configs
-        ]
+        # the doctor's --judge-model: more judge models to expect (llm_judge)
+        configs = [_with_judges(config, settings.judge_models) for config in configs]
     try:
         checked = check_module_setup(module_cls, settings.spec.name, configs)
     except OperatorError as exc:
         return Row.failed(SETUP, str(exc), "fix what it names; the validator stops there too")
     return Row.ok(SETUP, "; ".join(dict.fromkeys(checked)) or f"{settings.spec.name}: none needed")
+
+
+def _with_judges(config: BaseConfig, more: Sequence[str]) -> BaseConfig:
+    """`config` expecting `more` judge models too (its schema has `judge_models`: read by name,
+    as the doctor knows no module's schema)."""
+    listed = getattr(config, "judge_models", None)
+    if not isinstance(listed, list):
+        return config
+    return config.model_copy(update={"judge_models": [*listed, *more]})
 
 
 # -- the Fed Ledger -------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
@@ -98,7 +98,7 @@ def _head_hub_file(url: str, headers: dict[str, str]) -> Answer:
     )
 
 
-def _in_threads(probe, items: list[str]) -> dict[str, str]:
+def _in_threads(probe: Callable[[str], str], items: list[str]) -> dict[str, str]:
     """probe(item) of every item at once, in daemon threads: the check's own deadline (the
     doctor's) bounds them all, and one that never returns does not keep the doctor alive."""
     results: dict[str, str] = {}

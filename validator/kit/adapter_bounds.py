@@ -149,7 +149,7 @@ def _check_tensor_shapes(
         key, shape = tensor.name, tensor.shape
         match = _LORA_TENSOR.match(key)
         layer = linears.get(match["module"]) if match else None
-        if layer is None:
+        if match is None or layer is None:
             continue  # not a LoRA tensor of a projection: peft ignores it or checks it itself
         rank, fits = _rank_and_fit(match["side"], shape, layer)
         if not fits or not 0 < rank <= limit:

@@ -2,13 +2,15 @@
 
 A module lives in `modules/<name>/`, and its `__init__.py` exposes a subclass of
 `BaseValidationModule` as `MODULE`. The orchestrator builds one instance per distinct resolved
-config and calls `validate()` once per assignment, then `cleanup()`.
+config and calls `validate()` once per assignment, then `cleanup()`. A module names its config
+and input types as the class's parameters, `BaseValidationModule[MyConfig, MyInput]`, so that a
+type checker reads `self.config` and `validate`'s argument as the module's own.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -44,7 +46,11 @@ class BaseMetrics(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class BaseValidationModule(ABC):
+ConfigT = TypeVar("ConfigT", bound=BaseConfig)
+InputT = TypeVar("InputT", bound=BaseInputData)
+
+
+class BaseValidationModule(ABC, Generic[ConfigT, InputT]):
     config_schema: ClassVar[type[BaseConfig]] = BaseConfig
     input_data_schema: ClassVar[type[BaseInputData]] = BaseInputData
     metrics_schema: ClassVar[type[BaseMetrics]] = BaseMetrics
@@ -52,11 +58,11 @@ class BaseValidationModule(ABC):
     # this is read where the spec declares none, with a warning (validator/config.py).
     task_type: ClassVar[str] = ""
 
-    def __init__(self, config: BaseConfig) -> None:
+    def __init__(self, config: ConfigT) -> None:
         self.config = config
 
     @classmethod
-    def check_setup(cls, config: BaseConfig) -> str | None:
+    def check_setup(cls, config: ConfigT) -> str | None:
         """The module's start-up checks of what it needs around it (an endpoint, its key, texts
         it reads), for one resolved config. The validator calls it for every distinct config of
         its tasks before it asks for any assignment, and the doctor calls it for its row; a
@@ -67,7 +73,7 @@ class BaseValidationModule(ABC):
         return None
 
     @classmethod
-    def child_limits(cls, config: BaseConfig) -> dict[str, ChildLimits]:
+    def child_limits(cls, config: ConfigT) -> dict[str, ChildLimits]:
         """The bounds of the module's own bounded children (`run_child`) under one resolved
         config, each keyed by the config keys that set it (`{"inference_memory_bytes": ...}`).
         The validator checks them, with the kit's own children's (`SUBMISSION_LIMITS`),
@@ -78,7 +84,7 @@ class BaseValidationModule(ABC):
         return {}
 
     @abstractmethod
-    def validate(self, data: BaseInputData) -> BaseMetrics:
+    def validate(self, data: InputT) -> BaseMetrics:
         """Score one submission. Raise `OperatorError` for operator-side problems,
         `TransientError` for network faults; any other exception fails the assignment."""
 

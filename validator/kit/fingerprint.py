@@ -103,14 +103,15 @@ def model_digests(model: torch.nn.Module, weights: _Weights) -> dict[str, torch.
     """Every parameter's and buffer's digest, by name: BLAKE3 pieces for a tensor in host
     memory, the linear hash on an accelerator (the module docstring)."""
     named = list(_tensors(model))
-    found = {name: None for name, _ in named}
     scratch = _Scratch()
-    for name, tensor in named:
-        if tensor.device.type != "cpu":
-            found[name] = scratch.digest(tensor, weights)
+    found = {
+        name: scratch.digest(tensor, weights)
+        for name, tensor in named
+        if tensor.device.type != "cpu"
+    }
     host = [(name, tensor) for name, tensor in named if tensor.device.type == "cpu"]
     found.update(host_digests(host, weights))
-    return found
+    return {name: found[name] for name, _ in named}  # in the model's order
 
 
 def host_digests(
@@ -133,7 +134,7 @@ def host_digests(
 
 def _pieces(tensor: torch.Tensor) -> list[memoryview]:
     flat = tensor.detach().reshape(-1)
-    raw = memoryview(flat.view(torch.uint8).numpy())
+    raw = flat.view(torch.uint8).numpy().data
     return [raw[start : start + PIECE_BYTES] for start in range(0, len(raw), PIECE_BYTES)] or [raw]
 
 

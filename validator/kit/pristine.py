@@ -93,9 +93,17 @@ def merge_targets(peft_model: PeftModel) -> Iterator[tuple[Key, torch.Tensor]]:
     for name, module in peft_model.base_model.model.named_modules():
         if isinstance(module, LoraLayer):
             layer = module.get_base_layer()
-            yield (name, "weight"), layer.weight
+            yield (name, "weight"), _tensor(layer, "weight")
             if getattr(layer, "bias", None) is not None:
-                yield (name, "bias"), layer.bias
+                yield (name, "bias"), _tensor(layer, "bias")
+
+
+def _tensor(layer: torch.nn.Module, name: str) -> torch.Tensor:
+    """A base layer's weight or bias: a tensor, or a layer that no merge rewrites."""
+    value = getattr(layer, name)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{type(layer).__name__}.{name} is not a tensor")
+    return value
 
 
 def forget_peft(model: torch.nn.Module) -> None:

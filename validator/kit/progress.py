@@ -46,8 +46,8 @@ def watch_bytes(
             if now - last < every and not tenth:
                 continue
             last = now
-            if tenth:
-                step = arrived * STEPS // total + 1  # type: ignore[operator]
+            if tenth and total:
+                step = arrived * STEPS // total + 1
             log.info("%s: %s", what, _bytes_line(arrived, total, now - started))
             beat()
 

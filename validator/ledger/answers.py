@@ -21,7 +21,8 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import Enum
+from typing import Any, Literal, get_args
 
 import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -181,22 +182,41 @@ class Assignment(BaseModel):
         return {**submitted, **self.data}
 
 
+# Why a lookup yielded no assignment: nothing to validate, too soon, a task the API does not
+# know, or an answer the client does not know.
+Refused = Literal["no_submissions", "rate_limited", "unknown_task", "unexpected"]
+# What a lookup came to, as the hooks and the metrics' labels say it: an assignment, a refusal,
+# or no answer from the API.
+LookupAnswer = Literal["assignment", Refused, "unavailable"]
+LOOKUP_ANSWERS: tuple[LookupAnswer, ...] = get_args(LookupAnswer)
+# A submitted result's status, as the API takes it.
+SubmitStatus = Literal["completed", "failed"]
+
+
+class SubmitAnswer(Enum):
+    """What the API's final answer to a submit says of the result."""
+
+    ACCEPTED = "accepted"  # taken
+    NOT_VALIDATING = "not_validating"  # the assignment is past validating: taken, or too late
+    REJECTED = "rejected"  # a 4xx the client does not know
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A lookup that yielded no assignment."""
 
-    kind: Literal["no_submissions", "rate_limited", "unknown_task", "unexpected"]
+    kind: Refused
     status: int
     detail: str
 
 
 @dataclass(frozen=True)
 class SubmitResult:
-    kind: Literal["accepted", "not_validating", "rejected"]
+    kind: SubmitAnswer
     status: int
     detail: str = ""
     # An earlier try of this call that the API may have taken, its answer lost (a read timeout,
-    # a 502, a 2xx without JSON...): what it met. A "not_validating" after one is most likely
+    # a 502, a 2xx without JSON...): what it met. A NOT_VALIDATING after one is most likely
     # that try's result, not a late one.
     earlier: str | None = None
 
@@ -304,10 +324,10 @@ def read_submit(
             retry_after=retry_after,
         )
     if 200 <= code < 300:
-        return SubmitResult("accepted", code, detail, earlier)
+        return SubmitResult(SubmitAnswer.ACCEPTED, code, detail, earlier)
     if detail == NOT_VALIDATING:
-        return SubmitResult("not_validating", code, detail, earlier)
-    return SubmitResult("rejected", code, detail, earlier)
+        return SubmitResult(SubmitAnswer.NOT_VALIDATING, code, detail, earlier)
+    return SubmitResult(SubmitAnswer.REJECTED, code, detail, earlier)
 
 
 def _refuse_key(response: requests.Response, body: Any) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 from validator.ledger.answers import (
@@ -24,6 +24,7 @@ from validator.ledger.answers import (
     Assignment,
     Refusal,
     SubmitResult,
+    SubmitStatus,
     Task,
     normalise_id,
     read_lookup,
@@ -79,7 +80,7 @@ class FedLedgerClient:
         return read_lookup(self._http.call("POST", path, None, LOOKUP).response)
 
     def submit(
-        self, assignment_id: str, status: Literal["completed", "failed"], metrics: dict | None
+        self, assignment_id: str, status: SubmitStatus, metrics: dict | None
     ) -> SubmitResult:
         """The API's answer, classified (docs/fed-ledger-api.md, "Submit answers"; decided by
         answers.read_submit). Raises ApiUnavailable when no try had an answer that settles it

@@ -113,8 +113,13 @@ class Transport:
             response: requests.Response | None = None
             try:
                 response = self._try(method, f"{self.api_url}{path}", payload, end, policy)
+                log.debug("%s %s -> %s", method, path, response.status_code)
+                status = telemetry.status_label(response.status_code)
+                telemetry.API_ANSWERS.labels(policy.name, status).inc()
                 verdict = try_again(response, policy)
-                failure = None if verdict is None else _answer_failure(verdict)
+                if verdict is None:  # the call's answer
+                    return Reply(response, earlier)
+                failure = _answer_failure(verdict)
             except _Abandoned as abandoned:
                 failure = _Failure(str(abandoned), abandoned.sent, final=True, kind="abandoned")
             except AnswerTooLarge as exc:
@@ -127,12 +132,6 @@ class Transport:
             except (requests.RequestException, ValueError) as exc:
                 # `from None`: the cause's text may quote the key, and nothing more is known.
                 raise RequestNotSendable(_not_sendable(method, path, exc)) from None
-            if response is not None:
-                log.debug("%s %s -> %s", method, path, response.status_code)
-                status = telemetry.status_label(response.status_code)
-                telemetry.API_ANSWERS.labels(policy.name, status).inc()
-            if failure is None:
-                return Reply(response, earlier)  # type: ignore[arg-type]
             wait = self._wait_before(tries, failure, end, policy)
             if wait is None:
                 telemetry.API_ERRORS.labels(policy.name, failure.kind).inc()

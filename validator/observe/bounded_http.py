@@ -138,7 +138,7 @@ class BoundedHTTPServer:
                     elif key.fileobj is self._wake_r:
                         _drain(self._wake_r)
                     else:
-                        self._read(selector, waiting, waiting[key.fileobj])  # type: ignore[index]
+                        self._read(selector, waiting, key.data)
                 now = time.monotonic()
                 for conn in [c for c in waiting.values() if c.deadline <= now]:
                     self.stats.add("timed_out")
@@ -168,7 +168,7 @@ class BoundedHTTPServer:
             sock.setblocking(False)
             conn = _Connection(sock, address, time.monotonic() + self.read_timeout)
             waiting[sock] = conn
-            selector.register(sock, selectors.EVENT_READ)
+            selector.register(sock, selectors.EVENT_READ, conn)
             # A head already there is taken now: the connection is no longer one that the next
             # accept may evict (a probe behind a backlog of half-open connections).
             self._read(selector, waiting, conn)
@@ -235,6 +235,7 @@ class BoundedHTTPServer:
         try:
             conn.sock.setblocking(True)
             conn.sock.settimeout(WRITE_TIMEOUT_S)
+            # RequestHead reads the head the acceptor read from `conn`, not a socket.
             self.handler_class(conn, conn.address, self)  # type: ignore[arg-type]
             self.stats.add("answered")
         except OSError as exc:  # reset, broken pipe, a client that does not read: one line
@@ -278,7 +279,7 @@ class RequestHead(BaseHTTPRequestHandler):
     BaseHTTPRequestHandler. The socket is written to as usual."""
 
     def setup(self) -> None:
-        conn: _Connection = self.request  # type: ignore[assignment]
+        conn: _Connection = self.request
         self.request = self.connection = conn.sock
         self.rfile = io.BytesIO(bytes(conn.head))
         self.wfile = self.connection.makefile("wb", buffering=0)

@@ -205,7 +205,7 @@ class _Handler(RequestHead):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's name
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's name
         log.debug("status page: " + format, *args)
 
 

@@ -1,7 +1,7 @@
-"""The caps of the bounded reader (validator/outbound/bounded_reader.py, issue 40): what each
-kind of call may send, in bytes and JSON values (`ANSWER_CAPS`, docs/reliability.md "Byte caps on
-answers": a test compares the two), the cap of the calls in progress (`reading_at_most`), and
-the counting against a cap that every hook of the reader shares."""
+"""The caps of the bounded reader (bounded_reader.py): what each kind of call may send, in bytes
+and JSON values (`ANSWER_CAPS`, docs/reliability.md "Byte caps on answers": a test compares the
+two), the cap of the calls in progress (`reading_at_most`), and the counting against a cap that
+every hook of the reader shares (docs/internals.md, "The bounded reader")."""
 
 from __future__ import annotations
 
@@ -132,8 +132,8 @@ ANSWER_CAPS: dict[str, Cap] = {
 
 
 def file_cap(size: int | None) -> Cap:
-    """The cap of a file listed at `size` bytes (None: not listed, the `hub.unlisted` cap; it
-    was not capped, and a 2 MiB gzip answer wrote 2 GiB into the HF cache: issue 40)."""
+    """The cap of a file listed at `size` bytes (None: not listed, the `hub.unlisted` cap: a
+    2 MiB gzip answer inflates to gigabytes in the HF cache)."""
     if size is None:
         return ANSWER_CAPS["hub.unlisted"]
     base = ANSWER_CAPS["hub.file"]

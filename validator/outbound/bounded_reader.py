@@ -1,32 +1,9 @@
-"""The one reader of answers from outside (issue 40): the Fed Ledger's, the Hub's, a judge's,
-GitHub's, a registry's. Whatever library makes the call, what the validator's process reads of
-an answer is capped by the kind of call (`ANSWER_CAPS`, in answer_caps.py; docs/reliability.md "Byte
-caps on answers"):
-
-- in bytes, counted as they arrive (decoded, so that a compressed answer counts at its real
-  size): past the cap the connection is closed and nothing more is read;
-- in JSON values and depth, for answers that are JSON, counted before anything decodes them
-  (safe_json.shape): a megabyte of `[{},{},...]` is 24 MB of Python objects, so bytes alone do
-  not bound what a parse costs in memory and in time holding the GIL, and 40 KB of `[[[...`
-  is a RecursionError in any library's `.json()`;
-- within an overall deadline (validator/outbound/deadline.py) that covers the reading, and the
-  parsing when it runs inside it too (`fetch_answer` then `Answer.json`, or a library's own parse).
-
-Past its cap an answer raises AnswerTooLarge, a TransientError: the sender's fault, transient
-for a service; the kit's hub makes it the submission's for a submission's own repo.
-
-The hooks, one per HTTP stack, each through the library's supported way of giving it a
-connection layer, so that the library itself is not re-implemented:
-
-- requests (the Fed Ledger transport, huggingface_hub 0.x's `configure_http_backend`, our own
-  calls through `fetch_answer`): `CappedAdapter`, a transport adapter around another;
-- httpx or httpx2 (huggingface_hub 1.x's `set_client_factory`, the `openai` client's
-  `http_client`): `capped_event_hooks`, the client's response hook, which hands the body to the
-  client through a counting stream (whatever transport, proxy or mount carries it).
-
-Each caps with the cap it was given, or, inside `reading_at_most(cap)`, with that one: a
-library's shared session then reads a listing, a file of a known size and an error page each
-under its own cap.
+"""The one reader of answers from outside: the Fed Ledger's, the Hub's, a judge's, GitHub's, a
+registry's. Whatever library makes the call, what the validator's process reads of an answer is
+capped by the kind of call (`ANSWER_CAPS`, answer_caps.py): in bytes as they arrive, in JSON
+values and depth before anything decodes them, within the overall deadline (deadline.py). One
+hook per HTTP stack: `CappedAdapter` for requests, `capped_event_hooks` for httpx and httpx2.
+How and why: docs/internals.md, "The bounded reader".
 """
 
 from __future__ import annotations
@@ -71,8 +48,8 @@ class _CountedFile:
     """The socket file that http.client reads one answer's body from (`HTTPResponse.fp`), every
     byte taken from it counted against `wire_limit`: the body's count (_CappedRaw) never sees a
     chunked answer's framing nor its trailer fields, which http.client and urllib3 read and
-    discard without any limit on their number (issue 40: 6 GB of trailers after a 2 MiB-capped
-    task list were read in 9.3 s, and the list accepted)."""
+    discard without any limit on their number (6 GB of trailers after a 2 MiB-capped task list:
+    9.3 s of reading, and the list accepted, were they not counted here)."""
 
     def __init__(self, fp: Any, cap: Cap, what: str, close: Any) -> None:
         self._fp, self._cap, self._what, self._close = fp, cap, what, close
@@ -124,7 +101,7 @@ def _count_the_connection(raw: Any, cap: Cap, what: str) -> None:
     socket file, on HTTP and HTTPS alike."""
     answer = getattr(raw, "_fp", None)
     fp = getattr(answer, "fp", None)
-    if fp is not None and not isinstance(fp, _CountedFile):
+    if answer is not None and fp is not None and not isinstance(fp, _CountedFile):
         answer.fp = _CountedFile(fp, cap, what, raw.close)
 
 
@@ -165,7 +142,9 @@ class _CappedRaw:
         if body:
             yield bytes(body)
 
-    def read(self, amt: int | None = None, decode_content: bool | None = None, **kwargs: Any):
+    def read(
+        self, amt: int | None = None, decode_content: bool | None = None, **kwargs: Any
+    ) -> bytes:
         if amt is not None:
             # Never more than one byte past the cap in one read (a caller may ask for a whole
             # chunk of any size the server declared); a short read is a read.
@@ -190,14 +169,17 @@ class CappedAdapter(BaseAdapter):
         self.cap = cap
         self.inner = inner if inner is not None else HTTPAdapter(max_retries=0)
 
-    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+    def send(
+        self, request: requests.PreparedRequest, *args: Any, **kwargs: Any
+    ) -> requests.Response:
+        # The session's arguments (stream, timeout, verify, cert, proxies) go on to `inner`.
         cap = current_cap(self.cap)
         if cap is not None and cap.max_values is None:
             # A file goes to disk as it is sent: no content coding asked for, none taken.
             request.headers["Accept-Encoding"] = "identity"
-        response = self.inner.send(request, **kwargs)
+        response = self.inner.send(request, *args, **kwargs)
         if cap is not None and response.raw is not None:
-            what = f"{request.method} {where(request.url)}"
+            what = f"{request.method} {where(request.url or '')}"
             coding = response.headers.get("Content-Encoding", "").strip().lower()
             if cap.max_values is None and coding not in ("", "identity"):
                 response.close()
@@ -245,7 +227,7 @@ def _capped_stream_class(lib: Any) -> type:
         if lib.__name__ in _stream_classes:
             return _stream_classes[lib.__name__]
 
-        class CappedStream(lib.SyncByteStream):  # type: ignore[name-defined,misc]
+        class CappedStream(lib.SyncByteStream):
             def __init__(self, inner: Any, cap: Cap, what: str) -> None:
                 self.inner, self.counter = inner, ByteCounter(cap, what)
 
@@ -330,7 +312,7 @@ class Answer:
 def parse(data: bytes, cap: Cap, what: str) -> Any:
     """JSON `data` decoded only within `cap` (bytes, values, depth) and only when its text is
     all Unicode (a lone surrogate would reach a journal, a log line or a request that cannot
-    carry it: issue 40): JsonRefused otherwise."""
+    carry it): JsonRefused otherwise."""
     return loads_bounded(
         data, what, max_bytes=cap.max_bytes, max_values=cap.max_values, unicode_only=True
     )

@@ -1,29 +1,9 @@
-"""The one overall deadline for every outbound call (issue 33): the Fed Ledger transport, the
-Hub downloads, the validation sets, the judge calls, the drift check, whatever library makes
-them (requests, huggingface_hub's requests or httpx, openai's httpx).
-
-Clients bound each read, never a whole answer: a server that sends one byte every few seconds
-holds a read-timeout-bounded call for ever (issue 23, item 4). Python cannot interrupt a thread
-blocked in `recv`, but another thread can shut its socket down, which ends the read at once. So
-`overall_deadline` runs the call in the calling thread and records every socket that thread
-connects while it is active (through the interpreter's `socket.connect` audit event, which
-every client library's connect goes through); a watcher thread shuts them down when the
-deadline passes, or `stop_grace` seconds after the stop event is set (a call that is merely
-finishing still ends by itself: a submit still goes out), and a connect attempted after that
-fails at once. The library then raises its own connection error (or returns truncated data),
-and the context raises CallAbandoned, whatever the library did. The watcher ends with the
-context, so a call leaves no thread behind, and nothing of an abandoned call can go on to send
-a request later (the design this replaced ran each try in a worker thread that it abandoned,
-and needed the library's connection classes replaced to reach its sockets).
-
-Only the sockets connected inside the context are covered: a call must not reuse a connection
-kept alive from before (the transport opens a session per try, hub.py drops the library's pool,
-the judge's client keeps no idle connection), and a download that a library hands to worker
-threads (huggingface_hub's snapshot_download) is not covered.
-
-The stop event is the one the validator's signal handlers set (`set_stop_event`, at start-up):
-a SIGTERM ends every wait on a server within `stop_grace`, each as CallAbandoned(stopped=True),
-a TransientError, so that the assignment is kept for the next run.
+"""The one overall deadline for every outbound call, whatever library makes it: clients bound
+each read, never a whole answer, and a server that sends a byte every few seconds would hold a
+call for ever. `overall_deadline` records the sockets its thread connects, and a watcher shuts
+them down at the deadline, or `stop_grace` after the stop event is set (`set_stop_event`); the
+call then raises CallAbandoned, a TransientError. How and why: docs/internals.md, "The overall
+deadline".
 """
 
 from __future__ import annotations

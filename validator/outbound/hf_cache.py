@@ -1,25 +1,8 @@
 """A shared Hugging Face cache kept under a budget (`--hf-cache-max-gb`,
 VALIDATOR_HF_CACHE_MAX_GB): the least recently used base models are evicted through
-huggingface_hub's cache API, never one that a worker on this host is using.
-
-Several validator workers (one per GPU, Compose services, pods on one node) share one cache
-volume. A worker marks a base "in use" with a shared flock on
-`<cache>/.locks/flock-in-use/models--<org>--<name>.lock`, from before it fetches the base until
-the scoring that fetched it ends (`base_in_use`, entered by `fetch_base_model`). The evictor
-deletes a repo only while it holds that lock exclusively, taken without waiting, and then that
-repo's folder alone (never "every revision of this commit hash": a mirror or a fork shares its
-source's commits): a repo another worker holds is skipped and never touched, and a worker that
-wants a repo being deleted waits until it is gone, then downloads it again. The lock files live
-under `.locks`, which `scan_cache_dir` (and `huggingface-cli scan-cache`) skips: anywhere else
-in the cache they would be reported as a corrupted repo.
-
-Recency is the later of the repo's last access as the library sees it (its blobs' atime, which
-`relatime` mounts update at most once a day) and the lock file's mtime, which `base_in_use`
-sets when a use begins and ends.
-
-Downloading one base once while two workers fetch it at the same time needs nothing here:
-huggingface_hub takes a file lock per blob and re-checks the blob under it
-(tests/test_hf_cache.py proves it against the local hub).
+huggingface_hub's cache API, never one that a worker on this host is using (`base_in_use`: a
+shared flock per repo, which the evictor must take exclusively). How and why: docs/internals.md,
+"The shared HF cache's budget".
 """
 
 from __future__ import annotations

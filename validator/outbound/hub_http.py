@@ -6,7 +6,10 @@ may have (0.x on requests, 1.x on httpx)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
+
+import requests
 
 from validator.outbound.answer_caps import ANSWER_CAPS
 from validator.outbound.bounded_reader import cap_session, capped_event_hooks
@@ -21,31 +24,42 @@ def cap_the_library() -> None:
     `configure_http_backend`, 1.x its httpx client with the one given to `set_client_factory`.
     Outside `hub_call` (no cap of its own), an answer gets the cap of hub.metadata.
 
-    Never through Xet: huggingface_hub 1.x depends on hf_xet, and hands a file whose answer
-    names a Xet storage (`X-Xet-Hash`, what the real Hub says of most new uploads) to its Rust
-    downloader, whose connections and answers are its own: no deadline shuts them, no cap
-    counts them (issue 40: a storage that never answered held a download past 195 s with a 3 s
-    deadline; one that streamed grew the process 67 -> 829 MiB). The library reads the switch
-    at call time; set on every call, whatever the environment said (the real Hub serves those
-    files over HTTP too)."""
+    Never through Xet: huggingface_hub 1.x hands a file stored there to its Rust downloader,
+    whose connections and answers no deadline shuts and no cap counts (docs/internals.md, "The
+    bounded reader"). The library reads the switch at call time: set on every call, whatever
+    the environment says (the real Hub serves those files over HTTP too)."""
     from huggingface_hub import constants  # noqa: PLC0415
 
-    constants.HF_HUB_DISABLE_XET = True
+    if hasattr(constants, "HF_HUB_DISABLE_XET"):  # 1.x; 0.x has no Xet
+        constants.HF_HUB_DISABLE_XET = True
     global _capped
     with _capped_lock:
         if _capped:
             return
         import huggingface_hub  # noqa: PLC0415
-        from huggingface_hub.utils import _http  # noqa: PLC0415 - the library's own defaults
 
-        if hasattr(huggingface_hub, "configure_http_backend"):  # 0.x: requests
-            default = _http._default_backend_factory
-            huggingface_hub.configure_http_backend(
-                lambda: cap_session(default(), ANSWER_CAPS["hub.metadata"])
-            )
+        requests_backend = _requests_backend()
+        if requests_backend is not None:  # 0.x: requests
+            configure, default = requests_backend
+            configure(lambda: cap_session(default(), ANSWER_CAPS["hub.metadata"]))
         else:  # 1.x: httpx
             huggingface_hub.set_client_factory(_capped_httpx_client)
         _capped = True
+
+
+def _requests_backend() -> (
+    tuple[Callable[[Callable[[], requests.Session]], None], Callable[[], requests.Session]] | None
+):
+    """0.x's `configure_http_backend` and its default session factory; None on 1.x, which has
+    neither (read by name: a type checker sees one line of the library at a time)."""
+    import huggingface_hub  # noqa: PLC0415
+    from huggingface_hub.utils import _http  # noqa: PLC0415 - the library's own defaults
+
+    configure = getattr(huggingface_hub, "configure_http_backend", None)
+    default = getattr(_http, "_default_backend_factory", None)
+    if configure is None or default is None:
+        return None
+    return configure, default
 
 
 def _capped_httpx_client() -> Any:
@@ -53,8 +67,8 @@ def _capped_httpx_client() -> Any:
     refuses requests in offline mode, redirects followed, no timeout of its own) with the
     kit's capping hooks, keeping no idle connection: each request connects anew, inside its
     call's deadline, so the library's one client serves the whole process (a client per call
-    read the CA bundle again for every file: two thirds of the validator's CPU for an index of
-    1,000 shards; issue 40)."""
+    would read the CA bundle again for every file: two thirds of the validator's CPU for an
+    index of 1,000 shards)."""
     import httpx  # noqa: PLC0415 - 1.x only
     from huggingface_hub.utils import _http  # noqa: PLC0415
 

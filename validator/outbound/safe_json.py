@@ -67,9 +67,9 @@ def _outside_strings(data: bytes) -> bytes:
     """The structure of `data` (its commas and brackets) outside its string literals: escaped
     backslashes and quotes dropped first, then every byte but quotes and structure (UTF-8 puts
     no ASCII byte inside a character), then what lies between a quote and the next. All of it
-    string operations in C on bytes: a regex per literal took 0.17 s for a Hub listing at its
-    cap, and splitting the whole text on its quotes made an object per piece (issue 40: 89 MiB
-    and 1.2 s holding the interpreter for a 4 MiB `ab"ab"...`)."""
+    string operations in C on bytes: a regex per literal takes 0.17 s for a Hub listing at its
+    cap, and splitting the whole text on its quotes makes an object per piece (89 MiB and 1.2 s
+    holding the interpreter for a 4 MiB `ab"ab"...`)."""
     kept = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
     outside, inside = [], False
     for start in range(0, len(kept), _WINDOW):
@@ -148,7 +148,7 @@ def _decoded(text: str, what: str, max_depth: int) -> Any:
         raise JsonRefused(f"{what}: not valid JSON: {exc}") from exc
     except RecursionError:  # deeper than the decoder goes
         raise JsonRefused(f"{what}: nests deeper than {max_depth} levels") from None
-    except ValueError as exc:  # a number past Python's 4,300 digits (issue 40: not JsonRefused)
+    except ValueError as exc:  # a number past Python's 4,300 digits: refused like the rest
         raise JsonRefused(f"{what}: cannot be decoded: {exc}") from exc
 
 

@@ -20,6 +20,7 @@ import os
 import platform
 import sys
 import threading
+from typing import TypedDict
 
 from . import protocol
 from .kernel import no_new_privs, syscall
@@ -105,7 +106,12 @@ def abi() -> int:
         return 0
 
 
-_probe = {"lock": threading.Lock(), "abi": None}
+class _Probe(TypedDict):
+    lock: threading.Lock
+    abi: int | None  # None: not probed yet
+
+
+_probe = _Probe(lock=threading.Lock(), abi=None)
 
 
 def rules(
@@ -114,10 +120,10 @@ def rules(
     """The validator's side: what `confine` gets in the child; None where there is no Landlock,
     said in one warning line per process (the ABI is probed once)."""
     with _probe["lock"]:
-        if _probe["abi"] is None:
-            _probe["abi"] = abi()
-            _warn_missing(_probe["abi"], no_tcp, scoped)
         version = _probe["abi"]
+        if version is None:
+            version = _probe["abi"] = abi()
+            _warn_missing(version, no_tcp, scoped)
     if not version:
         return None
     return protocol.Confinement(

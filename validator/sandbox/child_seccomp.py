@@ -15,6 +15,8 @@ import platform
 import struct
 import sys
 import threading
+from collections.abc import Iterable
+from typing import TypedDict
 
 from . import protocol
 from .kernel import no_new_privs, syscall
@@ -45,9 +47,36 @@ LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
 NR, ARCH, ARG0, ARG1, ARG2 = 0, 4, 16, 24, 32
 ARG4_LOW, ARG4_HIGH = 48, 52  # sendto's dest_addr: a pointer, both halves
 
+# One BPF instruction: (code, jump if true, jump if false, k).
+Instruction = tuple[int, int, int, int]
+
+
+class SyscallTable(TypedDict):
+    """An architecture's numbers: a syscall's, or a group's (see TABLES)."""
+
+    audit_arch: int
+    seccomp: int
+    socket: tuple[int, ...]
+    connect: int
+    sendto: int
+    sendmsg: tuple[int, ...]
+    clone: int
+    process: tuple[int, ...]
+    clone3: int
+    io_uring: tuple[int, ...]
+    metadata: tuple[int, ...]
+    ioctl: int
+    self_or_zero: tuple[int, ...]
+    self_only: tuple[int, ...]
+    which_who: tuple[tuple[int, int], ...]  # (syscall, the `which` that means a process)
+    never: tuple[int, ...]
+    fcntl: int
+    x32: bool
+
+
 # Per architecture: the AUDIT_ARCH value, the seccomp syscall's number, and the numbers of the
 # syscalls in each group (aarch64's generic table has no fork, chmod, chown or utime of old).
-TABLES = {
+TABLES: dict[str, SyscallTable] = {
     "x86_64": {
         "audit_arch": 0xC000003E,
         "seccomp": 317,
@@ -148,7 +177,12 @@ def available() -> bool:
     return True
 
 
-_probe = {"lock": threading.Lock(), "available": None}
+class _Probe(TypedDict):
+    lock: threading.Lock
+    available: bool | None  # None: not probed yet
+
+
+_probe = _Probe(lock=threading.Lock(), available=None)
 
 
 def rules(
@@ -161,11 +195,12 @@ def rules(
     """The validator's side: what `apply` gets in the child; None where seccomp filters are not
     available, said in one warning line per process (probed once)."""
     with _probe["lock"]:
-        if _probe["available"] is None:
-            _probe["available"] = available()
-            if not _probe["available"]:
+        found = _probe["available"]
+        if found is None:
+            found = _probe["available"] = available()
+            if not found:
                 logging.getLogger(__name__).warning(NOT_AVAILABLE)
-        if not _probe["available"]:
+        if not found:
             return None
     return protocol.SyscallRules(
         arch=platform.machine(),
@@ -184,23 +219,22 @@ def program(
     no_metadata: bool,
     no_connect: bool = False,
     own_pid: int | None = None,
-) -> list:
+) -> list[Instruction]:
     """The filter as (code, jt, jf, k) instructions. Each rule is a test on the syscall's
     number that skips its own short block when it does not match: all jumps are short.
     `own_pid`: the process that installs it, the only one its calls may act on (None: no such
     rule)."""
     table = TABLES[arch]
-    kill = RET_KILL_PROCESS
-    code = [(LD_ABS, 0, 0, ARCH), (JEQ, 1, 0, table["audit_arch"]), (RET, 0, 0, kill)]
-    code.append((LD_ABS, 0, 0, NR))
+    code: list[Instruction] = [(LD_ABS, 0, 0, ARCH), (JEQ, 1, 0, table["audit_arch"])]
+    code += [(RET, 0, 0, RET_KILL_PROCESS), (LD_ABS, 0, 0, NR)]
     if table["x32"]:
         code += [(JGE, 0, 1, X32_BIT), (RET, 0, 0, RET_ERRNO | errno.ENOSYS)]
 
-    def deny(numbers, errno_value: int) -> None:
+    def deny(numbers: Iterable[int], errno_value: int) -> None:
         for number in numbers:
             code.extend([(JEQ, 0, 1, number), (RET, 0, 0, RET_ERRNO | errno_value)])
 
-    def when(number: int, block: list) -> None:
+    def when(number: int, block: list[Instruction]) -> None:
         code.append((JEQ, 0, len(block), number))
         code.extend(block)  # each block ends in a return; the accumulator is not needed after
 
@@ -238,21 +272,21 @@ def program(
     return code
 
 
-def _no_address() -> list:
+def _no_address() -> list[Instruction]:
     """sendto's block: allowed without a destination address (both halves of the pointer 0)."""
     refused = (RET, 0, 0, RET_ERRNO | errno.EACCES)
     no_address = [(LD_ABS, 0, 0, ARG4_LOW), (JEQ, 0, 3, 0), (LD_ABS, 0, 0, ARG4_HIGH)]
     return [*no_address, (JEQ, 0, 1, 0), (RET, 0, 0, RET_ALLOW), refused]
 
 
-def _allowed_if(offset: int, values: tuple[int, ...]) -> list:
+def _allowed_if(offset: int, values: tuple[int, ...]) -> list[Instruction]:
     """A block: allowed when the word at `offset` is one of `values`, else EPERM."""
     block = [(LD_ABS, 0, 0, offset)]
     block += [(JEQ, len(values) - i, 0, value) for i, value in enumerate(values)]
     return [*block, (RET, 0, 0, RET_ERRNO | errno.EPERM), (RET, 0, 0, RET_ALLOW)]
 
 
-def _others(table: dict, own: int) -> list[tuple[int, list]]:
+def _others(table: SyscallTable, own: int) -> list[tuple[int, list[Instruction]]]:
     """(syscall, block) for each call that names a process: allowed on `own` only. A pid
     argument is compared as the kernel reads it, its low 32 bits."""
     blocks = [(number, _allowed_if(ARG0, (own, 0))) for number in table["self_or_zero"]]

@@ -7,6 +7,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctypes import _CArgObject, _SimpleCData
+
+    # What a raw syscall takes: a plain int, a C scalar, a pointer (`ctypes.byref`).
+    Argument = int | _SimpleCData[Any] | _CArgObject
 
 PR_SET_NO_NEW_PRIVS = 38
 
@@ -24,7 +31,7 @@ def _checked(result: int) -> int:
     return result
 
 
-def syscall(number: int, *args: int | ctypes.c_void_p) -> int:
+def syscall(number: int, *args: Argument) -> int:
     """The raw syscall; its result, or OSError with its errno."""
     return _checked(_libc().syscall(ctypes.c_long(number), *args))
 

@@ -21,6 +21,7 @@ def main(request_path: str) -> None:
     with open(request["config"], encoding="utf-8") as handle:
         config = json.load(handle)
     names = [str(name) for name in request["names"]]
+    answer: dict[str, int | str]
     try:
         answer = {"patterns": probe(config if isinstance(config, dict) else {}, names)}
     except re.error as exc:
@@ -29,18 +30,22 @@ def main(request_path: str) -> None:
         json.dump(answer, handle)
 
 
-def probe(config: dict, names: list[str]) -> int:
+def probe(config: dict[str, object], names: list[str]) -> int:
     """Runs the matches peft runs; returns how many patterns there were."""
-    full, partial = [], []  # re.fullmatch(p, name) / re.match(p, name)
+    full: list[str] = []
+    partial: list[str] = []  # re.fullmatch(p, name) / re.match(p, name)
     for key in ("target_modules", "exclude_modules"):
-        if isinstance(config.get(key), str):
-            full.append(config[key])
+        value = config.get(key)
+        if isinstance(value, str):
+            full.append(value)
     for key in ("rank_pattern", "alpha_pattern"):
         pattern_keys = config.get(key)
         for name in pattern_keys if isinstance(pattern_keys, dict) else ():
             partial += [rf".*\.{name}$", rf"(.*\.)?({name})$"]
     layers = config.get("layers_pattern")
-    for name in [layers] if isinstance(layers, str) else layers or ():
+    for name in (
+        [layers] if isinstance(layers, str) else layers if isinstance(layers, list | dict) else ()
+    ):
         if isinstance(name, str):
             partial.append(rf".*\.{name}\.(\d+)\.")
     saved = config.get("modules_to_save")

@@ -167,6 +167,7 @@ def _mismatch(value: Any, kind: type) -> str:
     if not isinstance(value, dict):
         return f"a {type(value).__name__}, not an object"
     hints = _hints(kind)
+    # A TypedDict class's own attribute, which `type` does not declare.
     required: frozenset[str] = kind.__required_keys__  # type: ignore[attr-defined]
     missing, unknown = required - value.keys(), value.keys() - hints.keys()
     if missing or unknown:

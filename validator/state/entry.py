@@ -15,7 +15,7 @@ import json
 import math
 import sqlite3
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -38,7 +38,7 @@ class State(str, Enum):
 # validated, the input does not fit the module, unexpected errors used its attempts up, or its
 # scoring ended the process each time. A module's own penalties are the scope's PENALTY_KINDS.
 FailedKind = Literal["rejected", "invalid_input", "unexpected", "crashed"]
-FAILED_KINDS: tuple[FailedKind, ...] = ("rejected", "invalid_input", "unexpected", "crashed")
+FAILED_KINDS: tuple[FailedKind, ...] = get_args(FailedKind)
 
 UNDECIDED = (State.RECEIVED, State.SCORING)
 UNSUBMITTED = (State.SCORED, State.FAILED)

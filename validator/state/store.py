@@ -37,6 +37,7 @@ from validator.errors import (
 )
 from validator.state import migrate
 from validator.state.quarantine import SetAside
+from validator.state.schema import V4_STATEMENTS
 
 T = TypeVar("T")
 
@@ -101,7 +102,7 @@ SCHEMA = (
         quarantine=",\n    "
         + ", ".join((*migrate.V3_QUARANTINE_COLUMNS, *migrate.V4_QUARANTINE_COLUMNS)),
     )
-    + migrate.V4_STATEMENTS
+    + V4_STATEMENTS
 )
 # Every journal before version 2 (user_version 1, or 0 before it was stored): no constraints;
 # a damaged row was marked `quarantined` in place. Migrated on open (validator/state/migrate.py).

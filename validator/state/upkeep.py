@@ -20,7 +20,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
@@ -139,7 +139,7 @@ class Upkeep:
                 self.journal.path, wasted, time.monotonic() - started,
             )  # fmt: skip
 
-    def _try(self, work) -> bool:
+    def _try(self, work: Callable[[sqlite3.Connection], object]) -> bool:
         """Give-back work, whose failure (a lock held past the bound, no room after all) loses
         nothing: told, and tried again at the next upkeep."""
         try:
