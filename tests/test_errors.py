@@ -171,7 +171,7 @@ def test_one_exception_hierarchy():
 def test_the_contract_and_the_launcher_import_nothing_heavy():
     # run.py imports both on the host, where only docker, click, requests and pydantic are.
     code = (
-        "import sys, validator.errors, launcher.cli; "
+        "import sys, validator.errors, launcher.commands.program, launcher.commands.run; "
         "print(sorted(m for m in ('torch', 'transformers', 'peft', 'numpy') if m in sys.modules))"
     )
     result = subprocess.run(

@@ -330,7 +330,7 @@ def test_a_trickling_registry_is_abandoned_and_the_engine_cancels_the_pull(
         worker, said = Worker(), []
         follower = Follower(
             engine, owner, "fixture", Channel(channel.url), "0.1.0", [worker],
-            tell=said.append, keys=trusted_keys(tmp_path / "launcher" / "release_keys.json"),
+            tell=said.append, keys=trusted_keys(tmp_path / "launcher" / "release" / "release_keys.json"),
         )  # fmt: skip
         assert within(PULL_WAIT, follower.check) is None
         assert worker.moves == [] and follower.version == "0.1.0" and said == []
