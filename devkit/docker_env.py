@@ -18,9 +18,11 @@ LOCAL_BASE = "local/base:bookworm"
 WHEELHOUSE = REPO_ROOT / "wheels"
 
 
-def make_module_repo(dest: Path) -> Path:
+def make_module_repo(dest: Path, name: str = "fixture") -> Path:
     """A copy of the repo's tracked and untracked-but-not-ignored files, plus the wheelhouse,
-    plus modules/fixture (its spec and environment included)."""
+    plus the test module as modules/<name> (its spec and environment included): under a name
+    of its own, a suite's images, containers and labels are apart from another's running beside
+    it on the same engine."""
     files = (
         subprocess.run(
             ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
@@ -31,18 +33,20 @@ def make_module_repo(dest: Path) -> Path:
         .stdout.decode()
         .split("\0")
     )
-    for name in filter(None, files):
-        source = REPO_ROOT / name
+    for path in filter(None, files):
+        source = REPO_ROOT / path
         if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
+            (dest / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / path)
     shutil.copytree(WHEELHOUSE, dest / "wheels", dirs_exist_ok=True)
-    module = dest / "modules" / "fixture"
+    module = dest / "modules" / name
     shutil.copytree(
         FIXTURE_MODULES / "modules" / "fixture",
         module,
         ignore=shutil.ignore_patterns("__pycache__"),
     )
+    spec = module / "module.yaml"
+    spec.write_text(spec.read_text().replace("\nname: fixture\n", f"\nname: {name}\n", 1))
     return dest
 
 

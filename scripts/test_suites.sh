@@ -18,6 +18,10 @@ for m in "${stacks[@]}"; do ignores+=("--ignore=tests/$m"); done
 # failed at 64% of the quiet rate beside the llm_judge suite, at 97% alone).
 alone=(tests/faults/test_status_flood.py)
 for t in "${alone[@]}"; do ignores+=("--ignore=$t"); done
+# Docker trials whose test module goes by a name of its own (tests/faults/test_moves.py): apart
+# from the other Docker tests' images and containers, so they run in a process of their own
+# beside them; the engine waits on containers more than on the cores.
+apart=(tests/faults/test_moves.py)
 options=(-q --durations=25 -p no:cacheprovider)
 # Each suite over TEST_WORKERS worker processes (pytest-xdist, a file's tests in one worker so
 # that its module fixtures are built once): many tests wait on a child, a server or the engine
@@ -36,11 +40,12 @@ trap 'rm -rf "$logs"' EXIT
 declare -A pids
 run_part() {
     case $1 in
-    docker) "$py" -m pytest "${options[@]}" -m docker "${ignores[@]}" ;;
+    docker) "$py" -m pytest "${options[@]}" -m docker "${ignores[@]}" "${apart[@]/#/--ignore=}" ;;
+    apart) "$py" -m pytest "${options[@]}" -m docker "${apart[@]}" ;;
     *) ".venv-$1/bin/python" -m pytest "${options[@]}" "${workers[@]}" "tests/$1" ;;
     esac >"$logs/$1.log" 2>&1
 }
-parts=(docker "${stacks[@]}")
+parts=(docker apart "${stacks[@]}")
 if [ "${TEST_SERIAL:-0}" != 1 ]; then
     for m in "${parts[@]}"; do
         run_part "$m" &
@@ -59,6 +64,7 @@ for m in "${parts[@]}"; do
     status=$?
     case $m in
     docker) echo "== the core suite's Docker tests" ;;
+    apart) echo "== Docker trials apart: ${apart[*]}" ;;
     *) echo "== tests/$m in .venv-$m" ;;
     esac
     cat "$logs/$m.log"

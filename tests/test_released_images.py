@@ -328,9 +328,10 @@ def test_a_trickling_registry_is_abandoned_and_the_engine_cancels_the_pull(
         # The follower's: it stays on its release, and pulls again at its next look.
         channel.publish(key.release("0.1.1", {"fixture": digest}))
         worker, said = Worker(), []
+        keys = trusted_keys(tmp_path / "launcher" / "release" / "release_keys.json")
         follower = Follower(
             engine, owner, "fixture", Channel(channel.url), "0.1.0", [worker],
-            tell=said.append, keys=trusted_keys(tmp_path / "launcher" / "release" / "release_keys.json"),
+            tell=said.append, keys=keys,
         )  # fmt: skip
         assert within(PULL_WAIT, follower.check) is None
         assert worker.moves == [] and follower.version == "0.1.0" and said == []

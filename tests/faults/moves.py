@@ -132,13 +132,13 @@ def handed_out(sim: Simulator, count: int) -> list:
     return found
 
 
-def scored_journal(state: Path, assignments: list) -> Path:
-    """A journal holding each assignment scored, not yet submitted, as a validator stopped
-    while the API was down leaves it."""
+def scored_journal(state: Path, assignments: list, module: str) -> Path:
+    """A journal holding each assignment scored by `module`, not yet submitted, as a validator
+    stopped while the API was down leaves it."""
     journal = Journal(state)
     try:
         for a in assignments:
-            entry = journal.receive(a.id, "fixture", "1", a.module_input())
+            entry = journal.receive(a.id, module, "1", a.module_input())
             entry = journal.begin_scoring(entry)
             repo = entry.input["hg_repo_id"]
             metrics = {"loss": len(repo) / 100, "repo_length": len(repo), "context_length": 0}

@@ -48,6 +48,10 @@ from tests.faults.moves import (
 )
 from tests.helpers.damaged_journals import DAMAGES
 
+# The test module under a name of its own: these trials run beside the other Docker tests, whose
+# checks count the fixture module's images and containers (scripts/test_suites.sh).
+MODULE = "fixture_moves"
+
 pytestmark = pytest.mark.docker
 
 
@@ -58,7 +62,7 @@ def key() -> ReleaseKey:
 
 @pytest.fixture(scope="module")
 def repo(engine, tmp_path_factory, key) -> Path:
-    repo = make_module_repo(tmp_path_factory.mktemp("repo"))
+    repo = make_module_repo(tmp_path_factory.mktemp("repo"), MODULE)
     key.trust_in(repo)  # before the build: the image is this copy's
     return repo
 
@@ -66,7 +70,7 @@ def repo(engine, tmp_path_factory, key) -> Path:
 @pytest.fixture(scope="module")
 def image(engine, repo) -> str:
     built = subprocess.run(
-        run_py_command(repo, "fixture", "--build-only"),
+        run_py_command(repo, MODULE, "--build-only"),
         env=launcher_env(),
         capture_output=True,
         text=True,
@@ -79,7 +83,7 @@ def image(engine, repo) -> str:
 def names() -> tuple[str, str]:
     """An old-named journal volume (compose.gpus.yaml's name before) and a worker's."""
     tag = uuid.uuid4().hex[:8]
-    return f"flock-validator-fixture-gpu{tag}-state", f"fv-test-state-{tag}"
+    return f"flock-validator-{MODULE}-gpu{tag}-state", f"fv-test-state-{tag}"
 
 
 def all_finished(sim: Simulator, expected: int):
@@ -95,9 +99,9 @@ def test_a_move_killed_at_each_step_finishes_on_the_next_start(engine, repo, ima
     old, new = names()
     try:
         with Simulator({"tasks": [task(1, ["ok/a", "ok/b"])]}, tmp_path) as sim:
-            journal = scored_journal(tmp_path / "old", handed_out(sim, 2))
+            journal = scored_journal(tmp_path / "old", handed_out(sim, 2), MODULE)
             into_volume(engine, image, old, journal.parent)
-            args = ["fixture", "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url]
+            args = [MODULE, "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url]
             starts = Starts(repo, tmp_path, [*args, *LOOP, "--state-volume", new])
             starts.killed_at(step)
             second = starts.until(all_finished(sim, 2))
@@ -117,10 +121,10 @@ def test_a_move_into_a_journal_holding_the_same_ids_sends_each_once(engine, repo
     old, new = names()
     try:
         with Simulator({"tasks": [task(1, ["ok/a", "ok/b"])]}, tmp_path) as sim:
-            journal = scored_journal(tmp_path / "old", handed_out(sim, 2))
+            journal = scored_journal(tmp_path / "old", handed_out(sim, 2), MODULE)
             into_volume(engine, image, old, journal.parent)
             into_volume(engine, image, new, journal.parent)
-            args = ["fixture", "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url]
+            args = [MODULE, "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url]
             starts = Starts(repo, tmp_path, [*args, *LOOP, "--state-volume", new])
             output = starts.until(all_finished(sim, 2))
             count = counted(sim, 2, starts.stuck)
@@ -136,16 +140,16 @@ def test_damaged_old_journals_move_their_readable_rows_and_are_kept(engine, repo
     # Three workers, each given an old journal damaged in its own way (in the order of the
     # volumes' names): truncated, of a newer schema, holding a row with a NULL id.
     tag = uuid.uuid4().hex[:8]
-    olds = [f"flock-validator-fixture-gpu{tag}{letter}-state" for letter in "abc"]
+    olds = [f"flock-validator-{MODULE}-gpu{tag}{letter}-state" for letter in "abc"]
     new = f"fv-test-state-{tag}"
     submissions = [f"ok/{n}" for n in range(6)]
     try:
         with Simulator({"tasks": [task(1, submissions)]}, tmp_path) as sim:
             for old, damage in zip(olds, DAMAGES, strict=True):
-                journal = scored_journal(tmp_path / old, handed_out(sim, 2))
+                journal = scored_journal(tmp_path / old, handed_out(sim, 2), MODULE)
                 DAMAGES[damage][0](journal)
                 into_volume(engine, image, old, journal.parent)
-            args = ["fixture", "--workers", "3", "--task_ids", "1", "--api-url", sim.api_url]
+            args = [MODULE, "--workers", "3", "--task_ids", "1", "--api-url", sim.api_url]
             starts = Starts(repo, tmp_path, [*args, *LOOP, "--state-volume", new])
             first = starts.until(all_finished(sim, 6))
             before = len(sim.lookups())
@@ -174,10 +178,10 @@ def test_a_launcher_killed_leaves_a_worker_the_next_start_takes_over(engine, rep
     _, new = names()
     configs = tmp_path / "configs"
     configs.mkdir()
-    (configs / "fixture.json").write_text(json.dumps({"slow_seconds": 3}))
+    (configs / f"{MODULE}.json").write_text(json.dumps({"slow_seconds": 3}))
     try:
         with Simulator({"tasks": [task(1, ["slow/a", "ok/b", "ok/c"])]}, tmp_path) as sim:
-            args = ["fixture", "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url]
+            args = [MODULE, "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url]
             args += [*LOOP, "--state-volume", new, "--config-dir", str(configs)]
             starts = Starts(repo, tmp_path, args)
             process, _ = starts.start()
@@ -213,7 +217,7 @@ def releases(engine, image, repo, tmp_path_factory):
     pulled = []
     try:
         with LocalRegistry(folder) as registry:
-            name = f"{registry.address}/flock-validator-fixture"
+            name = f"{registry.address}/flock-validator-{MODULE}"
             digests = {
                 version: push_image(engine, image, f"{name}:{version}"),
                 next_patch(version): push_image(engine, second.id, f"{name}:{next_patch(version)}"),
@@ -236,22 +240,22 @@ def test_a_release_switch_killed_at_each_step_resumes_the_release_on_the_next_st
     first, second = sorted(digests, key=lambda v: tuple(map(int, v.split("."))))
     configs = tmp_path / "configs"
     configs.mkdir()
-    (configs / "fixture.json").write_text(json.dumps({"slow_seconds": 2}))
+    (configs / f"{MODULE}.json").write_text(json.dumps({"slow_seconds": 2}))
     old, new = names()
     try:
         with (
             LocalReleaseChannel() as channel,
             Simulator({"tasks": [task(1, ["slow/a", "ok/b", "ok/c"])]}, tmp_path) as sim,
         ):
-            channel.publish(key.release(first, {"fixture": digests[first]}))
-            args = ["fixture", "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url]
+            channel.publish(key.release(first, {MODULE: digests[first]}))
+            args = [MODULE, "--gpus", "none", "--task_ids", "1", "--api-url", sim.api_url]
             args += [*LOOP, "--state-volume", new, "--config-dir", str(configs), "--pull"]
             args += ["--registry", registry.address, "--release-channel", channel.url]
             starts = Starts(repo, tmp_path, [*args, "--follow-releases"], **{INTERVAL_ENV: "0.5"})
 
             def publish_once_working() -> None:
                 wait_for(lambda: sim.state()["assignments"], WAIT, "an assignment")
-                channel.publish(key.release(second, {"fixture": digests[second]}))
+                channel.publish(key.release(second, {MODULE: digests[second]}))
 
             starts.killed_at(step, publish_once_working)
             output = starts.until(all_finished(sim, 3))
@@ -260,7 +264,7 @@ def test_a_release_switch_killed_at_each_step_resumes_the_release_on_the_next_st
         assert (count.lost, count.twice, count.stuck) == (0, 0, 0), starts.output()
         # The restart looked at once: it resumed the release it followed, verified again.
         assert f"following releases: starting on release v{second}" in output
-        assert f"starting fixture in {name}@{digests[second]} " in output
+        assert f"starting {MODULE} in {name}@{digests[second]} " in output
         assert f"{name}@{digests[first]}" not in output.split("following releases:", 1)[1]
     finally:
         clean(engine, [f"{new}-0"], [old, new])
@@ -280,10 +284,10 @@ def test_a_release_signing_the_running_image_is_followed_without_a_move(
     with LocalReleaseChannel() as channel:
         # The newest release signs the image running; the one before it, another image: the
         # follower takes the newest, without a move, and never the older one after it.
-        channel.publish(key.release(second, {"fixture": digests[second]}))
-        channel.publish(key.release(next_patch(second), {"fixture": digests[first]}))
+        channel.publish(key.release(second, {MODULE: digests[second]}))
+        channel.publish(key.release(next_patch(second), {MODULE: digests[first]}))
         follower = Follower(
-            engine, registry.address, "fixture", Channel(channel.url), first, [Worker()],
+            engine, registry.address, MODULE, Channel(channel.url), first, [Worker()],
             tell=said.append, keys=trusted_keys(repo / "launcher" / "release" /
             "release_keys.json"),
         )  # fmt: skip
