@@ -122,6 +122,34 @@ def test_merging_an_entry_twice_changes_nothing(tmp_path):
         journal.close()
 
 
+def test_a_merged_score_keeps_its_penalty_and_a_penalty_without_a_kind_stays_one(tmp_path):
+    # A module's -999 carried into the new journal is still a penalty, of the same kind and
+    # reason; a reason with no kind (no journal makes one for a score) is the readers'
+    # `unrecorded` penalty, never a plain score; a kind with no reason is no penalty anywhere.
+    old, new = tmp_path / "old", tmp_path / "new"
+    source = Journal(old)
+    try:
+        for assignment in ("a", "b", "c"):
+            entry = source.receive(assignment, MODULE, "1", {"hg_repo_id": f"ok/{assignment}"})
+            source.scored(source.begin_scoring(entry), {"loss": 999.0}, ("cannot_load", "no"))
+        carried = source.get("a")
+        reason_only = source.get("b").model_copy(update={"penalty_kind": None})
+        kind_only = source.get("c").model_copy(update={"penalty": None})
+    finally:
+        source.close()
+    journal = Journal(new)
+    try:
+        merged = [merge_entry(journal, e, "old") for e in (carried, reason_only, kind_only)]
+        assert [(e.state, e.penalty_kind, e.penalty) for e in merged] == [
+            (State.SCORED, "cannot_load", "no"),
+            (State.SCORED, "unrecorded", "no"),
+            (State.SCORED, None, None),
+        ]
+        assert [e.metrics for e in merged] == [{"loss": 999.0}] * 3
+    finally:
+        journal.close()
+
+
 @pytest.mark.parametrize("damage", DAMAGES)
 def test_a_journal_that_cannot_be_opened_whole_moves_what_it_can_and_is_kept(tmp_path, damage):
     old, new = tmp_path / "old", tmp_path / "new"

@@ -78,9 +78,20 @@ class RunPy(Program):
                         taking[flag] = not param.is_flag and not param.count
         return taking
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any):  # type: ignore[override]
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> NoReturn:
+        """Always standalone: a mistake is one line on stderr and an exit code, never click's
+        own page (`standalone_mode` is there for click's signature, and not read)."""
         try:
-            code = super().main(args, prog_name or PROGRAM, standalone_mode=False, **extra)
+            code = super().main(
+                args, prog_name or PROGRAM, complete_var, standalone_mode=False, **extra
+            )
         except click.UsageError as exc:
             stop(f"error: {exc.format_message()} (see {help_of(exc.ctx)})", exc.exit_code)
         except click.ClickException as exc:
@@ -92,7 +103,8 @@ class RunPy(Program):
 
 def positional(args: list[str], takes_value: dict[str, bool]) -> list[int]:
     """The indexes of the words of `args` that are no option and no option's value."""
-    found, skip = [], False
+    found: list[int] = []
+    skip = False
     for index, word in enumerate(args):
         if skip:
             skip = False

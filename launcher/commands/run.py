@@ -50,7 +50,8 @@ class RunCommand(click.Command):
             raise
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        own, passed = [], []
+        own: list[tuple[str, str]] = []
+        passed: list[tuple[str, str]] = []
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
             if record is not None:

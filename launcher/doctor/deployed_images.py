@@ -44,7 +44,8 @@ def deployed_images_row(client: docker.DockerClient, spec: ModuleSpec, pip_optio
             f"no container of {spec.name} from this checkout (`docker compose up -d "
             f"validator-{spec.name}` builds this checkout's image first: pull_policy build)",
         )
-    current, stale = [], []
+    current: list[str] = []
+    stale: list[str] = []
     for who, container in found:
         verdict = _verdict(client, container, pip_options)
         (current if verdict is None else stale).append(f"{who}: {verdict or 'this checkout'}")
@@ -82,8 +83,12 @@ def _verdict(client: docker.DockerClient, container: Container, pip_options: str
     built = labels.get(SOURCE_LABEL) or _source_file(container)
     if not built:
         return "an image with no source hash (built before images carried one)"
-    given = {field: labels.get(label) for field, label in BUILD_LABELS.items()}
-    if any(value is None for value in given.values()):
+    given: dict[str, str] = {
+        field: value
+        for field, label in BUILD_LABELS.items()
+        if isinstance(value := labels.get(label), str)
+    }
+    if len(given) < len(BUILD_LABELS):
         return f"source {built[:12]}, an image of unknown build arguments"
     module = labels.get(LABEL_MODULE, "")
     expected = source_hash(BuildSpec(module, REPO_ROOT, pip_options=pip_options, **given))

@@ -94,7 +94,7 @@ def host_checks(
     if spec is not None:
         checks.append(Check(("NVIDIA driver",), lambda: [driver_row(spec)], "check nvidia-smi"))
 
-    def present(client):
+    def present(client: docker.DockerClient) -> str | None:
         return tag if tag and image_exists(client, tag) else None
 
     checks.append(with_engine("GPU", lambda c: gpu_row(c, spec, present(c), min_gpu_gb)))

@@ -125,7 +125,7 @@ class ContainerSpec:
     def run_kwargs(self, daemon_log_driver: str = LOG_DRIVER) -> dict:
         """The container's settings; `daemon_log_driver`: the engine's default log driver (the
         log is rotated when it is Docker's own default, json-file)."""
-        named = {"name": self.name} if self.name else {}
+        named: dict[str, object] = {"name": self.name} if self.name else {}
         if daemon_log_driver == LOG_DRIVER:
             named["log_config"] = {"type": LOG_DRIVER, "config": log_options(self.host_env)}
         return {

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import docker
 from docker.errors import APIError, BuildError, ImageNotFound
@@ -26,7 +27,7 @@ SOURCE_FILE = "/app/source-hash"
 DIGEST_REFERENCE = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
-def _load_hasher():
+def _load_hasher() -> ModuleType:
     """docker/source_hash.py: the one implementation, which the image build runs too."""
     path = REPO_ROOT / "docker" / "source_hash.py"
     loaded = importlib.util.spec_from_file_location("flock_source_hash", path)
@@ -139,7 +140,7 @@ def _build(client: docker.DockerClient, spec: BuildSpec, tag: str, digest: str, 
                 sys.stderr.write(chunk["stream"])
                 sys.stderr.flush()
             elif "error" in chunk:
-                raise BuildError(chunk["error"], build_log=[])
+                raise BuildError(chunk["error"], build_log=iter(()))
     except (BuildError, APIError) as exc:
         if " : FROM " in step:  # ensure_base found it, yet the build could not get it
             raise base_unavailable(spec.base_image, str(exc)) from exc

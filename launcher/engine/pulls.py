@@ -48,7 +48,9 @@ class PullPace:
         self.done = 0  # bytes, all layers and steps; read by the deadline's watcher thread
 
     def add(self, line: object) -> None:
-        detail = line.get("progressDetail") if isinstance(line, dict) else None
+        if not isinstance(line, dict):
+            return
+        detail = line.get("progressDetail")
         if not isinstance(detail, dict):
             return
         current, total = detail.get("current"), detail.get("total")

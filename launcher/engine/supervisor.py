@@ -10,10 +10,13 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from types import FrameType
 
 import docker
 from docker.errors import APIError, NotFound
+from docker.models.containers import Container
 
 from launcher.engine.containers import LABEL_LAUNCHER, LOG_DRIVER, ContainerSpec
 from launcher.engine.docker_errors import refused_to_run
@@ -81,14 +84,14 @@ class Supervisor:
         # stopped.
         self.next_image: str | None = None
         self.signals = 0
-        self.container = None
+        self.container: Container | None = None
         self._output = PrefixedOutput(f"[{worker}] ") if worker else None
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGINT, self.handle_signal)
         signal.signal(signal.SIGTERM, self.handle_signal)
 
-    def handle_signal(self, signum: int, _frame) -> None:
+    def handle_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.container is not None and self.signals == 0:
             say(f"{signal.Signals(signum).name}: stopping the validator (again to kill it)")
         self.stop(kill=self.signals > 0)
@@ -102,6 +105,8 @@ class Supervisor:
         container = self.container
         if container is None:
             return
+        action: Callable[..., None]
+        kwargs: dict[str, float]
         if kill:
             action, kwargs = container.kill, {}
         else:
@@ -200,7 +205,7 @@ class Supervisor:
             self.container = None
             _quietly(container.remove, force=True)
 
-    def _create(self):
+    def _create(self) -> Container:
         try:
             return self.client.containers.create(**self._run_kwargs())
         except APIError as exc:
@@ -304,7 +309,7 @@ def signal_of(code: int) -> str | None:
         return f"signal {code - 128}"
 
 
-def _quietly(action, **kwargs) -> None:
+def _quietly(action: Callable[..., object], **kwargs: object) -> None:
     try:
         action(**kwargs)
     except (NotFound, APIError):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import docker
 from docker.errors import APIError, NotFound
+from docker.models.containers import Container
 
 from launcher.engine.containers import LABEL_LAUNCHER
 
@@ -60,14 +61,15 @@ def take_over(
         except NotFound:
             continue
         owner = found.labels.get(LABEL_OWNER)
-        if found.labels.get(LABEL_LAUNCHER) == "run.py" and launcher_gone(owner):
-            left.append(found)
-            if found.status == "running":
-                tell(
-                    f"{name}: a validator left running by a run.py that ended without stopping "
-                    f"it (pid {owner.split('/')[2]}): stopping it as a stop does (it finishes "
-                    "and submits the assignment in progress), then starting this run's"
-                )
+        if found.labels.get(LABEL_LAUNCHER) != "run.py" or not owner or not launcher_gone(owner):
+            continue
+        left.append(found)
+        if found.status == "running":
+            tell(
+                f"{name}: a validator left running by a run.py that ended without stopping "
+                f"it (pid {owner.split('/')[2]}): stopping it as a stop does (it finishes "
+                "and submits the assignment in progress), then starting this run's"
+            )
     threads = [
         threading.Thread(target=_stop_and_remove, args=(c, stop_timeout), daemon=True) for c in left
     ]
@@ -77,7 +79,7 @@ def take_over(
         thread.join()
 
 
-def _stop_and_remove(container, stop_timeout: float) -> None:
+def _stop_and_remove(container: Container, stop_timeout: float) -> None:
     try:
         container.stop(timeout=stop_timeout)
         container.remove(force=True)

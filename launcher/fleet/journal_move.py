@@ -48,6 +48,9 @@ ROW_ID = "_rowid"
 MAX_PADDED = 16 << 30  # a header asking for more is not a journal's
 HEADER = b"SQLite format 3\0"
 PAGE_SIZE, PAGE_COUNT = slice(16, 18), slice(28, 32)  # where the header holds them
+# What the journal's readers call the kind of a penalty that has none (validator/observe/
+# telemetry.py; this file imports only the journal).
+UNRECORDED = "unrecorded"
 DECIDED = frozenset({State.SCORED, State.FAILED, State.SUBMITTED, State.DROPPED})
 
 
@@ -273,8 +276,7 @@ def merge_entry(journal: Journal, old: Entry, where: str) -> Entry | None:
         return None
     if ours.state in UNDECIDED and old.state in DECIDED:
         if old.metrics is not None and old.outcome != "failed" and old.state is not State.FAILED:
-            penalty = (old.penalty_kind, old.penalty) if old.penalty or old.penalty_kind else None
-            ours = journal.scored(ours, old.metrics, penalty)
+            ours = journal.scored(ours, old.metrics, _penalty(old))
         else:
             reason = old.penalty or old.error or f"failed in {where}"
             ours = journal.failed(ours, reason, old.penalty_kind)
@@ -286,6 +288,16 @@ def merge_entry(journal: Journal, old: Entry, where: str) -> Entry | None:
         reason = ours.error or f"a submit try of {where} may have been taken"
         return journal.defer_submit(ours, reason, ours.not_before, old.maybe_taken)
     return ours
+
+
+def _penalty(entry: Entry) -> tuple[str, str] | None:
+    """`entry`'s penalty (kind, reason), as `Journal.scored` takes it. A penalty is its reason,
+    for every reader of a journal: a kind alone is none, and a reason without its kind is an
+    `unrecorded` one (the journal makes neither for a scored row; a failure's reason without
+    its kind is carried by `Journal.failed`)."""
+    if entry.penalty is None:
+        return None
+    return (entry.penalty_kind or UNRECORDED, entry.penalty)
 
 
 def _read_marker(marker: Path) -> dict:

@@ -12,8 +12,8 @@ from pathlib import Path
 import docker
 from docker.errors import ContainerError
 
+from launcher.engine.containers import worker_state_volume
 from launcher.errors import LaunchError, say
-from launcher.fleet.plan import worker_state_volume
 from launcher.fleet.totals import FleetSummary, WorkerSummary, add_up, render_fleet
 from validator.errors import ExitCode
 from validator.report.summary import Summary
@@ -62,7 +62,10 @@ def report_output(
             stderr=False,
         )
     except ContainerError as exc:
-        detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+        # The SDK's is the container's log, bytes; its stubs say str.
+        said = exc.stderr or b""
+        text = said.decode(errors="replace") if isinstance(said, bytes) else said
+        detail = text.strip().splitlines()
         raise LaunchError(
             f"the report of {state_volume} failed: {detail[-1] if detail else exc}",
             ExitCode.OPERATOR,
@@ -82,10 +85,10 @@ def worker_volumes(
         return [(worker, volume)]
     pattern = re.compile(re.escape(base) + r"(?:-(\d+))?")
     found: dict[int, str] = {}
-    for volume in client.volumes.list(filters={"name": base}):
-        match = pattern.fullmatch(volume.name)
+    for listed in client.volumes.list(filters={"name": base}):
+        match = pattern.fullmatch(listed.name)
         if match:
-            found[int(match.group(1) or 0)] = volume.name
+            found[int(match.group(1) or 0)] = listed.name
     found.setdefault(0, base)  # as before: its absence is the inner report's one line
     if set(found) - {0} and len(found) < max(found) + 1:
         say(f"note: workers {sorted(set(range(max(found) + 1)) - set(found))} have no journal")

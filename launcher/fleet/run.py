@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import threading
 from dataclasses import replace
+from types import FrameType
 
 import docker
 from docker.errors import DockerException
@@ -53,7 +54,7 @@ class FleetSupervisor:
         signal.signal(signal.SIGINT, self.handle_signal)
         signal.signal(signal.SIGTERM, self.handle_signal)
 
-    def handle_signal(self, signum: int, _frame) -> None:
+    def handle_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.signals += 1
         running = [
             s

@@ -98,8 +98,9 @@ def _move(client: docker.DockerClient, image: str, module: str, name: str, worke
     if using:
         raise LaunchError(
             f"{name} (compose.gpus.yaml's name before for a journal) is used by "
-            f"{', '.join(c.name for c in using)}: stop and remove them first (docker compose "
-            "-f compose.gpus.yaml down), then start again: run.py moves its journal",
+            f"{', '.join(c.name or c.short_id for c in using)}: stop and remove them first "
+            "(docker compose -f compose.gpus.yaml down), then start again: run.py moves its "
+            "journal",
             ExitCode.OPERATOR,
         )
     outcome = _run_move(client, image, module, name, worker)

@@ -116,7 +116,8 @@ def pull_release(
                 f"published image {reference} not pulled ({reason}): nothing was run; check "
                 f"--registry / {REGISTRY_ENV}, or {BUILD_INSTEAD}"
             )
-        return _not_pulled(reference, error, instead)
+        say(f"published image {reference} not pulled ({reason}): {instead}")
+        return None
     if not _holds(client, reference):
         raise ReleaseRefused(f"the engine's {reference} is not what was pulled; {FIX}")
     return reference
@@ -134,11 +135,6 @@ def _holds(client: docker.DockerClient, reference: str) -> bool:
     except ImageNotFound:
         return False
     return reference in image.attrs.get("RepoDigests", [])
-
-
-def _not_pulled(image: str, error: str, instead: str) -> None:
-    say(f"published image {image} not pulled ({pull_failure_reason(error)}): {instead}")
-    return None
 
 
 def release_outputs(

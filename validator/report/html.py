@@ -9,11 +9,13 @@ import base64
 import html
 import io
 import time
+from collections.abc import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
+from matplotlib.figure import Figure  # noqa: E402
 
 from validator.report.summary import (  # noqa: E402
     Summary,
@@ -74,7 +76,7 @@ def _e(value: object) -> str:
     return html.escape(str(value))
 
 
-def _table(table_id: str, header: list[str], rows: list[list[object]]) -> str:
+def _table(table_id: str, header: list[str], rows: Sequence[Sequence[object]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -124,7 +126,7 @@ def _image(png: bytes, alt: str, image_id: str) -> str:
     return f"<img id='{image_id}' alt='{_e(alt)}' src='data:image/png;base64,{data}'>"
 
 
-def _png(figure) -> bytes:
+def _png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.tight_layout()
     figure.savefig(buffer, format="png", dpi=90)
