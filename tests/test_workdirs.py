@@ -4,6 +4,7 @@ process left them, but never while their process lives."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,13 +97,52 @@ def test_a_folder_removed_by_another_process_during_a_sweep_is_passed_over(tmp_p
         folder.mkdir(parents=True)
         old = time.time() - UNLOCKED_GRACE_SECONDS - 10
         os.utime(folder, (old, old))
-    look = workdirs._abandoned
+    look = workdirs._claim
 
-    def removed_meanwhile(folder: Path) -> bool:
+    def removed_meanwhile(folder: Path) -> int | None:
         if folder == gone:
             folder.rmdir()
         return look(folder)
 
-    monkeypatch.setattr(workdirs, "_abandoned", removed_meanwhile)
+    monkeypatch.setattr(workdirs, "_claim", removed_meanwhile)
     assert sweep(root) == 1
     assert not left.exists()
+
+
+def test_a_folder_removed_while_its_strays_are_looked_for_is_passed_over(tmp_path, monkeypatch):
+    from validator.kit import workdirs
+
+    root = tmp_path / ROOT_NAME
+    gone, left = root / "lora-gone", root / "lora-left"
+    for folder in (gone, left):
+        (folder / "adapter").mkdir(parents=True)
+        (folder / LOCK_NAME).touch()
+    look = workdirs.kill_strays
+
+    def removed_meanwhile(folder: Path) -> int:
+        if folder == gone:
+            shutil.rmtree(folder / "adapter")
+            (folder / "adapter").stat()  # what a scan of the removed folder meets
+        return look(folder)
+
+    monkeypatch.setattr(workdirs, "kill_strays", removed_meanwhile)
+    assert sweep(root) == 1
+    assert not left.exists()
+
+
+def test_a_folder_another_sweep_is_removing_is_left_to_it(tmp_path):
+    from validator.kit import workdirs
+
+    root = tmp_path / ROOT_NAME
+    folder = root / "lora-abandoned"
+    folder.mkdir(parents=True)
+    (folder / LOCK_NAME).touch()
+    held = workdirs._claim(folder)
+    assert held is not None and held >= 0
+    try:
+        assert sweep(root) == 0
+        assert folder.exists()
+    finally:
+        os.close(held)
+    assert sweep(root) == 1
+    assert not folder.exists()

@@ -60,17 +60,27 @@ def sweep(root: Path) -> int:
     """Removes the folders under `root` whose owner is gone; returns how many."""
     removed = 0
     for folder in sorted(root.iterdir()):
+        # Another process sweeping the same root at once (several validators, or a test run
+        # in parallel) may remove a folder under our feet: that folder is gone, which is the
+        # point. The lock stays held while removing so that two sweeps never work on one.
         try:
-            abandoned = folder.is_dir() and not folder.is_symlink() and _abandoned(folder)
-        except FileNotFoundError:  # another process's sweep, or its owner, removed it meanwhile
+            claim = _claim(folder) if folder.is_dir() and not folder.is_symlink() else None
+        except FileNotFoundError:
             continue
-        if abandoned:
+        if claim is None:
+            continue
+        try:
             # Its owner was killed: so is any child process it left (child_process.py).
             strays = kill_strays(folder)
             if strays:
                 log.info("killed %d child processes left running in %s", strays, folder)
             shutil.rmtree(folder, ignore_errors=True)
             removed += 1
+        except FileNotFoundError:
+            continue
+        finally:
+            if claim >= 0:
+                os.close(claim)
     return removed
 
 
@@ -80,18 +90,21 @@ def _hold(lock_path: Path) -> int:
     return fd
 
 
-def _abandoned(folder: Path) -> bool:
+def _claim(folder: Path) -> int | None:
+    """None while the folder is in use; else the descriptor of its lock, held, or -1 for a
+    folder that never got a lock file and is older than the grace a creator needs."""
     lock_path = folder / LOCK_NAME
     if not lock_path.exists():
-        return time.time() - folder.stat().st_mtime > UNLOCKED_GRACE_SECONDS
+        return -1 if time.time() - folder.stat().st_mtime > UNLOCKED_GRACE_SECONDS else None
     try:
         fd = os.open(lock_path, os.O_RDWR)
+    except FileNotFoundError:
+        raise
     except OSError:
-        return False
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return False  # a live process holds it
-    finally:
         os.close(fd)
-    return True
+        return None  # a live process, or another sweep, holds it
+    return fd
