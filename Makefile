@@ -274,7 +274,7 @@ bench-llm-judge-warm: install
 	.venv-llm_judge/bin/python -m bench.llm_judge_warm_base
 
 # The validator's own CPU while it fetches an llm_judge full model: honest, and an index of
-# 1,000 tiny shards (issue 40).
+# 1,000 tiny shards (a hostile one: each shard a download in the validator's process).
 bench-llm-judge-plan: install
 	.venv-llm_judge/bin/python -m bench.llm_judge_plan
 

@@ -1,11 +1,11 @@
-"""What an answer at its cap can cost the validator's process (issue 40): for each JSON kind of the
+"""What an answer at its cap can cost the validator's process: for each JSON kind of the
 kit's bounded reader (validator/outbound/answer_caps.py ANSWER_CAPS), the worst answer that passes
 its cap (as many values as it allows, and as many bytes, in one string) is checked and decoded as
 the validator would, and the longest of those holds of the interpreter (a thread that decodes holds
 the GIL: the scoring thread waits that long) and the memory it took are printed, beside what the
-same decode took for the issue's answers, read whole as before. The Hub's listing is decoded as
+same decode takes for an uncapped answer read whole (`--old-mb`). The Hub's listing is decoded as
 huggingface_hub does (its `ModelInfo`). The `quotes` and `closers` answers are at the byte cap and
-cost the value counter itself the most (`ab"ab"...`: an attack of issue 40 made of short strings;
+cost the value counter itself the most (`ab"ab"...`: an attack made of short strings;
 `]]]...`: brackets with no values), refused or not.
 
     .venv/bin/python -m bench.answer_caps [--old-mb 24]

@@ -1,6 +1,6 @@
 """The fixed cost of a bounded child (validator/sandbox/child_process.py): forked from a
-pre-imported server against a fresh `python -I` that imports its preloads itself (the path before
-issue 32, still the fallback), measured in the same run: `.venv-llm_judge/bin/python -m
+pre-imported server against a fresh `python -I` that imports its preloads itself (the fallback
+path), measured in the same run: `.venv-llm_judge/bin/python -m
 bench.child_start`.
 
 1. A child that does nothing, with preload ("transformers",) and ("torch", "transformers"):
@@ -87,7 +87,7 @@ def _assignment(work: Path) -> Callable[[], None]:
 
 
 def _fresh(call: Callable[[], object]) -> object:
-    """`call` with no server: every child a fresh process, as before issue 32."""
+    """`call` with no server: every child a fresh process, the fallback's way."""
     server_for = child_server.server_for
     child_server.server_for = lambda *_args, **_kwargs: None
     try:

@@ -1,5 +1,5 @@
-"""`make bench-llm-judge-plan`: the validator's own CPU while it fetches an llm_judge full model
-(issue 40), an honest one (one `model.safetensors`, or a few shards and their index) against a
+"""`make bench-llm-judge-plan`: the validator's own CPU while it fetches an llm_judge full model,
+an honest one (one `model.safetensors`, or a few shards and their index) against a
 hostile one whose index names 1,000 tiny shards (each a real safetensors file holding one junk
 tensor: a model the network loads, downloading every shard), and one that names as many as the
 module takes (MAX_SHARDS). Runs in the llm_judge stack.

@@ -13,7 +13,7 @@ work on the same weights on both sides (`make bench-llm-judge` measures it).
 `--device cuda` (a lent GPU, bench/gpu_session.sh): the warm base is kept on the card, as the
 module keeps it there; the reload is the network's way (read on the CPU, merge, copy to the
 card), and every warm merge on the card is compared bit for bit with it. The fingerprint check
-alone is timed too, against the warm side's model work (the 10% target of issue 42), and, with
+alone is timed too, against the warm side's model work (target: at most 10% of it), and, with
 `--decode-steps K`, against one decode step of one answer on the same weights: an assignment's
 generation runs up to `max_new_tokens` (2048) such steps per batch of answers.
 """

@@ -47,8 +47,8 @@ from modules.lora.packing import use_packing
 from modules.lora.records import EncodedExample
 from modules.lora.schemas import PackingMode
 
-# Issue 5's GPU targets. The memory line leaves 1 GiB of a 24 GB card to the CUDA context,
-# which the allocator's figures do not include.
+# The GPU targets (bench/README.md). The memory line leaves 1 GiB of a 24 GB card to the CUDA
+# context, which the allocator's figures do not include.
 TARGET_PEAK_FRACTION = 0.40
 TARGET_RATIO = 5.0
 TARGET_MEMORY_BYTES = 23 * GIB
@@ -281,7 +281,7 @@ def print_comparison(result: Comparison, peak: float | None) -> None:
 def target_verdicts(
     results: dict[str, Comparison], dtype_name: str, peak: float | None
 ) -> list[str]:
-    """One line per target of issue 5 that this run can decide."""
+    """One line per GPU target that this run can decide."""
     result = results.get(TARGET_SHAPE)
     if result is None:
         return [f"targets: not checked (they are set on the {TARGET_SHAPE} shape; add it)"]

@@ -1,4 +1,4 @@
-"""The kit's bounded reader (validator/outbound/bounded_reader.py, issue 40): every answer from
+"""The kit's bounded reader (validator/outbound/bounded_reader.py): every answer from
 outside is read under the cap of its kind of call, in bytes (decoded) and JSON values, and is
 never decoded past it; the caps are one table, the docs' (docs/reliability.md). Served by
 devkit's GitHub stand-in and local Hub on 127.0.0.1."""
@@ -104,9 +104,9 @@ def test_the_cap_of_the_call_in_progress_wins_and_a_streamed_read_is_capped_too(
 
 @pytest.mark.parametrize("call", ["fed-ledger", "fetch-answer", "validation-set"])
 def test_trailers_after_a_chunked_body_are_read_no_further_than_the_cap(call, tmp_path):
-    # A fresh attack of issue 40: http.client and urllib3 read and discard a chunked answer's
-    # trailer fields with no limit on their number, and the cap counted the body only: 6 GB of
-    # trailers after a 2 MiB-capped task list were read in 9.3 s, and the list accepted.
+    # An attack: http.client and urllib3 read and discard a chunked answer's trailer fields
+    # with no limit on their number, so a cap on the body alone lets 6 GB of trailers after a
+    # 2 MiB-capped task list be read (9.3 s), and the list accepted.
     with HostileServer(chunked_with_trailers(64 * MIB)) as server:
         if call == "fed-ledger":
             cap = ANSWER_CAPS["ledger.tasks"]

@@ -1,4 +1,4 @@
-"""What a person reads per assignment at INFO (issue 34 part 3, issue 39): a handful of short
+"""What a person reads per assignment at INFO: a handful of short
 lines, the result's one saying where the time went, phase by phase; lookups that find nothing
 logged when their answer changes, not every round."""
 

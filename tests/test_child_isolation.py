@@ -1,5 +1,5 @@
 """A bounded child (validator/sandbox/child_process.py, boundary.py) against the validator that
-started it (issue 32, F4), with real processes on both paths (forked from the pre-imported
+started it, with real processes on both paths (forked from the pre-imported
 server; the fresh-process fallback):
 
 - it cannot read the validator's environment or memory (`python -m validator` makes itself

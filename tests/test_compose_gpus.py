@@ -77,7 +77,7 @@ def test_each_worker_gets_one_gpu_its_shard_its_journal_and_its_port():
             port = spec.status_port + shard * PORT_STEP
             assert environment["VALIDATOR_HTTP_PORT"] == str(port)
             assert f"127.0.0.1:{port}/healthz" in body["healthcheck"]["test"][-1]
-            # The journal is the volume run.py gives worker `shard` on these GPUs (issue 39):
+            # The journal is the volume run.py gives worker `shard` on these GPUs:
             # one name, so that a host moves between the two with its journals.
             (key,) = [v.split(":")[0] for v in body["volumes"] if v.endswith(":/data/state")]
             options = FleetOptions(

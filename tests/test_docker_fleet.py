@@ -1,4 +1,4 @@
-"""A fleet on one host (issue 25) against a real Docker engine and the Fed Ledger simulator: the
+"""A fleet on one host against a real Docker engine and the Fed Ledger simulator: the
 fixture module's image (tests/test_docker_launcher.py builds it the same way), two workers
 without a GPU. Every assignment is submitted once, each task is looked up by one worker (what
 the simulator heard in each request's User-Agent), a worker killed from outside restarts and

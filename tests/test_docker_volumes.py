@@ -1,8 +1,8 @@
-"""One name per worker's journal (issue 39), against a real Docker engine and the Fed Ledger
-simulator: compose.gpus.yaml named a worker's journal after its GPU, run.py after the worker, so
-that a host that moved from one to the other started on an empty journal and what was not yet
-submitted stayed behind. Now both use run.py's name, the doctor names a journal under the
-earlier one, and a start of run.py moves it into its worker's journal, which submits it."""
+"""One name per worker's journal, against a real Docker engine and the Fed Ledger simulator:
+compose.gpus.yaml and run.py both name it after the worker (run.py's name), so that a host that
+moves from one to the other keeps its journal and what is not yet submitted. A journal under a
+GPU's name (compose.gpus.yaml's earlier one) is named by the doctor, and a start of run.py moves
+it into its worker's journal, which submits it."""
 
 from __future__ import annotations
 

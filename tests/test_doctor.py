@@ -1,4 +1,4 @@
-"""The doctor (issues 34, 39, 40): each check against a real server on 127.0.0.1 (the Fed Ledger
+"""The doctor: each check against a real server on 127.0.0.1 (the Fed Ledger
 simulator, the local hub, a server that answers oddly) or the real Docker engine, its ok row and
 the failing row of each fix; the key never shows; only the read-only task list is asked for;
 every check within its deadline and an answer of the wrong shape a row, never a traceback.
@@ -244,9 +244,9 @@ def test_run_py_doctor_in_a_child(ledger, engine, tmp_path):
 
 
 def test_every_check_answers_within_its_deadline_and_a_wrong_shape_is_a_row(hub, config_dir):
-    """Issue 40: a Fed Ledger that trickles its task list is a failed row when the deadline
-    passes, the other rows come all the same; a task list of the wrong shape names what is
-    wrong. Before, the first kept the doctor waiting for as long as the server went on."""
+    """A Fed Ledger that trickles its task list is a failed row when the deadline passes (not
+    a doctor that waits as long as the server goes on), the other rows come all the same; a
+    task list of the wrong shape names what is wrong."""
     with OddServer({"/api/v1/tasks/list": TRICKLE, "/odd/tasks/list": [{"id": 12}, 5]}) as odd:
         env = lora_env(SimpleNamespace(api_url=odd.root_url + "/api/v1"), hub)
         args = ["--config-dir", str(config_dir), "--task_ids", "12", "--timeout", "2"]
@@ -263,7 +263,7 @@ def test_every_check_answers_within_its_deadline_and_a_wrong_shape_is_a_row(hub,
 
 
 def test_a_green_doctor_needs_valid_configs_and_every_setting(ledger, hub, config_dir):
-    """Issue 39: an unknown key in a config is a failed row naming the file and the key meant
+    """An unknown key in a config is a failed row naming the file and the key meant
     (the validator stops on it at start), every missing setting is named at once, and the
     module's own checks (here the fixture's) run as the validator runs them."""
     (config_dir / "tasks").mkdir()
@@ -291,8 +291,8 @@ def test_a_green_doctor_needs_valid_configs_and_every_setting(ledger, hub, confi
 
 
 def test_with_the_engine_down_every_check_that_needs_it_is_a_row(ledger, config_dir):
-    """Issue 39: the rows that need the Docker engine were missing when it was down (5 rows
-    instead of 8); each is now a row that says what it needs, the others run as usual."""
+    """With the Docker engine down, each row that needs it is still a row (8 rows, not 5)
+    that says what it needs; the others run as usual."""
     env = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "FLOCK_API_KEY": KEY,
            "FLOCK_API_URL": ledger.api_url}  # fmt: skip
     args = ["rl", "--config-dir", str(config_dir), "--task_ids", "12", "--timeout", "20"]

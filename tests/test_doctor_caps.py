@@ -1,7 +1,8 @@
-"""The doctor's probes read through the kit's bounded reader (issue 40: a 300 MB `/tasks/list`
-took `python -m validator doctor` to 2.5 GB): the real command against the simulator serving a
-task list padded with 40 MB of JSON values fails the Fed Ledger row naming the cap, having read
-no more than the cap, its peak memory within 1.5x that of the same doctor answered honestly."""
+"""The doctor's probes read through the kit's bounded reader (a 300 MB `/tasks/list` read
+whole takes `python -m validator doctor` to 2.5 GB): the real command against the simulator
+serving a task list padded with 40 MB of JSON values fails the Fed Ledger row naming the cap,
+having read no more than the cap, its peak memory within 1.5x that of the same doctor answered
+honestly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The door (issue 39): run.py checks every option, the validator's included, every task id and
+"""The door: run.py checks every option, the validator's included, every task id and
 every config file before it touches Docker (`--plan` too), in one line; the validator runs each
 module's own start-up checks before its first lookup; a green doctor is followed by a validator
 that starts; a host whose NVIDIA driver is too old for the module's CUDA is stopped in one line.

@@ -1,6 +1,6 @@
-"""Overall deadlines on outbound downloads (issue 23, item 4): a server that sends one byte at a
-time never trips a per-read timeout, so a validation set or a Hub file served that way held the
-validator for ever. Real trickling servers on 127.0.0.1, deadlines shrunk for the test."""
+"""Overall deadlines on outbound downloads: a server that sends one byte at a
+time never trips a per-read timeout, so a validation set or a Hub file served that way would hold
+the validator for ever. Real trickling servers on 127.0.0.1, deadlines shrunk for the test."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The protocol drift watch (issue 34 part 2) against a GitHub stand-in on 127.0.0.1: current,
+"""The protocol drift watch against a GitHub stand-in on 127.0.0.1: current,
 behind (a WARNING naming the commits, the metric, the status page's line), unknown (said once),
 the cache that spares a restart the question, and the switch that turns it off."""
 
@@ -170,7 +170,7 @@ def test_the_validator_starts_the_watch_and_the_flag_turns_it_off(github, tmp_pa
     assert "protocol drift" not in off.stderr
 
 
-# -- issue 40: what the watch reads and keeps -------------------------------------------------
+# -- what the watch reads and keeps -----------------------------------------------------------
 
 MIB = 1 << 20
 # What the loopback's socket buffers may hold beyond what the client read.
@@ -207,8 +207,8 @@ def peak_of_a_padded_answer(github, size: int, *, gzip: bool = False) -> dict:
 
 @pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
 def test_a_huge_listing_is_read_to_its_cap_and_never_parsed(github, gzip):
-    # Issue 40: a 200 MB listing took the validator from 43 MB to 1,749 MB, held the GIL 19 s
-    # and ran past the 30 s deadline. Gzip-encoded it is 140 kB on the wire and 40 MB decoded.
+    # Read whole, a 200 MB listing takes the validator from 43 MB to 1,749 MB, holds the GIL
+    # 19 s and runs past the 30 s deadline. Gzip-encoded it is 140 kB on the wire and 40 MB decoded.
     measured = peak_of_a_padded_answer(github, 40 * MIB, gzip=gzip)
     assert measured["state"] == "unknown"
     cap = ANSWER_CAPS["github.commits"].max_bytes

@@ -48,7 +48,7 @@ def test_known_refusals_are_recognised(tmp_path):
         assert api.request_assignment("1").kind == "no_submissions"
         refusal = api.request_assignment("1")
         assert (refusal.kind, refusal.status) == ("rate_limited", 429)
-        # The API's own 404 for a task it does not know: that task is set aside (issue 39).
+        # The API's own 404 for a task it does not know: that task is set aside.
         assert api.request_assignment("nope") == Refusal("unknown_task", 404, "Task not found")
 
 
@@ -235,7 +235,7 @@ def test_rejected_key_is_an_operator_problem(sim):
         ("Wed, 21 Oct 2015 07:28:10 GMT", 10.0),
         ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # in the past: at once
         ("Wed, 21 Oct 2015 09:28:00 GMT", MAX_RETRY_AFTER_S),
-        # Dates no datetime holds (issue 40: the first an OverflowError, exit 1).
+        # Dates no datetime holds (the first raises OverflowError): ignored, never an exit 1.
         ("Sun, 06 Nov 99999999999 08:49:37 GMT", None),
         ("Sun, 06 Nov 2000 08:49:37 +99999999999999999999", None),
         ("Sun, 06 Nov 10000 08:49:37 GMT", None),

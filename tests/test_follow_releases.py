@@ -1,4 +1,4 @@
-"""`run.py MODULE --pull --follow-releases` (launcher/release/follow.py, issue 40): a worker moves
+"""`run.py MODULE --pull --follow-releases` (launcher/release/follow.py): a worker moves
 to a newer verified release of its major version between assignments, its journal carried over,
 nothing lost or submitted twice (end to end against a local registry, a stand-in for the releases'
 channel and the Fed Ledger simulator); a release that does not verify, or whose journal schema a
@@ -84,8 +84,8 @@ def test_a_release_that_does_not_verify_or_would_strand_a_rollback_is_refused_on
 
 def test_the_follower_keeps_looking_after_a_look_that_failed(tmp_path):
     # A look that fails past what it expects (here the engine is gone while a verified release
-    # waits) is one line, and the next look comes: before, the exception ended the thread and
-    # the process never followed a release again, silently (issue 40 attack).
+    # waits) is one line, and the next look comes: an exception that ended the thread
+    # would stop the process following releases, silently.
     key = ReleaseKey()
     (tmp_path / "launcher" / "release").mkdir(parents=True)
     key.trust_in(tmp_path)

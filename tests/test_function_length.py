@@ -1,5 +1,5 @@
-"""No function over 60 lines in validator/, modules/ or launcher/ (issue 41), so that it stays
-so: measured with `ast`, from a function's `def` line to its last line (end_lineno - lineno + 1;
+"""No function over 60 lines in validator/, modules/ or launcher/, so that it stays so:
+measured with `ast`, from a function's `def` line to its last line (end_lineno - lineno + 1;
 its decorators not counted), nested functions and methods each on their own. A long function is
 split where its steps are (docs/development.md)."""
 

@@ -1,4 +1,4 @@
-"""Workers sharing one HF cache (issue 25): two processes fetching one base download it once,
+"""Workers sharing one HF cache: two processes fetching one base download it once,
 and a budget (`--hf-cache-max-gb`) evicts the least recently used base no worker is using.
 Real worker processes (tests/helpers/hf_cache_worker.py) against the local hub on 127.0.0.1;
 the assertions are on what the hub served and what the cache holds (`scan_cache_dir`)."""

@@ -1,4 +1,4 @@
-"""A hostile Hub's answers under huggingface_hub 0.x (requests), a fresh attack of issue 40
+"""A hostile Hub's answers under huggingface_hub 0.x (requests)
 (tests/helpers/hostile_hub.py; 1.x: tests/llm_judge/test_hub_answers_httpx.py): a base model's
 file without a listed size is never read uncapped, an encoded file answer is refused, and an
 answer the library cannot use is the sender's, not an error of the module."""
@@ -38,7 +38,7 @@ def test_an_answer_the_library_cannot_use_is_the_senders(tmp_path, monkeypatch, 
 def test_a_base_file_the_listing_gives_no_size_for_is_never_asked_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Issue 40: fetch_base_model downloaded it uncapped (sizes.get(name): None).
+    # With no listed size, fetch_base_model's cap would be None (sizes.get(name)): uncapped.
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
     with LocalHub(tmp_path / "hub") as hub:

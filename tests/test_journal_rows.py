@@ -1,4 +1,4 @@
-"""Damaged journal rows (issues 23 item 9, 32): the schema refuses each kind of damage; a row
+"""Damaged journal rows: the schema refuses each kind of damage; a row
 damaged past it anyway is set aside when read (kept as it was in the `quarantine` table, one
 line), a scored row without metrics is scored again, and the others are read as before. The
 validator end to end against the simulator: tests/faults/test_damaged_rows.py and

@@ -164,8 +164,8 @@ LOOKUP_ROWS = [
             "column 1 (char 0)",
         ),
     ),
-    # Issue 40: any JSON value was an id (`null` submitted to .../None), and a lone surrogate
-    # anywhere in it (valid JSON) ended the validator at the journal's INSERT.
+    # An id is an integer or text (`null` would be submitted to .../None), and a lone
+    # surrogate anywhere in it (valid JSON) would end the validator at the journal's INSERT.
     *[
         (
             (200, {**ASSIGNMENT, "id": bad}),
@@ -267,8 +267,8 @@ def test_each_task_list_answer_has_its_verdict(given, again, outcome):
 
 
 def test_what_an_answer_carries_beyond_the_models_is_dropped_at_the_boundary():
-    # Issue 40: a lookup's extra keys were kept (100 MB of them: +2.7 GB), and a listed entry
-    # without an id ended the validator at start (a ValidationError, exit 1).
+    # A lookup's extra keys, if kept, cost +2.7 GB (100 MB of them), and a listed entry without
+    # an id must not end the validator at start (a ValidationError, exit 1).
     extra = {**ASSIGNMENT, "padding": [{}] * 1000, "task_submission": {"data": {"r": 1}, "x": 2}}
     assignment = read_lookup(answer(200, extra))
     assert assignment == read_lookup(answer(200, ASSIGNMENT))

@@ -66,8 +66,9 @@ def test_a_truncated_key_is_redacted_but_not_seven_of_its_characters():
 
 
 def test_the_core_of_a_key_in_a_repr_with_escapes_is_redacted():
-    # The issue's leak: the redactor knew the value as given, with its carriage return, while
-    # the exception printed it through repr(), the carriage return as the two characters \r.
+    # The leak guarded: a redactor that knows the value as given, with its carriage return,
+    # misses it when the exception prints it through repr(), the carriage return as the two
+    # characters \r.
     message = f"Invalid return character(s) in header value: {KEY + chr(13)!r}"
     out = redacted(message, [KEY + "\r"])
     assert leaked(out) == [] and out.endswith("header value: '***'"), out
@@ -142,9 +143,9 @@ def test_a_traceback_is_bounded_but_keeps_its_lines():
 
 
 def test_the_known_harmless_cpu_warnings_are_said_once_in_our_words():
-    """Issue 39: transformers' sliding-window warning (a Qwen2 base without flash-attention) and
-    bitsandbytes' "pip install kernels" (peft imports it on a CPU) passed the filter as the
-    libraries' warnings; each is now one INFO line of ours, the first time only."""
+    """transformers' sliding-window warning (a Qwen2 base without flash-attention) and
+    bitsandbytes' "pip install kernels" (peft imports it on a CPU) are harmless there: each is
+    one INFO line of ours, the first time only, not the libraries' warning."""
     noise = KnownNoise()
     said = []
     for name, text in [

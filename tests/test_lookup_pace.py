@@ -60,8 +60,8 @@ class Aside(Middleware):
 
 @pytest.mark.parametrize("interval", [RATE_LIMIT_WINDOW_S, 240.0])
 def test_the_api_sees_each_task_no_sooner_than_the_interval_whatever_the_travel(loop, interval):
-    # The case: the next lookup was timed from when the last was sent, so a lookup that
-    # took longer to arrive than the next made the API see 179.99 s, and answer 429.
+    # A next lookup timed from when the last was sent lets the API see 179.99 s when the last
+    # took longer to arrive than the next, and answer 429.
     loop.lookup_interval = interval
     loop.ledger.window = RATE_LIMIT_WINDOW_S
     loop.ledger.travel = list(JITTER)

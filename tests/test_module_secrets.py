@@ -156,7 +156,7 @@ def test_the_launcher_passes_declared_secrets_as_env_only(monkeypatch):
     monkeypatch.setenv("JUDGE_API_KEY", f" {JUDGE_KEY} ")
     spec = ModuleSpec(name="secretive", secrets={"JUDGE_API_KEY": "the judge's API key"})
     kwargs = container(spec, options()).run_kwargs()
-    # Beside the secrets, what the status page's report calls the state: its volume (issue 39).
+    # Beside the secrets, what the status page's report calls the state: its volume.
     assert kwargs["environment"] == {
         "FLOCK_API_KEY": API_KEY,
         "JUDGE_API_KEY": JUDGE_KEY,

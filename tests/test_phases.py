@@ -31,7 +31,7 @@ def test_a_death_while_a_module_starts_is_the_hosts_not_the_submissions(tmp_path
 
 def test_phases_are_listed_in_the_order_their_time_went():
     """The log line and the record list the phases in the order their longest stretches began
-    (issue 39: a scoring that began with a moment of its own work was listed "score" first)."""
+    (a scoring that begins with a moment of its own work is not listed "score" first)."""
     now = [0.0]
 
     def run(steps: list[tuple[str, float]]) -> list[str]:

@@ -1,4 +1,4 @@
-"""A hostile releases' channel (launcher/release/channel.py, issue 40's attack): it answers
+"""A hostile releases' channel (launcher/release/channel.py): it answers
 before any signature is checked (a mirror given with --release-channel, anyone on the path of a
 plain-http one), so what it sends is read through the validator's bounded reader: one overall
 deadline for a trickle, the `release.listing` and `release.asset` caps for padding, the bounded

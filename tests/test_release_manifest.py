@@ -80,7 +80,7 @@ def test_what_does_not_verify_is_refused_in_one_line(key, change, words):
         manifest = manifest.replace(DIGEST_A.encode(), DIGEST_B.encode())
     elif change == "not a signature":
         signature = b"<html>rate limited</html>"
-    elif change == "nested signature":  # 4 kB, past json.loads' recursion (issue 40 attack)
+    elif change == "nested signature":  # 4 kB, past json.loads' recursion limit
         signature = b"[" * 4000
     elif change == "no key":
         keys = {}
@@ -214,7 +214,7 @@ def test_pin_base_names_the_production_base_by_digest_everywhere(tmp_path):
 
 
 def test_a_trailing_newline_makes_no_version_digest_or_registry():
-    # `re.match` with `$` lets one through (issue 40 attack): each is matched whole.
+    # `re.match` with `$` lets one through: each is matched whole.
     assert version_key("0.1.1") == (0, 1, 1)
     with pytest.raises(ValueError, match="not a release version"):
         version_key("0.1.1\n")

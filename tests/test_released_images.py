@@ -1,7 +1,7 @@
 """`run.py MODULE --pull` against a real registry on 127.0.0.1 (Debian's docker-registry) and a
 stand-in for the releases' channel (devkit/release_channel.py) with a release key the repo copy
 trusts: the image the checkout's release signed is pulled by digest, verified, and run without a
-build; an image substituted in the registry never runs (issue 40); a release that does not
+build; an image substituted in the registry never runs; a release that does not
 verify is one line and exit 3; and so is a release the channel does not have, a registry nobody
 answers at, or one that trickles: `--pull` runs a verified image or nothing, and nothing is
 built in its place."""
@@ -149,8 +149,8 @@ def test_an_image_substituted_in_the_registry_never_runs(
     name = f"{registry.address}/flock-validator-fixture"
     digest = push(engine, local_build, f"{name}:{version}")
     channel.publish(KEY.release(version, {"fixture": digest}))
-    # The registry's tag now names another image, and this engine pulled it by that tag (what
-    # `--pull` did before issue 40, then reused as "already pulled").
+    # The registry's tag now names another image, and this engine pulled it by that tag (an
+    # image a pull by tag would reuse as "already pulled").
     push(engine, substitute, f"{name}:{version}")
     engine.images.pull(name, tag=version)
     assert engine.images.get(f"{name}:{version}").id == substitute
@@ -180,7 +180,7 @@ def test_an_image_substituted_in_the_registry_never_runs(
     ("forgery", "words"),
     [
         ("another key", "which this checkout does not trust"),
-        # 4,000 `[`: before, a RecursionError's traceback and exit 1 (issue 40 attack).
+        # 4,000 `[`: past json.loads' recursion limit, never a traceback and exit 1.
         ("a nested signature", "release.json.sig is not a signature"),
     ],
 )

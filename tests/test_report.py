@@ -97,8 +97,8 @@ def test_the_summary_has_the_hand_computed_figures(state):
 
 
 def test_penalties_are_kept_apart_from_the_scores(tmp_path):
-    """Issue 39: a -999 counted as a score made task 7's mean -333.349 and squashed its scores
-    into one bar; a penalty is now counted by kind, its reason among the latest."""
+    """A -999 counted as a score would make task 7's mean -333.349 and squash its scores into
+    one bar; a penalty is counted by kind, its reason among the latest."""
     journal = Journal(tmp_path)
     store = RecordStore(tmp_path)
     for assignment_id, score, penalty in [

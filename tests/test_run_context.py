@@ -1,5 +1,5 @@
 """Settings reach the module and the kit as a run context (validator/run_context.py), never
-through an os.environ the validator writes itself (issue 33): the options win over their
+through an os.environ the validator writes itself: the options win over their
 variables in the context, the process's environment stays as the operator gave it, and the
 kit's Hub calls send the run's token."""
 

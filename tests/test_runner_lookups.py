@@ -61,7 +61,7 @@ def test_a_task_with_nothing_to_give_is_asked_once_per_lookup_interval(loop, ref
     ids=["not-json", "other-detail", "malformed"],
 )
 def test_an_unexpected_answer_delays_only_its_own_task(loop, caplog, answer, logged):
-    # Issue 39: an answer the client does not know made every task wait --time-sleep.
+    # An answer the client does not know must not make every task wait --time-sleep.
     loop.ledger.lookup_answers.append(answer)
     loop.submission("1", "a", 0.25)
     loop.submission("2", "b", 0.5)
@@ -88,8 +88,9 @@ def test_an_unexpected_answer_delays_only_its_own_task(loop, caplog, answer, log
     ids=["null", "true", "list", "object", "surrogate", "surrogate-in-data"],
 )
 def test_an_assignment_without_an_id_or_not_all_unicode_is_never_taken(loop, caplog, handed_out):
-    # Issue 40: any JSON value was an id (`null` scored and submitted to .../None), and a lone
-    # surrogate ended the validator at the journal's INSERT (exit 1, "validator crashed").
+    # An id is an integer or text (`null` would be scored and submitted to .../None), and a
+    # lone surrogate would end the validator at the journal's INSERT (exit 1, "validator
+    # crashed").
     loop.ledger.lookup_answers.append(Reply(200, handed_out))
     loop.submission("1", "a", 0.5)
 

@@ -59,7 +59,7 @@ def test_a_rejected_submission_is_failed_at_once_without_a_traceback(loop, caplo
         1,
         reason,
     )
-    assert entry.penalty_kind == "rejected"  # why, kept with the result (issue 39)
+    assert entry.penalty_kind == "rejected"  # why, kept with the result
     (line,) = [r for r in caplog.records if "submitted as failed (rejected)" in r.getMessage()]
     assert not line.exc_info  # the submission's fault, not a bug
 

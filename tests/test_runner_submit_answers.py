@@ -130,8 +130,8 @@ def test_a_retry_after_longer_than_time_sleep_is_waited_out(loop):
 
 
 def test_a_retry_after_that_no_date_can_hold_is_ignored_not_a_crash(loop):
-    # Issue 40: a year past what a C integer holds raised OverflowError out of the client, and
-    # the validator exited 1 ("validator crashed") on any 408, 429 or 5xx carrying it.
+    # A year past what a C integer holds raises OverflowError in the client: uncaught, the
+    # validator would exit 1 ("validator crashed") on any 408, 429 or 5xx carrying it.
     far = detail(503, "Service Unavailable", retry_after="Sun, 06 Nov 99999999999 08:49:37 GMT")
     assert one_result(loop, far, OK) == ExitCode.OK
     first, second = loop.ledger.submits
@@ -155,7 +155,7 @@ def test_a_lost_answer_is_remembered_across_processes_by_its_column(loop):
     entry = loop.entry("1")
     assert entry.state == State.SCORED and entry.error.startswith(MAYBE_TAKEN)
     assert entry.maybe_taken and entry.maybe_taken in entry.error
-    # The column decides, not the error's text (issue 33): an operator's note over it changes
+    # The column decides, not the error's text: an operator's note over it changes
     # nothing.
     with sqlite3.connect(loop.state_dir / "journal.sqlite3") as db:
         db.execute("UPDATE assignments SET error = 'looked at by the operator' WHERE id = '1'")

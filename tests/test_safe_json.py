@@ -62,9 +62,9 @@ def test_text_the_decoder_cannot_finish_for_depth_is_refused_for_depth():
     ids=["ab-quote", "quotes", "quote-comma", "closers", "escapes"],
 )
 def test_counting_json_values_costs_little_memory_whatever_the_text(piece):
-    # Issue 40: the count split the whole text on its quotes, an object per piece: a 4 MiB
-    # listing of `ab"ab"...` took 89 MiB (and 1.2 s holding the interpreter), `""` 53 MiB,
-    # `",` 28 MiB, before anything was refused. bench/answer_caps.py measures the time.
+    # A count that splits the whole text on its quotes, an object per piece, takes 89 MiB for a
+    # 4 MiB listing of `ab"ab"...` (and 1.2 s holding the interpreter), `""` 53 MiB, `",`
+    # 28 MiB, before anything is refused. bench/answer_caps.py measures the time.
     cap = ANSWER_CAPS["hub.listing"]
     text = piece * (cap.max_bytes // len(piece))
     tracemalloc.start()
@@ -88,7 +88,7 @@ def test_values_are_counted_alike_in_text_and_bytes_across_windows():
 
 
 def test_an_integer_past_pythons_digit_limit_is_refused_as_json():
-    # Issue 40: a plain ValueError ("Exceeds the limit (4300 digits)"), past the callers that
+    # Not a plain ValueError ("Exceeds the limit (4300 digits)"), which passes the callers that
     # catch JsonRefused (a base model's shard index: "an unexpected error in the module").
     body = b'{"weight_map": {"a": ' + b"9" * 5000 + b"}}"
     with pytest.raises(JsonRefused, match="index: cannot be decoded: Exceeds the limit"):
@@ -96,7 +96,7 @@ def test_an_integer_past_pythons_digit_limit_is_refused_as_json():
 
 
 def test_an_answer_holding_a_lone_surrogate_is_refused_and_a_pair_is_not():
-    # Issue 40: a lookup's id of "\ud800" (valid JSON) crashed the journal's INSERT.
+    # A lookup's id of "\ud800" (valid JSON) would crash the journal's INSERT.
     cap = ANSWER_CAPS["ledger.lookup"]
     for lone in (b'{"id": "\\ud800"}', b'{"\\uDC00": 1}', b'["a\\udbff"]'):
         with pytest.raises(JsonRefused, match="holds text that is not Unicode"):

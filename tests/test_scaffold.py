@@ -175,7 +175,7 @@ def test_a_scaffolded_spec_is_the_default_one_written_out(tmp_path):
 
 
 def test_the_product_never_imports_the_dev_tools():
-    # An image holds run.py's launcher, validator/ and modules/, never devkit/ (issue 33).
+    # An image holds run.py's launcher, validator/ and modules/, never devkit/.
     import ast
 
     found = []

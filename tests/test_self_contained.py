@@ -164,7 +164,7 @@ def test_a_copy_alone_in_a_directory_runs(tmp_path):
         assert done.returncode == 0, (
             f"{' '.join(command[1:])} in the copy: rc {done.returncode}\n{output}"
         )
-    # The demo's summary says why the failed one failed (issue 39).
+    # The demo's summary says why the failed one failed.
     assert "(broken/mallory-adapter): failed   <- rejected: ValueError: cannot load" in done.stdout
     opened = audit_log.read_text() if audit_log.exists() else ""
     assert not opened, "files opened outside the copy:\n" + opened[:4000]

@@ -275,10 +275,10 @@ HALF_OPEN = 200
 
 
 def test_healthz_answers_at_once_beside_200_half_open_connections(tmp_path):
-    """Slowloris (issue 32): 200 connections that send part of a request's head and never
-    finish held the 64 places of the status server for 5 s a round, and /healthz waited 12-13 s
-    behind them, past a Kubernetes probe's 10 s timeout. A new connection now takes the place of
-    the one waiting longest for its head: /healthz answers within 1 s while all 200 are open,
+    """Slowloris: 200 connections that send part of a request's head and never finish would
+    hold the 64 places of the status server for 5 s a round, and /healthz wait 12-13 s behind
+    them, past a Kubernetes probe's 10 s timeout. A new connection takes the place of the
+    one waiting longest for its head: /healthz answers within 1 s while all 200 are open,
     and the validator scores and submits meanwhile."""
     release = tmp_path / "release"
     config = {"slow_seconds": 120.0, "marker_dir": str(tmp_path), "release_file": str(release)}

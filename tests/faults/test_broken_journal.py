@@ -157,8 +157,8 @@ def test_a_lock_held_past_the_bound_at_start_stops_before_any_api_call(tmp_path,
 
 
 def test_a_lock_taken_while_running_stops_before_the_next_lookup_and_loses_nothing(tmp_path, cli):
-    """The issue's case: the lookup went ahead, and the assignment it got could not be
-    recorded; it stayed `validating` at the API, lost to this validator."""
+    """The case guarded: a lookup that goes ahead and whose assignment cannot be recorded
+    stays `validating` at the API, lost to this validator."""
     cli.env.update(VALIDATOR_JOURNAL_LOCK_TIMEOUT=LOCK_BOUND_S)
     with Simulator({"tasks": [task(1, [])]}, tmp_path) as sim:
         log = tmp_path / "validator.log"

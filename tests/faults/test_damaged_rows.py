@@ -1,5 +1,5 @@
 """One damaged row does not stop the validator, and bad state paths are the operator's to fix:
-the real CLI against the Fed Ledger simulator (issue 23, item 9).
+the real CLI against the Fed Ledger simulator.
 
 A row whose `metrics` or `input` is no longer valid JSON (edited by hand, a bad restore) is
 quarantined: set aside byte for byte in the journal's `quarantine` table, named with its id in

@@ -1,7 +1,7 @@
 """A full disk is the operator's problem and loses nothing: the real CLI against the simulator,
 with the state dir on a small tmpfs that really fills up.
 
-Each case checks what the issue was about: the validator stops with exit 3 and one line naming
+Each case checks that the validator stops with exit 3 and one line naming
 the state dir, asks the API for nothing it could not journal, and once space is freed a rerun
 submits every assignment exactly once.
 """
@@ -75,8 +75,8 @@ def no_floor(cli) -> None:
 
 
 def test_restart_on_a_full_state_dir_asks_for_nothing_then_resumes(tmp_path, cli):
-    """The issue's case: a journal left open (a kill) on a disk that is now full; each restart
-    used to take an assignment that it then could not journal."""
+    """A journal left open (a kill) on a disk that is now full: a restart must not take an
+    assignment that it then cannot journal."""
     no_floor(cli)
     with (
         small_tmpfs(tmp_path / "state", TMPFS_KIB) as state,

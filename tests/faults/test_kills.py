@@ -42,7 +42,7 @@ from tests.faults.ledger import (
 )
 from tests.helpers.cli import LoopCli
 
-TRIALS = 12  # each a validator start and a kill; a new seed every run (issue 33: 24 took 28 s)
+TRIALS = 12  # each a validator start and a kill; a new seed every run; 12 take about 14 s
 KILL_WINDOW_S = (0.0, 0.6)
 SLOW_SECONDS = 0.15
 DRAIN_S = 30  # a few seconds normally

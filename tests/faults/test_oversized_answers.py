@@ -1,5 +1,5 @@
-"""Fed Ledger answers past their caps (issue 40: a 100 MB lookup answer took the validator's
-process +2.7 GB, 300 MB +8.0 GB, both accepted): the real CLI against the simulator serving
+"""Fed Ledger answers past their caps (read whole, a 100 MB lookup answer costs the validator's
+process +2.7 GB, 300 MB +8.0 GB): the real CLI against the simulator serving
 its own answer padded with megabytes of JSON values. The answer is read no further than its
 cap (the simulator records what it managed to send), never parsed, and the process's peak
 memory stays within 1.5x the peak of the same run with honest answers."""

@@ -1,8 +1,8 @@
 """A malformed secret never reaches a log, and never hangs the validator: the real CLI (and the
 real launcher, up to Docker) against the Fed Ledger simulator.
 
-The issue: a key with a trailing carriage return, copied from a Windows `.env`, made requests
-raise an error quoting the key; its core was logged, and the loop retried that error forever.
+The case guarded: a key with a trailing carriage return, copied from a Windows `.env`, makes
+requests raise an error quoting the key, which must neither reach a log nor be retried forever.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The status page under a flood, beside a real run (issue 23, items 8 and 11): the real CLI
-with `--http-port`, the fixture module and the Fed Ledger simulator; the flood from its own
-process (tests/faults/status_flood.py). Before the fix, 2,000 requests from 20 threads cut the
-loop's submits by 80% and 1,000 half-open connections made 1,003 threads.
+"""The status page under a flood, beside a real run: the real CLI with `--http-port`, the
+fixture module and the Fed Ledger simulator; the flood from its own process
+(tests/faults/status_flood.py). With a thread per connection, 2,000 requests from 20 threads cut
+the loop's submits by 80% and 1,000 half-open connections make 1,003 threads.
 
 Rates are the simulator's: submits per second in a window of a fixed number of submits. Each
 flood window is compared with the two quiet windows around it in the same run, and the median of

@@ -68,7 +68,7 @@ SETTLED: list[tuple[str, dict[str, Any], str | None]] = [
         "ConnectionError",
     ),
     (
-        # A rate limiter that counts after the API has committed (issue 23, item 12): the
+        # A rate limiter that counts after the API has committed: the
         # repeat is refused as not validating, which is not "too late".
         "429 after commit",
         {"kind": "status", "status": 429, "count": 1, "processed": True},
@@ -151,6 +151,6 @@ def test_a_long_retry_after_is_bounded_and_not_waited_out_in_the_call(tmp_path):
         calls = updates(sim)
     # Not a day, and not the bound either inside the call: the runner defers it that long.
     assert raised.value.retry_after == MAX_RETRY_AFTER_S
-    # A 429 may come after the API committed the result (issue 23, item 12).
+    # A 429 may come after the API committed the result.
     assert raised.value.maybe_processed
     assert elapsed < 5 and len(calls) == 1, (elapsed, calls)

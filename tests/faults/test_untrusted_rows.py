@@ -1,4 +1,4 @@
-"""A journal that trusts no row (issue 32): the real CLI against the Fed Ledger simulator, on a
+"""A journal that trusts no row: the real CLI against the Fed Ledger simulator, on a
 journal of the schema before constraints (version 1, as every store written before this one),
 holding each kind of damage an audit found.
 

@@ -1,4 +1,4 @@
-"""What a person reads per assignment at INFO (issue 39): a module's assignments run through the
+"""What a person reads per assignment at INFO: a module's assignments run through the
 real loop (`python -m validator MODULE` against the Fed Ledger simulator), then each one's lines
 counted and measured. An assignment's lines run from its scoring line to its result's line; a
 progress line of slow work (a `Progress`'s, at most one per 30 s) is not counted."""

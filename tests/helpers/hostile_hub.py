@@ -1,5 +1,5 @@
-"""A hostile Hub's answers to the kit's hub (validator/kit/hub.py `download`), a fresh attack of
-issue 40: each proved a way past the kit's edges, under huggingface_hub 0.x (requests:
+"""A hostile Hub's answers to the kit's hub (validator/kit/hub.py `download`): each a way past
+the kit's edges, under huggingface_hub 0.x (requests:
 tests/test_hub_answers.py) or 1.x (httpx: tests/llm_judge/test_hub_answers_httpx.py), or both.
 Served by the raw server of tests/helpers/hostile_server.py, which sends what a test says."""
 

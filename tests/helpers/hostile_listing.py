@@ -1,6 +1,6 @@
 """A hostile Hub's listing of a repo with hundreds of thousands of files, read by the kit's hub
 (validator/kit/hub.py `model_info`) in a child process of the test's venv, under
-huggingface_hub 0.x (requests) or 1.x (httpx) (issue 40: a listing of 10^6 files took the
+huggingface_hub 0.x (requests) or 1.x (httpx) (read whole, a listing of 10^6 files costs the
 validator's process +669 MB). Shared by tests/test_answer_caps.py and
 tests/llm_judge/test_judge_caps.py."""
 

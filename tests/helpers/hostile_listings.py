@@ -1,6 +1,6 @@
 """Hub listings no real Hub sends (validator/kit/listing.py), made with the local hub's controls,
-for each module's test that such a submission is refused before any of its files is fetched
-(issue 40). `HOSTILE_LISTINGS[id]` is (what it does to a repo already on the hub, the refusal's
+for each module's test that such a submission is refused before any of its files is fetched.
+`HOSTILE_LISTINGS[id]` is (what it does to a repo already on the hub, the refusal's
 text)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A raw HTTP server on 127.0.0.1 for hostile answers (the attack of issue 40): it answers each
+"""A raw HTTP server on 127.0.0.1 for hostile answers: it answers each
 request with whatever bytes a test's `respond(request)` yields, as they come (bytes are sent, a
 number is a pause in seconds), so an answer can be malformed, trickled, compressed or endless in
 ways a well-behaved server library would not send. It records each request and how many bytes

@@ -1,6 +1,6 @@
 """A server on 127.0.0.1 that answers each path as a test tells it: a JSON body of any shape, or
 a 200 whose body trickles a byte at a time and never ends (until the server stops). For the
-doctor's bounds (issue 40): a wrong shape is a failed row, a trickle a row past its deadline."""
+doctor's bounds: a wrong shape is a failed row, a trickle a row past its deadline."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The peak memory of a process, as the kernel counts it, for tests that bound what an answer
-from outside can cost the validator (issue 40): a command's whole life (`run_measured`, its
+from outside can cost the validator: a command's whole life (`run_measured`, its
 rusage, taken by a small wrapper process), or one stretch of a process's own life
 (`reset_peak` then `peak_bytes`, the kernel's VmHWM: for a child script to import)."""
 

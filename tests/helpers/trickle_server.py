@@ -118,9 +118,9 @@ def hub_download_meets_its_deadline(tmp: Path, monkeypatch: pytest.MonkeyPatch) 
 def hub_reused_connection_meets_its_deadline(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A quick Hub file, then a trickled one from the same server: the second ends at the
     overall deadline although the library would reuse the first one's kept-alive connection,
-    which the deadline (it covers the sockets connected within it) would not see (issue 23,
-    item 4). The download runs in a thread so that a deadline that does not hold fails the
-    test instead of hanging it."""
+    which the deadline (it covers the sockets connected within it) would not see. The
+    download runs in a thread so that a deadline that does not hold fails the test instead of
+    hanging it."""
     from validator.errors import TransientError
     from validator.kit import hub
 

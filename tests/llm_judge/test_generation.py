@@ -207,8 +207,8 @@ def test_a_generation_config_that_reads_the_padding_gets_unpadded_batches(base):
 
 
 def test_a_model_whose_probabilities_are_not_numbers_is_rejected(base):
-    """Second audit of issue 23: one NaN weight in the output layer made sampling raise a
-    RuntimeError, the module-bug path (three attempts). It is the submission's weights."""
+    """One NaN weight in the output layer makes sampling raise a RuntimeError, which would
+    take the module-bug path (three attempts); it is the submission's weights."""
     model, tokenizer = base
     broken = copy.deepcopy(model)
     with torch.no_grad():
@@ -218,7 +218,7 @@ def test_a_model_whose_probabilities_are_not_numbers_is_rejected(base):
 
 
 def test_sampling_never_meets_scores_that_are_not_numbers(base, monkeypatch):
-    """Issue 42: on a CUDA card torch.multinomial asserts on the device for NaN probabilities
+    """On a CUDA card torch.multinomial asserts on the device for NaN probabilities
     (no exception to catch: the process's CUDA context is gone, read as a device fault and
     rescored until its attempts run out). The guard rejects the submission before sampling
     meets them: a multinomial that fails the test on any non-number stands in for the card."""
@@ -253,8 +253,8 @@ def test_the_guard_passes_scores_that_are_numbers_bit_for_bit():
 
 
 def test_a_generation_config_naming_a_token_past_the_vocabulary_is_rejected(base):
-    # Second audit of issue 23: forced_eos_token_id 99999 raised IndexError in generate (the
-    # module-bug path, three attempts); the network raises too.
+    # forced_eos_token_id 99999 raises IndexError in generate (the module-bug path, three
+    # attempts, unless refused first); the network raises too.
     model, tokenizer = base
     forced = copy.deepcopy(model)
     forced.generation_config.forced_eos_token_id = 99_999
@@ -271,8 +271,8 @@ def test_the_padding_is_end_of_text_then_pad_then_zero():
 
 
 def test_a_generation_config_asking_for_a_dict_of_outputs_generates_the_same_ids(base):
-    # A submitted generation_config.json with return_dict_in_generate made generate() return a
-    # ModelOutput, and the module crash on it (issue 23's audit). The tokens are the same.
+    # A submitted generation_config.json with return_dict_in_generate makes generate() return a
+    # ModelOutput, which must not crash the module. The tokens are the same.
     model, tokenizer = base
     requests = requests_for(tokenizer)
     want = generate(model, tokenizer, requests, SAMPLED, seed=4)

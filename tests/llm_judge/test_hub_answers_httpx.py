@@ -1,5 +1,5 @@
-"""A hostile Hub's answers under huggingface_hub 1.x (httpx, with hf_xet), a fresh attack of
-issue 40 (tests/helpers/hostile_hub.py; 0.x: tests/test_hub_answers.py): a file the Hub says is
+"""A hostile Hub's answers under huggingface_hub 1.x (httpx, with hf_xet)
+(tests/helpers/hostile_hub.py; 0.x: tests/test_hub_answers.py): a file the Hub says is
 stored in Xet comes over the kit's HTTP path, capped and within its deadline, never through
 hf_xet's own connections; an encoded file answer is refused; an answer the library cannot use
 is the sender's."""

@@ -1,4 +1,4 @@
-"""Answers past the kit's caps in llm_judge's stack (issue 40): a judge's completion or model
+"""Answers past the kit's caps in llm_judge's stack: a judge's completion or model
 listing of megabytes of JSON values, plain or gzip-encoded (the `openai` client on httpx2, its
 `http_client` given the kit's capping hooks), and a hostile Hub's listing under huggingface_hub
 1.x (httpx, its `set_client_factory`). Each is read no further than its cap and never parsed:

@@ -1,8 +1,8 @@
-"""llm_judge's start-up checks (issue 39): its judge texts and its judge endpoint are checked by
+"""llm_judge's start-up checks: its judge texts and its judge endpoint are checked by
 `check_setup`, which the validator runs before it asks for any assignment and the doctor runs
 for its row: the same code. A setting that is missing stops the validator with exit 3 and no
 lookup (what the Fed Ledger simulator heard); the doctor names it, and every other problem of
-the judge's, in one row (issue 40: an answer of the wrong shape or one that never ends too)."""
+the judge's, in one row (an answer of the wrong shape or one that never ends too)."""
 
 from __future__ import annotations
 

@@ -266,7 +266,7 @@ def test_a_stop_signal_during_a_trickled_fetch_is_transient_not_an_operator_erro
 
 
 def test_a_trickled_source_ends_at_its_deadline_and_the_cache_stands_in(tmp_path, caplog):
-    # Every read within its timeout, the file never complete (issue 23, item 4): the fetch ends
+    # Every read within its timeout, the file never complete: the fetch ends
     # at its overall deadline, as a source that cannot be reached does.
     cache = tmp_path / "state"
     with trickle_server() as trickle:
@@ -285,9 +285,9 @@ def test_a_trickled_source_ends_at_its_deadline_and_the_cache_stands_in(tmp_path
 
 
 def test_trailers_after_a_source_file_are_read_no_further_than_its_limit(tmp_path):
-    # A fresh attack of issue 40: the download counted the file's body only, and requests
-    # (http.client, urllib3) reads a chunked answer's trailer fields with no limit on their
-    # number. Now read through the bounded reader: past the file's limit, the source's.
+    # An attack on a count of the file's body only: requests (http.client, urllib3) reads a
+    # chunked answer's trailer fields with no limit on their number. Read through the bounded
+    # reader, trailers count against the file's limit, and past it the failure is the source's.
     trailers = 64 << 20
     with HostileServer(chunked_with_trailers(trailers, b"x = 1\n")) as server:
         folder = f"{server.url}/validator/modules/llm_judge/"

@@ -147,7 +147,7 @@ def test_a_judge_that_never_gives_one_keeps_the_assignment(server, judge, fault)
 def test_a_score_that_stays_not_finite_counts_as_no_score_unless_the_judge_gives_nothing_else(
     server,
 ):
-    """A submission's answer can talk a judge into NaN or Infinity (audit of issue 23): once
+    """A submission's answer can talk a judge into NaN or Infinity: once
     the retries give nothing else, that reply counts as one without a usable score, unless the
     judge gave no finite score in the whole assignment (then it is the judge failing)."""
     serial = Judge(server.endpoint, KEY, timeout=5, retries=3, concurrency=1, backoff_seconds=0)

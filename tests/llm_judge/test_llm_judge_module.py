@@ -163,9 +163,9 @@ def with_files(base, changes: dict) -> dict[str, bytes]:
 
 def test_a_full_models_tokenizer_runs_bounded_and_its_generation_config_cannot_crash_it(world):
     hub, judge, base, _ = world
-    # Issue 23's audit: a normalizer whose regex backtracks (minutes on these 58 kB of prompt,
+    # Three hostile parts: a normalizer whose regex backtracks (minutes on these 58 kB of prompt,
     # in the validator's process), a decoder that blows every character of an answer up to a
-    # kB, and return_dict_in_generate in the generation config (generate returned a ModelOutput).
+    # kB, and return_dict_in_generate in the generation config (generate returns a ModelOutput).
     backtracks = {"type": "Replace", "pattern": {"Regex": "(a|aa)+$"}, "content": "b"}
     blow_up = {"type": "Replace", "pattern": {"Regex": "[\\s\\S]"}, "content": "x" * 1000}
     byte_level = json.loads((base / "tokenizer.json").read_text())["decoder"]
@@ -280,7 +280,7 @@ def test_a_wrong_judge_key_stops_the_validator_with_exit_3(world, tmp_path):
 
 
 def test_a_full_models_files_cannot_read_outside_its_folder_or_ask_for_unbounded_work(world):
-    """Audit of issue 23, second pass: a tokenizer config naming a file elsewhere on the machine
+    """A tokenizer config naming a file elsewhere on the machine
     (transformers opens it in place of the repo's), a 20-byte config that makes transformers
     build millions of labels, config values of the wrong type, and generation configs asking
     for many beams or banned sequences: -999 as submissions that do not load, nothing judged."""
@@ -352,10 +352,10 @@ def test_the_input_takes_what_the_network_takes():
 def test_a_safetensors_index_is_read_in_the_child_and_nothing_outlives_the_assignment(
     world, tmp_path
 ):
-    """Issue 32: huggingface_hub's metadata reader fetched the safetensors index into the
-    shared HF cache and parsed it in the validator's process (a 300 MB index: 1.7 GB there,
-    314 MB left in the cache). Now it is downloaded into the assignment's folder and read in
-    the child: an index that takes more than the re-read bound to read is -999 (an honest one
+    """huggingface_hub's metadata reader would fetch the safetensors index into the shared
+    HF cache and parse it in the validator's process (a 300 MB index: 1.7 GB there, 314 MB
+    left in the cache). It is downloaded into the assignment's folder and read in the
+    child: an index that takes more than the re-read bound to read is -999 (an honest one
     is read and counted: over max_params here, so as not to generate), and neither leaves a
     file in the HF cache or in the work folder."""
     from huggingface_hub import constants
@@ -388,7 +388,7 @@ def test_a_safetensors_index_is_read_in_the_child_and_nothing_outlives_the_assig
 
 
 def test_an_assignment_is_a_few_short_lines_at_info(world, tmp_path):
-    """Issue 39, through the loop: at most 6 lines an assignment (the first starts the module),
+    """Through the loop: at most 6 lines an assignment (the first starts the module),
     none over 300 characters; a pickle-only adapter's -999 is said to be the network's penalty,
     with why."""
     hub, judge, _, tmp = world

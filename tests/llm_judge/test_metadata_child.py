@@ -1,6 +1,6 @@
-"""Issue 32: a full model's config is read only in the bounded child (inspect_child.py), never
+"""A full model's config is read only in the bounded child (inspect_child.py), never
 by transformers in the validator's process. A 147-byte gpt_neo config whose `attention_types`
-expands into a list of N layers took the validator's own process to 5.2 GB (N = 5*10^7)."""
+expands into a list of N layers would take the validator's process to 5.2 GB (N = 5*10^7)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_an_adapter_of_another_peft_type_is_refused_before_peft_builds_it(world)
 
 def test_an_adapter_that_replicates_layers_past_the_bound_is_refused(world):
     """peft re-reads adapter_config.json here and deep-copies one base layer per replicated
-    layer (issue 32 attack): the child counts them, and past the kit's bound it is -999."""
+    layer (an attack on memory): the child counts them, and past the kit's bound it is -999."""
     hub, base, tmp = world
     adapter = tmp / "replicating-adapter"
     build_chat_adapter(base, adapter, BASE, seed=0)

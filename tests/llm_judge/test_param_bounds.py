@@ -1,4 +1,4 @@
-"""Parameter bounds before any allocation (issue 23, items 6 and 10): a full model's config is
+"""Parameter bounds before any allocation: a full model's config is
 counted on the meta device in a bounded child before any weight is downloaded or built, and a
 safetensors header that the Hub library refuses (over 25 MB) is a clean rejection (-999), not a
 module bug. Real parts: the local Hub, the local judge, the module end to end in a child

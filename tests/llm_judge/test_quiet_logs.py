@@ -1,4 +1,4 @@
-"""Logs a person reads (issue 34 part 3), with the llm_judge stack's own libraries: the judge
+"""Logs a person reads, with the llm_judge stack's own libraries: the judge
 client's line per request (openai's own HTTP stack, httpx2 in this stack) is gone unless
 --debug, and transformers' "fast path is not available" warning (a CPU host) is said once, in
 our words, through our handler (format, redaction)."""

@@ -101,7 +101,7 @@ def served_since(hub, before: int) -> list[str]:
 
 
 def test_an_index_of_1000_shards_is_refused_before_any_shard_is_fetched(world):
-    # Issue 40: each shard an index names was a download in the validator's process, 27 s of
+    # Each shard an index names would be a download in the validator's process, 27 s of
     # its CPU for 1,000 tiny ones (each a real file holding one tensor the model ignores: the
     # network downloads them all and loads the model). The bounded child that reads the index
     # checks the download it plans (at most MAX_SHARDS, each listed) before any is fetched.
@@ -269,7 +269,7 @@ def test_a_huge_rank_is_refused_before_peft_allocates(world, change, message):
 
 
 def test_an_adapter_is_checked_against_its_base_on_the_childs_reading(world):
-    # The kit's check takes the tensors the bounded child read (issue 32): the parent opens no
+    # The kit's check takes the tensors the bounded child read: the parent opens no
     # adapter header (the former Path form warns, an error here), and a LoRA tensor whose shape
     # does not fit its projection is refused before peft allocates.
     from safetensors.torch import load_file, save_file
@@ -290,7 +290,7 @@ def test_an_adapter_is_checked_against_its_base_on_the_childs_reading(world):
 
 
 def test_a_backtracking_module_pattern_is_refused_before_peft_runs_it(world, monkeypatch):
-    # Issue 32 attack: peft matches target_modules (a string: one regex) against every module
+    # An attack: peft matches target_modules (a string: one regex) against every module
     # name in this process; the kit runs the same matches in a bounded child first.
     from validator.kit import adapter_patterns
     from validator.sandbox.child_process import ChildLimits
@@ -401,9 +401,9 @@ def _header(data: bytes) -> bytes:
     ids=["weight-map-list", "weight-map-int", "header-list", "shape-text"],
 )
 def test_an_index_or_header_of_the_wrong_shape_is_the_submissions(world, weights):
-    # Second audit of issue 23: huggingface_hub's reader raised TypeError or AttributeError on
-    # these, which took the module-bug path (three attempts) instead of -999. They are read
-    # in the bounded child now (inspect_child.py), which names what is wrong.
+    # huggingface_hub's reader raises TypeError or AttributeError on these, which would take
+    # the module-bug path (three attempts) instead of -999. They are read in the bounded child
+    # (inspect_child.py), which names what is wrong.
     hub, base, _, _ = world
     files = {**files_of(base), **weights}
     if "model.safetensors.index.json" in weights:

@@ -1,6 +1,6 @@
 """Chat templates render in a bounded child process (modules/llm_judge/templating.py): an honest
-template gives exactly apply_chat_template's text, tokenized, and the hostile templates of issue
-23 (three nested range(100000) loops, a string doubled 31 times) and a tokenizer whose regex
+template gives exactly apply_chat_template's text, tokenized, and hostile templates
+(three nested range(100000) loops, a string doubled 31 times) and a tokenizer whose regex
 backtracks end in SubmissionRejected at a limit, with the validator's process free to stop at
 once."""
 
@@ -27,7 +27,7 @@ from tests.helpers.children import gone, record_in, stop_again_until_it_ends, wa
 from validator.errors import JournalAction, SubmissionRejected, Verdict, outcome_of
 from validator.sandbox import child_server
 
-# Issue 23's three nested loops; the body writes nothing, so that CPU time is what runs out
+# Three nested loops; the body writes nothing, so that CPU time is what runs out
 # (with an "x" there, the output list reaches the memory limit first: also a rejection).
 LOOPS = (
     "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
@@ -185,8 +185,8 @@ except Interrupted:
 """
 
 
-# A tokenizer.json normalizer whose regex backtracks (issue 23's audit: 14.5 s on 2.9 kB, with
-# SIGTERM not handled until it returned), and a template that repeats what makes it backtrack.
+# A tokenizer.json normalizer whose regex backtracks (14.5 s on 2.9 kB in process, with
+# SIGTERM not handled until it returns), and a template that repeats what makes it backtrack.
 BACKTRACKS = {"type": "Replace", "pattern": {"Regex": "(a|aa)+$"}, "content": "b"}
 REPEATS_TRIGGER = "{{ '" + "a" * 28 + "c' * 20000 }}"
 

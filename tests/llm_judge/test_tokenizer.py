@@ -1,6 +1,6 @@
 """The assignment's tokenizer runs in the bounded child too (modules/llm_judge/templating.py,
 tokenizer_child.py): the ids and special ids are the in-process tokenizer's, so the move changes
-no score; a full model's hostile tokenizer.json (issue 23's audit: a backtracking regex
+no score; a full model's hostile tokenizer.json (a backtracking regex
 normalizer, a regex that panics the engine, a decoder that blows the answers up) is rejected at
 a limit or on the line it fails, never run in the validator's process; a template that renders
 nothing, a text the tokenizer refuses, or an id past the model's embeddings fails naming the

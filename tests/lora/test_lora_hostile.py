@@ -320,7 +320,7 @@ def test_an_adapter_that_does_not_load_is_rejected_at_once(world, case):
 
 
 def test_a_backtracking_module_pattern_is_failed_by_the_child_not_run_by_peft(world, monkeypatch):
-    # Issue 32 attack: peft matches target_modules (a string: one regex) against every module
+    # An attack: peft matches target_modules (a string: one regex) against every module
     # name in the validator's process; this one takes minutes per name there. The kit runs the
     # same matches in a bounded child first (a 2 s CPU limit here, to keep the test short).
     monkeypatch.setattr(

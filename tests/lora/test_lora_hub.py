@@ -145,7 +145,7 @@ def test_a_file_sent_past_its_listed_size_is_cut_off_while_it_arrives(
 def test_a_listing_no_real_hub_sends_is_refused_before_any_download(
     hub: LocalHub, tmp_path: Path, hostile: str
 ) -> None:
-    # Issue 40: the listing's count, names and sizes, checked before any file is requested.
+    # The listing's count, names and sizes, checked before any file is requested.
     hub.add_repo("trainer/plan", adapter_files())
     make, message = HOSTILE_LISTINGS[hostile]
     make(hub, "trainer/plan")

@@ -1,4 +1,4 @@
-"""Issue 32 attack: peft's `layer_replication` deep-copies one base layer per replicated layer
+"""An attack: peft's `layer_replication` deep-copies one base layer per replicated layer
 in the validator's process (400 entries took 800 layer copies of a tiny base; a few MB of
 config hold 10**6). The kit bounds the layers an adapter may replicate; lora refuses past it
 before peft builds anything."""

@@ -105,7 +105,7 @@ def test_scores_match_the_plain_implementation(world, kind, data, tmp_path):
     context = 384 if data == CHAT else 1280
     if data == CALLS:
         # Its first 16 conversations: the plain implementation scores one example at a time
-        # in float64, and all 299 took 50 s on qwen for the same claim (issue 33).
+        # in float64, and all 299 take 50 s on qwen for the same claim.
         cut = tmp_path / data.name
         cut.write_text("".join(data.read_text().splitlines(keepends=True)[:16]))
         data = cut
@@ -364,10 +364,9 @@ def test_a_shared_validation_set_is_encoded_once(world, tmp_path, monkeypatch):
 
 
 def test_an_assignment_is_a_few_short_lines_at_info(world, tmp_path):
-    """Issue 39: an assignment was 11-14 INFO lines, the module's config one of 1,515 characters,
-    the metrics in 16 digits, and two library warnings passed through. Through the loop: at most
-    6 lines each (the first one starts the module and loads the base), none over 300
-    characters; a rejected adapter's line says why."""
+    """Through the loop: at most 6 lines an assignment (the first one starts the module and
+    loads the base), none over 300 characters (no config of 1,515 characters, no metrics in 16
+    digits, no library warning passed through); a rejected adapter's line says why."""
     repo = "alice/qwen-adapter-1"
     world.add("flock/sets", {"chat.jsonl": CHAT})
     files = adapter_files(world)

@@ -1,4 +1,4 @@
-"""Issue 25's acceptance: `python run.py rl --workers 2` in the rl image against the Fed Ledger
+"""An rl fleet end to end: `python run.py rl --workers 2` in the rl image against the Fed Ledger
 simulator with four tasks and a local Hub: every assignment submitted once, each task looked up
 by one worker only (the User-Agent the simulator heard), and `run.py report rl` adding up both
 workers' journals to what the simulator received."""

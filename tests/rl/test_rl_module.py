@@ -123,8 +123,8 @@ def test_over_max_params_scores_minus_999_without_running_it(hub, caplog):
 
 
 def test_a_negative_dim_cannot_pull_the_count_under_max_params(hub):
-    # Issue 23, item 5: beside 5,024 real parameters, an unused initializer of dims [-5000]
-    # made upstream's sum 24, and the policy scored -0.4905 at max_params 5000.
+    # Beside 5,024 real parameters, an unused initializer of dims [-5000] makes upstream's sum
+    # 24, and the policy would score -0.4905 at max_params 5000.
     model = padded_policy(FEATURES, VENUES, 5000)
     ghost = onnx.TensorProto(name="ghost", data_type=onnx.TensorProto.FLOAT, dims=[-5000])
     model.graph.initializer.append(ghost)
@@ -220,7 +220,7 @@ def test_missing_and_oversized_files_are_refused_before_download(hub, repo, file
 
 @pytest.mark.parametrize("hostile", sorted(HOSTILE_LISTINGS))
 def test_a_listing_no_real_hub_sends_is_refused_before_any_download(hub, hostile):
-    # Issue 40: the listing's count, names and sizes, checked before any file is requested.
+    # The listing's count, names and sizes, checked before any file is requested.
     repo = f"mallory/listing-{hostile}"
     hub.add_repo(repo, {"model.onnx": to_bytes(linear_policy(FEATURES, VENUES, 3))})
     make, message = HOSTILE_LISTINGS[hostile]
@@ -267,7 +267,7 @@ def test_the_policy_file_is_parsed_without_its_external_data(hub, tmp_path):
 
 
 def test_an_assignment_is_a_few_short_lines_at_info(hub, tmp_path):
-    """Issue 39, through the loop: at most 6 lines an assignment, none over 300 characters; a
+    """Through the loop: at most 6 lines an assignment, none over 300 characters; a
     policy over max_params says its -999 is the network's penalty, and why."""
     hub.add_repo("dave/big-log", {"model.onnx": to_bytes(padded_policy(FEATURES, VENUES, 5000))})
     env = validator_env(tmp_path, HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf"))

@@ -65,8 +65,8 @@ def ragged_policy(features: int, venues: int) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("dims", [[-5000], [5000, -1], [-1, -1], [0, -3]])
 def test_a_negative_dim_is_refused_before_counting(tmp_path, dims):
-    # The case: 5,024 real parameters and a ghost of [-5000] counted 24 under upstream's
-    # plain sum, and scored at max_params 5000.
+    # 5,024 real parameters and a ghost of [-5000] count 24 under upstream's plain sum, and
+    # would be scored at max_params 5000.
     path = saved(tmp_path, with_dims(padded_policy(FEATURES, VENUES, 5000), dims))
     with pytest.raises(SubmissionRejected, match=r"initializer 'ghost' has a negative dim") as no:
         inspect(path, path.parent)

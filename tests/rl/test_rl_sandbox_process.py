@@ -1,4 +1,4 @@
-"""The rl policy's child process does not outlive the validator (issue 23, item 7): a validator
+"""The rl policy's child process does not outlive the validator: a validator
 killed with SIGKILL, or stopped with a second signal, while a policy spins, leaves no policy
 process behind."""
 
