@@ -53,3 +53,21 @@ def test_no_product_comment_names_an_issue_and_docstrings_are_a_few_lines():
     found = breaking()
     assert {name: why for name, why in found.items() if name not in PENDING} == {}
     assert sorted(PENDING - found.keys()) == [], "these keep the rules now: drop them from PENDING"
+
+
+def test_no_tooling_comment_names_an_issue():
+    # Tests, benches and tooling are code too: what they guard says why, the history is in git.
+    tooling = [
+        path
+        for place in ("tests", "bench", "devkit", "scripts", ".github", ".ci")
+        for path in (REPO_ROOT / place).rglob("*")
+        if path.is_file() and path.suffix in {".py", ".sh", ".yml", ".yaml", ""}
+        and "__pycache__" not in path.parts and path != Path(__file__).resolve()
+    ] + [REPO_ROOT / "Makefile", REPO_ROOT / "compose.yaml"]  # fmt: skip
+    found = {
+        rel(path): n
+        for path in tooling
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if ISSUE.search(line)
+    }
+    assert found == {}
