@@ -254,3 +254,15 @@ def test_a_call_is_not_retried_past_its_deadline(sim):
         client(sim, retries=4, timeout=(5.0, 0.6), deadline=1.0).list_tasks()
     assert time.monotonic() - started < 2.5
     assert len(settle(sim)["requests"]) == 2
+
+
+def test_a_try_timing_out_with_no_time_left_for_its_backoff_names_the_deadline(sim):
+    # The second try's own timeout, not the deadline's watch, ends it; the backoff then would
+    # pass the deadline: the call ended for want of time and says so.
+    sim.add_faults({"endpoint": "list", "kind": "delay", "delay_seconds": 3, "count": None})
+    api = client(sim, retries=4, timeout=(5.0, 0.2), deadline=2.0, backoff=5.0)
+    with pytest.raises(ApiUnavailable) as raised:
+        api.list_tasks()
+    assert "ReadTimeout" in str(raised.value)
+    assert "no time left of the 2 s deadline for another try" in str(raised.value)
+    assert len(settle(sim)["requests"]) == 2

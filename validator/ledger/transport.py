@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -132,7 +132,9 @@ class Transport:
             except (requests.RequestException, ValueError) as exc:
                 # `from None`: the cause's text may quote the key, and nothing more is known.
                 raise RequestNotSendable(_not_sendable(method, path, exc)) from None
-            wait = self._wait_before(tries, failure, end, policy)
+            wait = self._wait_before(tries, failure, policy)
+            if wait is not None and time.monotonic() + wait >= end:
+                wait, failure = None, self._out_of_time(failure)
             if wait is None:
                 telemetry.API_ERRORS.labels(policy.name, failure.kind).inc()
                 return self._give_up(method, path, response, failure, earlier)
@@ -146,18 +148,21 @@ class Transport:
                     maybe_processed=earlier is not None,
                 )
 
-    def _wait_before(
-        self, tries: int, failure: _Failure, end: float, policy: Policy
-    ) -> float | None:
-        """Seconds to wait before the next try, None for no next try."""
+    def _wait_before(self, tries: int, failure: _Failure, policy: Policy) -> float | None:
+        """Seconds to wait before the next try, None for no next try (the deadline aside)."""
         if failure.final or tries > self.retries or self.stop.is_set():
             return None
         if failure.maybe_processed and not policy.after_processing:
             return None
         # urllib3's schedule: at once, then backoff * 2, 4, 8...; a Retry-After instead.
         backoff = 0.0 if tries == 1 else min(self.backoff * 2 ** (tries - 1), BACKOFF_MAX_S)
-        wait = max(backoff, failure.retry_after or 0.0)
-        return wait if time.monotonic() + wait < end else None
+        return max(backoff, failure.retry_after or 0.0)
+
+    def _out_of_time(self, failure: _Failure) -> _Failure:
+        """A try's own timeout may fire just before the call's deadline does: the call still
+        ended for want of time, and says so whichever fired first."""
+        why = f"{failure.why}; no time left of the {self.deadline:g} s deadline for another try"
+        return replace(failure, why=why)
 
     def _give_up(
         self,
