@@ -8,12 +8,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from devkit.hf_hub import LocalHub
+from devkit.local_server import LocalHTTPServer
 from tests.helpers.tmpfs import small_tmpfs
 from validator.errors import OperatorError, Verdict, classify
 from validator.kit import hub
@@ -34,7 +35,7 @@ def served(tmp_path: Path) -> Iterator[str]:
     root = tmp_path / "served"
     root.mkdir()
     (root / "val.jsonl").write_bytes(TOO_BIG)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(root)))
+    server = LocalHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(root)))
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

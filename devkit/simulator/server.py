@@ -11,13 +11,12 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from typing import IO, Any, Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, model_validator
 
-from devkit.local_server import LocalHandler, padded_json
+from devkit.local_server import LocalHandler, LocalHTTPServer, padded_json
 from devkit.simulator.faults import (
     FAULT_DETAIL,
     HTML_BODY,
@@ -112,10 +111,7 @@ def fault_reply(rule: FaultRule) -> Reply | None:
     return None
 
 
-class SimulatorServer(ThreadingHTTPServer):
-    # Handler threads must not keep the process alive after shutdown.
-    daemon_threads = True
-
+class SimulatorServer(LocalHTTPServer):
     def __init__(
         self,
         address: tuple[str, int],

@@ -13,7 +13,7 @@ NOWHERE = "unix:///nonexistent/docker.sock"
 
 def run_py(*args: str, **env: str | None) -> Result:
     result = CliRunner().invoke(program(), list(args), env={"DOCKER_HOST": NOWHERE, **env})
-    assert "Traceback" not in result.output
+    assert "Traceback" not in result.output, result.output
     return result
 
 

@@ -12,10 +12,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+
+from devkit.local_server import LocalHTTPServer
 
 COMMIT = "c" * 40
 QUICK_BODY = b"abc"
@@ -74,8 +76,7 @@ def trickle_server(size: int = 10_000, pause_s: float = 0.2) -> Iterator[Trickle
             except OSError:  # the client shut or closed the connection
                 state.closed.set()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = LocalHTTPServer(("127.0.0.1", 0), Handler)
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -6,12 +6,13 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from devkit.hf_hub import LocalHub
+from devkit.local_server import LocalHTTPServer
 from modules.lora.hub import DownloadLimits, SubmissionRejected, fetch_adapter
 from modules.lora.reading import read_adapter
 from tests.helpers.hostile_listings import HOSTILE_LISTINGS
@@ -359,7 +360,7 @@ class _Files(BaseHTTPRequestHandler):
 def file_server() -> Iterator[tuple[str, dict[str, tuple[int, bytes, dict[str, str]]]]]:
     routes: dict[str, tuple[int, bytes, dict[str, str]]] = {}
     handler = type("Handler", (_Files,), {"routes": routes})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = LocalHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", routes
