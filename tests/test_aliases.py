@@ -9,6 +9,7 @@ import ast
 import importlib
 import importlib.util
 import re
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -182,3 +183,37 @@ def test_an_alias_of_a_spelling_warns_naming_both_and_its_release():
     )
     with pytest.raises(KeyError):
         _moved.alias("no such spelling")
+
+
+# What a module could import from the kit's former face files, one name of each.
+FACE_IMPORTS = {
+    "validator.kit.errors": "SubmissionRejected",
+    "validator.kit.outbound": "capped_session",
+    "validator.kit.run_context": "current_run",
+    "validator.kit.sandbox": "run_child",
+    "validator.kit.scope": "current_scope",
+    "validator.kit.text": "one_line",
+}
+
+
+@pytest.mark.parametrize("old", sorted(FACE_IMPORTS))
+def test_a_name_imported_from_a_former_face_file_is_the_kits_with_a_warning(old):
+    name = FACE_IMPORTS[old]
+    script = (
+        "import warnings\n"
+        "warnings.simplefilter('error')\n"
+        "import validator.kit as kit\n"
+        "warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        f"    from {old} import {name} as given\n"
+        f"assert given is getattr(kit, {name!r}), given\n"
+        "import sys\n"
+        f"target = sys.modules[{old!r}]\n"
+        f"assert target.__spec__.name == target.__name__ != {old!r}, target.__spec__\n"
+        "assert kit.__spec__.name == 'validator.kit', kit.__spec__\n"
+        "print(*(str(w.message) for w in caught), sep='\\n')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{old} has moved to "), done.stdout

@@ -78,6 +78,13 @@ ALIASES: tuple[Alias, ...] = (
     _path("validator.adapter_bounds", "validator.kit.adapter_bounds", "0.3"),
     _path("validator.child_process", "validator.sandbox.child_process", "0.3"),
     _path("validator.deadline", "validator.outbound.deadline", "0.3"),
+    # The kit's former face files: each name now imported from validator.kit itself.
+    _path("validator.kit.errors", "validator.errors", "0.3"),
+    _path("validator.kit.outbound", "validator.kit", "0.3"),
+    _path("validator.kit.run_context", "validator.run_context", "0.3"),
+    _path("validator.kit.sandbox", "validator.kit", "0.3"),
+    _path("validator.kit.scope", "validator.scope", "0.3"),
+    _path("validator.kit.text", "validator.text", "0.3"),
     _path(
         "modules.llm_judge.warm_base",
         "validator.kit.warm_base",
@@ -204,6 +211,11 @@ def heartbeat() -> None:
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self) -> None:
+        # The import system writes the old name's spec over the module's own after
+        # create_module; exec_module puts the module's own back.
+        self._own_specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
+
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
     ) -> importlib.machinery.ModuleSpec | None:
@@ -216,10 +228,16 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         found = _BY_OLD[spec.name]
         found.warn(stacklevel=1)
         # The module itself under its old name too: one object, one state, whichever path.
-        return importlib.import_module(found.new)
+        module = importlib.import_module(found.new)
+        self._own_specs[spec.name] = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module was imported under its new name."""
+        """Nothing to run (the module was imported under its new name) but to give the module
+        its own spec back, so that it still names the module's own file and name."""
+        old = module.__spec__.name if module.__spec__ is not None else ""
+        if old in self._own_specs:
+            module.__spec__ = self._own_specs.pop(old)
 
 
 def install() -> None:
