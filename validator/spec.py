@@ -330,6 +330,14 @@ def _check_env_name(name: str, what: str) -> None:
         raise ValueError(f"{what} {name!r}: VALIDATOR_* names are the validator's own")
 
 
+def yaml_problems(exc: ValidationError) -> str:
+    """A YAML file's problems in one line, each at its dotted key: `name: Field required`."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or '(top)'}: {error['msg']}"
+        for error in exc.errors()
+    )
+
+
 def load_spec(folder: Path) -> ModuleSpec:
     """The spec of the module in `folder`.
 
@@ -350,11 +358,7 @@ def load_spec(folder: Path) -> ModuleSpec:
     try:
         spec = ModuleSpec.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or '(top)'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise ConfigError(f"{where}: {problems}") from None
+        raise ConfigError(f"{where}: {yaml_problems(exc)}") from None
     if spec.name != folder.name:
         raise ConfigError(f"{where}: name {spec.name!r} must equal the folder's, {folder.name!r}")
     return spec

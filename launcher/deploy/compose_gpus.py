@@ -26,7 +26,7 @@ from launcher.deploy.compose_services import _dump, healthcheck, service
 from launcher.engine.containers import GPU_ID, state_volume_name, volume_name, worker_state_volume
 from launcher.fleet.plan import PORT_STEP
 from validator.errors import ConfigError
-from validator.spec import STATE_PATH, ModuleSpec
+from validator.spec import STATE_PATH, ModuleSpec, yaml_problems
 
 HOSTS_FILE = "deploy/hosts/example.yaml"
 GPUS_FILE = "compose.gpus.yaml"
@@ -83,11 +83,7 @@ def load_hosts(path: Path, specs: dict[str, ModuleSpec]) -> dict[str, list[str]]
     try:
         hosts = HostGpus.model_validate(raw).root
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or '(top)'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise ConfigError(f"{where}: {problems}") from None
+        raise ConfigError(f"{where}: {yaml_problems(exc)}") from None
     for module, gpus in hosts.items():
         spec = specs.get(module)
         if spec is None:
