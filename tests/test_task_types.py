@@ -112,4 +112,6 @@ def test_no_task_is_looked_up_before_the_list_gave_its_type(tmp_path):
     assert result.returncode == 0, result.stderr
     first_lookup = next(i for i, r in enumerate(asked) if "request-validation" in r[1])
     assert (*LIST, 200) in asked[:first_lookup], asked
+    # The list the check read is the lookups' too: a start asks for it once it answers.
+    assert [r for r in asked if r[:2] == LIST] == [(*LIST, 503), (*LIST, 503), (*LIST, 200)]
     assert "no task is looked up before its type is checked" in result.stderr

@@ -32,6 +32,7 @@ from validator.errors import (
     describe,
     outcome_of,
 )
+from validator.ledger.answers import Task
 from validator.ledger.client import FedLedgerClient
 from validator.ledger.task_types import check_task_types_at_start
 from validator.observe import telemetry
@@ -162,13 +163,15 @@ class Loop:
 
     runner: Runner
     server: StatusServer | None
-    check_types: Callable[[], None] = lambda: None
+    check_types: Callable[[], list[Task] | None] = lambda: None
 
     def run(self) -> ExitCode:
         _install_signal_handlers(self.runner.stop)
         try:
-            self.check_types()  # OperatorError (exit 3) for a task of another module's
-            return self.runner.run()
+            # OperatorError (exit 3) for a task of another module's; the list it read is the
+            # runner's too, so a start asks the API for it once.
+            listed = self.check_types()
+            return self.runner.run(listed)
         finally:
             self.runner.journal.close()
             self.runner.client.close()
@@ -227,8 +230,8 @@ def build_loop(
     task_ids = options.task_ids or looked_up
     wait = options.time_sleep
 
-    def check_types() -> None:
-        check_task_types_at_start(client.list_tasks, task_ids, spec, modules, stop, wait)
+    def check_types() -> list[Task] | None:
+        return check_task_types_at_start(client.list_tasks, task_ids, spec, modules, stop, wait)
 
     return Loop(runner, _status_page(options, observer), check_types)
 

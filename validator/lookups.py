@@ -31,6 +31,7 @@ from validator.ledger.answers import (
     Assignment,
     LookupAnswer,
     Refusal,
+    Task,
 )
 from validator.ledger.client import FedLedgerClient
 from validator.observe.hooks import Hooks
@@ -144,13 +145,14 @@ class Lookups:
         self._last: dict[str, LookupAnswer] = {}  # each task's last answer: a change is logged
         self._unknown: dict[str, int] = {}  # "not known" answers in a row, per task
 
-    def check_listed(self) -> None:
+    def check_listed(self, listed: list[Task] | None = None) -> None:
         """At start-up: a warning for each task id the API does not list (looked up all the
         same: a list can be partial for a minute; their types are checked before,
-        validator/ledger/task_types.py). A list the API cannot give, or an empty one, is only
-        logged: the lookups then tell."""
+        validator/ledger/task_types.py, which hands its list over as `listed`). A list the
+        API cannot give, or an empty one, is only logged: the lookups then tell."""
         try:
-            tasks = {task.id: task for task in self.client.list_tasks()}
+            listed = self.client.list_tasks() if listed is None else listed
+            tasks = {task.id: task for task in listed}
         except TransientError as exc:
             log.warning("could not list tasks (%s); going on", exc)
             return

@@ -28,7 +28,7 @@ from validator.errors import (
     describe,
     outcome_of,
 )
-from validator.ledger.answers import Assignment
+from validator.ledger.answers import Assignment, Task
 from validator.ledger.client import FedLedgerClient
 from validator.ledger.submitting import SubmitAction, submit_result
 from validator.lookups import Lookups
@@ -108,9 +108,11 @@ class Runner:
         self.marks = ScoringMarks(journal.state_dir)
         self.upkeep = Upkeep(journal, settings.journal_keep_days)
 
-    def run(self) -> ExitCode:
+    def run(self, listed: list[Task] | None = None) -> ExitCode:
+        """The loop until a stop or --max-assignments; `listed`: the Fed Ledger's task list
+        when start-up has read it already (else the lookups read it)."""
         try:
-            self.lookups.check_listed()
+            self.lookups.check_listed(listed)
             self._settle_interrupted()
             self.marks.watch_stop(self.stop)
             self.journal.report_backlog(self.module)

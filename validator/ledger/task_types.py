@@ -113,11 +113,12 @@ def check_task_types_at_start(
     modules: Mapping[str, ModuleSpec],
     stop: threading.Event,
     wait_s: float,
-) -> None:
+) -> list[Task] | None:
     """Before the first lookup: OperatorError (exit 3, one line) when a task's type is another
     module's; a warning for a type no module declares. While the list cannot be had, no task
     is looked up: asked again every `wait_s` until it answers or `stop` is set (an operator
-    who named the wrong module would otherwise have its tasks scored in the meantime)."""
+    who named the wrong module would otherwise have its tasks scored in the meantime). The
+    list, for the lookups' own start-up look (validator/lookups.py); None once stopped."""
     while True:
         try:
             tasks = list_tasks()
@@ -128,7 +129,7 @@ def check_task_types_at_start(
                 "asking again in %gs", exc, wait_s,
             )  # fmt: skip
             if stop.wait(wait_s):
-                return
+                return None
     verdicts = judge_task_types(tasks, task_ids, spec, modules)
     refusal = verdicts.refusal()
     if refusal is not None:
@@ -137,3 +138,4 @@ def check_task_types_at_start(
         log.warning("%s", warning)
     if verdicts.fit:
         log.info("task types: %s listed as %s tasks", ", ".join(verdicts.fit), spec.name)
+    return tasks
