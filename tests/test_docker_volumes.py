@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from devkit.docker_env import launcher_env, make_module_repo, run_py_command
+from devkit.docker_env import LOCAL_BASE, launcher_env, make_module_repo, run_py_command
 from devkit.simulator.process import Simulator, task
 from devkit.validator_cli import wait_for
 from tests.helpers.docker_env import require_engine
@@ -79,3 +79,35 @@ def test_a_journal_under_compose_gpus_earlier_name_is_moved_and_submitted(engine
         for name in (old, state):
             for volume in engine.volumes.list(filters={"name": name}):
                 volume.remove(force=True)
+
+
+def test_a_move_container_the_engine_removes_while_it_is_listed_is_passed_over(engine, monkeypatch):
+    """An auto-removed move container that ends between the engine's list and its inspection
+    (a start after a launcher killed mid-move) is gone, not a lost engine."""
+    from docker.models.containers import ContainerCollection
+
+    from launcher.fleet import volumes
+
+    name = f"fv-test-old-{uuid.uuid4().hex[:8]}"
+    labelled = {"label": f"{volumes.MOVE_LABEL}={name}"}
+    container = engine.containers.create(
+        LOCAL_BASE, ["true"], labels={volumes.MOVE_LABEL: name}, network_mode="none"
+    )
+    inspected = []
+    real_get = ContainerCollection.get
+
+    def removed_first(self, container_id):
+        if container_id == container.id:  # the engine removes it after listing it
+            engine.api.remove_container(container_id, force=True)
+        inspected.append(container_id)
+        return real_get(self, container_id)
+
+    monkeypatch.setattr(ContainerCollection, "get", removed_first)
+    try:
+        volumes._end_earlier_moves(engine, name)
+    finally:
+        monkeypatch.undo()
+        for left in engine.containers.list(all=True, filters=labelled, sparse=True):
+            left.remove(force=True)
+    assert inspected == [container.id]
+    assert engine.containers.list(all=True, filters=labelled, sparse=True) == []

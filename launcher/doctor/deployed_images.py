@@ -19,6 +19,7 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 
 from launcher.engine.containers import LABEL_LAUNCHER, LABEL_MODULE
+from launcher.engine.docker_errors import listed
 from launcher.engine.images import SOURCE_FILE, SOURCE_LABEL, BuildSpec, source_hash
 from validator.doctor.rows import Row
 from validator.spec import REPO_ROOT, ModuleSpec
@@ -61,9 +62,8 @@ def deployed_images_row(client: docker.DockerClient, spec: ModuleSpec, pip_optio
 
 def _containers(client: docker.DockerClient, module: str) -> list[tuple[str, Container]]:
     """(who runs it, the container): Compose's of this checkout, run.py's running ones."""
-    listed = client.containers.list(all=True, filters={"label": f"{LABEL_MODULE}={module}"})
     found = []
-    for container in listed:
+    for container in listed(client, {"label": f"{LABEL_MODULE}={module}"}):
         labels = container.labels
         if labels.get(COMPOSE_DIR) == str(REPO_ROOT):
             state = "" if container.status == "running" else f", {container.status}"

@@ -1,9 +1,11 @@
-"""Docker SDK errors as the one line an operator gets (a LaunchError), never a traceback."""
+"""Docker SDK errors as the one line an operator gets (a LaunchError), never a traceback,
+and the engine calls that would raise one for an ordinary race."""
 
 from __future__ import annotations
 
 import docker
 from docker.errors import APIError, DockerException
+from docker.models.containers import Container
 
 from launcher.errors import LaunchError
 
@@ -45,3 +47,12 @@ def docker_client() -> docker.DockerClient:
         return client
     except DockerException as exc:
         raise unreachable(exc) from exc
+
+
+def listed(
+    client: docker.DockerClient, filters: dict[str, str | list[str] | bool]
+) -> list[Container]:
+    """The containers, running or not, that match `filters`, each inspected. One removed
+    between the engine's list and its inspection (an auto-removed one that just ended) is
+    passed over: the SDK would raise NotFound for it, as if the engine were gone."""
+    return client.containers.list(all=True, filters=filters, ignore_removed=True)

@@ -28,6 +28,7 @@ import docker
 from docker.errors import APIError, DockerException, NotFound
 
 from launcher.engine.containers import LABEL_LAUNCHER
+from launcher.engine.docker_errors import listed
 from launcher.engine.fault_hook import kill_point, passed_on
 from launcher.errors import LaunchError, say
 from launcher.fleet import journal_move
@@ -90,11 +91,7 @@ def move_container_name(old: str) -> str:
 
 def _move(client: docker.DockerClient, image: str, module: str, name: str, worker: Worker) -> None:
     _end_earlier_moves(client, name)
-    using = [
-        c
-        for c in client.containers.list(all=True, filters={"volume": name})
-        if MOVE_LABEL not in c.labels
-    ]
+    using = [c for c in listed(client, {"volume": name}) if MOVE_LABEL not in c.labels]
     if using:
         raise LaunchError(
             f"{name} (compose.gpus.yaml's name before for a journal) is used by "
@@ -158,7 +155,7 @@ def _end_earlier_moves(client: docker.DockerClient, name: str) -> None:
 
 
 def _moves_of(client: docker.DockerClient, name: str) -> list:
-    return client.containers.list(all=True, filters={"label": f"{MOVE_LABEL}={name}"})
+    return listed(client, {"label": f"{MOVE_LABEL}={name}"})
 
 
 def _until_removed(client: docker.DockerClient, name: str) -> None:
