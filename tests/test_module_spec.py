@@ -125,12 +125,13 @@ def test_the_registry_finds_the_dev_tools_fixture_module_beside_the_repos(monkey
         ("name: !!python/object:os.system x\n", "not valid YAML"),  # safe_load: no objects
     ],
 )
-def test_a_bad_spec_is_a_config_error_naming_file_and_key(tmp_path, text, message):
+def test_a_bad_spec_is_one_line_naming_file_and_key(tmp_path, text, message):
     folder = write_module(tmp_path, "judge", text)
     with pytest.raises(ConfigError) as error:
         load_spec(folder)
     assert str(error.value).startswith("modules/judge/module.yaml: ")
     assert message in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 def test_the_committed_compose_files_are_what_the_specs_say():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -73,6 +73,8 @@ MEMORY_SIZE = re.compile(r"([1-9][0-9]*)(Mi|Gi)")
 VOLUME_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 # A task type as the Fed Ledger's task list writes one (`training`).
 TASK_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+# The model a YAML file is read into (load_yaml_model).
+M = TypeVar("M", bound=BaseModel)
 
 
 class MemorySpec(BaseModel):
@@ -338,6 +340,25 @@ def yaml_problems(exc: ValidationError) -> str:
     )
 
 
+def load_yaml_model(path: Path, where: str, max_bytes: int, model: type[M], shape: str) -> M:
+    """`model` of the YAML mapping in the file at `path`, or ConfigError in one line that
+    names `where`: over `max_bytes`, not YAML, not a mapping (`shape` says what it must be),
+    or not valid (each problem at its key)."""
+    if path.stat().st_size > max_bytes:
+        raise ConfigError(f"{where}: over {max_bytes} bytes")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        # PyYAML's message spans lines (a caret under the spot); one line here.
+        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: {shape}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {yaml_problems(exc)}") from None
+
+
 def load_spec(folder: Path) -> ModuleSpec:
     """The spec of the module in `folder`.
 
@@ -347,18 +368,13 @@ def load_spec(folder: Path) -> ModuleSpec:
     where = f"modules/{folder.name}/{SPEC_FILE}"
     if not path.is_file():
         raise ConfigError(f"{where} is missing: every module has a spec (docs/adding-a-module.md)")
-    if path.stat().st_size > MAX_SPEC_BYTES:
-        raise ConfigError(f"{where}: over {MAX_SPEC_BYTES} bytes")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: must be a mapping of keys, e.g. `name: {folder.name}`")
-    try:
-        spec = ModuleSpec.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"{where}: {yaml_problems(exc)}") from None
+    spec = load_yaml_model(
+        path,
+        where,
+        MAX_SPEC_BYTES,
+        ModuleSpec,
+        f"must be a mapping of keys, e.g. `name: {folder.name}`",
+    )
     if spec.name != folder.name:
         raise ConfigError(f"{where}: name {spec.name!r} must equal the folder's, {folder.name!r}")
     return spec

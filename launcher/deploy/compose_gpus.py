@@ -19,14 +19,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import RootModel, ValidationError, field_validator
+from pydantic import RootModel, field_validator
 
 from launcher.deploy.compose_services import _dump, healthcheck, service
 from launcher.engine.containers import GPU_ID, state_volume_name, volume_name, worker_state_volume
 from launcher.fleet.plan import PORT_STEP
 from validator.errors import ConfigError
-from validator.spec import STATE_PATH, ModuleSpec, yaml_problems
+from validator.spec import STATE_PATH, ModuleSpec, load_yaml_model
 
 HOSTS_FILE = "deploy/hosts/example.yaml"
 GPUS_FILE = "compose.gpus.yaml"
@@ -71,19 +70,13 @@ class HostGpus(RootModel[dict[str, list[int | str]]]):
 def load_hosts(path: Path, specs: dict[str, ModuleSpec]) -> dict[str, list[str]]:
     """The host file's GPUs by module, checked against the specs; ConfigError in one line."""
     where = str(path)
-    if path.stat().st_size > MAX_HOSTS_BYTES:
-        raise ConfigError(f"{where}: over {MAX_HOSTS_BYTES} bytes")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        # PyYAML's message spans lines (a caret under the spot); one line here.
-        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: must map module names to GPU lists, e.g. `lora: [0, 1]`")
-    try:
-        hosts = HostGpus.model_validate(raw).root
-    except ValidationError as exc:
-        raise ConfigError(f"{where}: {yaml_problems(exc)}") from None
+    hosts = load_yaml_model(
+        path,
+        where,
+        MAX_HOSTS_BYTES,
+        HostGpus,
+        "must map module names to GPU lists, e.g. `lora: [0, 1]`",
+    ).root
     for module, gpus in hosts.items():
         spec = specs.get(module)
         if spec is None:
