@@ -20,7 +20,7 @@ from typing import Any
 from validator.state.entry import FINISHED, UNFINISHED
 from validator.state.migrate import register_scores
 from validator.state.records import outcome_label
-from validator.state.schema import HOUR, IS_FAILURE, IS_PENALTY, IS_SCORE, V4_STATEMENTS
+from validator.state.schema import HISTORY_TABLES, HOUR, IS_FAILURE, IS_PENALTY, IS_SCORE
 
 JOURNAL_FILE = "journal.sqlite3"
 LATEST_FAILURES = 10
@@ -102,10 +102,8 @@ def _views(db: sqlite3.Connection) -> None:
         " FROM main.assignments"
     )
     if "history" not in tables:
-        made = V4_STATEMENTS[V4_STATEMENTS.index("CREATE TABLE IF NOT EXISTS history") :]
-        for statement in made.split(";"):
-            if statement.strip():
-                db.execute(statement.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE"))
+        for table in HISTORY_TABLES:
+            db.execute(table.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE"))
     if "quarantine" not in tables:  # version 1: rows were marked in place, migrated on open
         db.execute("CREATE TEMP TABLE quarantine (id, task_id, reason, set_aside_at)")
 

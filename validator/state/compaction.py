@@ -21,19 +21,17 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
-from validator.state.schema import HOUR, IS_SCORE
+from validator.state.schema import HISTORY_KEY, HOUR, IS_SCORE
 
 STEP_ROWS = 1000
 # The outcome as the report names it (validator/state/records.py outcome_label), for final rows.
 OUTCOME = "CASE WHEN state = 'submitted' THEN coalesce(outcome, 'submitted') ELSE state END"
 KIND = "CASE WHEN penalty IS NULL THEN '' ELSE coalesce(penalty_kind, 'unrecorded') END"
 
-_KEY = "task_id, outcome, penalty_kind, metric"
-
 
 def _roll_up(table: str, hour: bool) -> str:
     """The upsert of a step's rows into `table`: `history` by hour, `history_totals` without."""
-    key = f"hour, {_KEY}" if hour else _KEY
+    key = f"hour, {HISTORY_KEY}" if hour else HISTORY_KEY
     return f"""
 INSERT INTO {table} ({key}, count, scores, score_sum, score_min, score_max)
 SELECT {f"{HOUR}, " if hour else ""}coalesce(CAST(task_id AS TEXT), '?'), {OUTCOME}, {KIND},

@@ -30,9 +30,33 @@ IS_FAILURE = (
     " OR penalty IS NOT NULL)"
 )
 
+# The columns `history` and `history_totals` count by (beside the hour).
+HISTORY_KEY = "task_id, outcome, penalty_kind, metric"
+
+
+def _counts(table: str, hour: bool) -> str:
+    """A table of a count and its scores' count, sum, min and max per task, outcome, penalty
+    kind and main metric, and with `hour` per hour of the finish too."""
+    column, key = ("\n    hour INTEGER NOT NULL,", "hour, ") if hour else ("", "")
+    return f"""
+CREATE TABLE IF NOT EXISTS {table} ({column}
+    task_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    penalty_kind TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    scores INTEGER NOT NULL,
+    score_sum REAL NOT NULL,
+    score_min REAL,
+    score_max REAL,
+    PRIMARY KEY ({key}{HISTORY_KEY})
+) WITHOUT ROWID"""
+
+
 # `history` holds what the report needs of the rows compaction removed (compaction.py): per
-# hour of their finish, task, outcome, penalty kind and main metric, the count and the scores'
-# count, sum, min and max; `history_totals` the same for all hours, which the report adds up.
+# hour of their finish, the counts; `history_totals` the same for all hours, which the report
+# adds up.
+HISTORY_TABLES = (_counts("history", hour=True), _counts("history_totals", hour=False))
 V4_STATEMENTS = f"""
 CREATE INDEX IF NOT EXISTS assignments_unfinished ON assignments (module, received_at, id)
     WHERE {UNFINISHED};
@@ -48,29 +72,5 @@ CREATE INDEX IF NOT EXISTS assignments_scores ON assignments (task_id, metric, s
     WHERE {IS_SCORE};
 CREATE INDEX IF NOT EXISTS events_of_assignment ON events (assignment_id);
 CREATE INDEX IF NOT EXISTS quarantine_id ON quarantine (id);
-CREATE TABLE IF NOT EXISTS history (
-    hour INTEGER NOT NULL,
-    task_id TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    penalty_kind TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    count INTEGER NOT NULL,
-    scores INTEGER NOT NULL,
-    score_sum REAL NOT NULL,
-    score_min REAL,
-    score_max REAL,
-    PRIMARY KEY (hour, task_id, outcome, penalty_kind, metric)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS history_totals (
-    task_id TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    penalty_kind TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    count INTEGER NOT NULL,
-    scores INTEGER NOT NULL,
-    score_sum REAL NOT NULL,
-    score_min REAL,
-    score_max REAL,
-    PRIMARY KEY (task_id, outcome, penalty_kind, metric)
-) WITHOUT ROWID;
+{"".join(f"{table};" for table in HISTORY_TABLES)}
 """
