@@ -39,7 +39,7 @@ from devkit import FIXTURE_MODULES, REPO_ROOT
 from devkit.hf_hub import LocalHub
 from devkit.simulator.process import Simulator, task
 from devkit.tiny_policies import linear_policy, npz_bytes, to_bytes, validation_arrays
-from devkit.validator_cli import validator_env
+from devkit.validator_cli import start_validator, validator_env
 
 LOOKUP = "/tasks/request-validation-assignment/"
 FEATURES, VENUES, ROWS = 8, 4, 256
@@ -50,15 +50,7 @@ SAMPLE_S = 2.0
 
 def start(root: Path, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     """`python -m validator` of the checkout at `root`, its output into `log`."""
-    env = {**env, "PYTHONPATH": f"{root}:{FIXTURE_MODULES}"}
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "validator", *args],
-            cwd=root,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    return start_validator(args, {**env, "PYTHONPATH": f"{root}:{FIXTURE_MODULES}"}, log, root)
 
 
 def stop(process: subprocess.Popen) -> None:

@@ -91,16 +91,18 @@ def run_validator(
     )
 
 
-def start_validator(args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    log = open(log_path, "w")  # noqa: SIM115 - the child owns it
-    return subprocess.Popen(
-        [sys.executable, "-m", "validator", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def start_validator(
+    args: list[str], env: dict[str, str], log_path: Path, root: Path = REPO_ROOT
+) -> subprocess.Popen:
+    """`python -m validator` of the checkout at `root`, its output into `log_path`."""
+    with open(log_path, "wb") as log:  # the child has its own descriptor of it
+        return subprocess.Popen(
+            [sys.executable, "-m", "validator", *args],
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
